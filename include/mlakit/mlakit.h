@@ -1,0 +1,222 @@
+// mlakit: Multi-head Latent Attention decode over a paged KV cache.
+//
+// Three steps, as in ../docs and DESIGN.md:
+//   1. describe the static facts of the problem in a `Problem`;
+//   2. make a `Decoder` from it (validates, picks a backend, sizes the workspace; may allocate,
+//      synchronize and tune);
+//   3. `Decoder::run` with the per-call pointers: asynchronous on a stream, no allocation, no host
+//      synchronization, no reads of device memory from the host, so it can be captured in a CUDA
+//      graph and replayed with new `seq_lens` and block tables.
+//
+// Every entry point returns a `Status`; the library never prints, exits or aborts.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+// Same type as the CUDA runtime's cudaStream_t, declared here so that this header does not need
+// the CUDA headers.
+struct CUstream_st;
+
+namespace mlakit {
+
+using Stream = CUstream_st*;
+
+inline constexpr int kVersionMajor = 0;
+inline constexpr int kVersionMinor = 1;
+inline constexpr int kVersionPatch = 0;
+std::string_view version();  // "0.1.0"
+
+// ---------------------------------------------------------------------------------------------
+// Status
+// ---------------------------------------------------------------------------------------------
+enum class StatusCode : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,  // an argument has a wrong value
+  kUnsupported = 2,      // valid, but no (chosen) backend can run it
+  kCudaError = 3,        // a CUDA call failed; the message carries the call, file and line
+  kInternal = 4,
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  std::string to_string() const;  // "invalid argument: heads 0 ..."
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+std::string_view to_string(StatusCode code);
+
+// ---------------------------------------------------------------------------------------------
+// Data types and layouts
+// ---------------------------------------------------------------------------------------------
+enum class DType : int32_t {
+  kBF16 = 0,
+  kFP16 = 1,
+  kFP8E4M3 = 2,  // e4m3fn: no infinities, 0x7f / 0xff are NaN
+  kFP32 = 3,
+};
+
+enum class KvLayout : int32_t {
+  // [num_pages, page_size, 576] of kv_dtype (bf16, fp16, or fp8 e4m3 with one k_scale).
+  kDense = 0,
+  // [num_pages, page_size, 656 bytes], the DeepSeek V3.2 layout: 512 e4m3 values, 4 fp32 scales
+  // (one per 128 values; value = e4m3 * scale), 64 bf16 RoPE values. kv_dtype is kFP8E4M3.
+  kFp8Blockwise = 1,
+};
+
+inline constexpr int kDqk = 576;             // d_qk: 512 latent + 64 RoPE
+inline constexpr int kDv = 512;              // d_v: the latent (kv_lora_rank)
+inline constexpr int kDRope = kDqk - kDv;    // 64
+inline constexpr int kBlockwiseBytes = 656;  // bytes per token in KvLayout::kFp8Blockwise
+inline constexpr int kBlockwiseGroup = 128;  // values per fp32 scale in the blockwise layout
+inline constexpr int kMaxHeads = 128;
+inline constexpr int kMaxSq = 16;
+
+std::string_view to_string(DType dtype);
+std::string_view to_string(KvLayout layout);
+size_t dtype_bytes(DType dtype);
+// Bytes of one cached token in the given layout: 1152 (bf16/fp16), 576 (fp8), 656 (blockwise).
+size_t kv_token_bytes(DType kv_dtype, KvLayout layout);
+
+// ---------------------------------------------------------------------------------------------
+// Problem: the static facts, fixed for the life of a Decoder
+// ---------------------------------------------------------------------------------------------
+struct Problem {
+  int32_t h_q = 128;        // query heads, 1..128 (one KV head: MQA)
+  int32_t s_q = 1;          // query tokens per request, 1..16 (> 1: MTP / speculative decoding)
+  int32_t d_qk = kDqk;      // must be 576
+  int32_t d_v = kDv;        // must be 512
+  int32_t page_size = 64;   // tokens per KV page
+  int32_t max_batch = 1;    // largest batch any run will pass
+  int32_t max_seq_len = 0;  // longest cached length any run will pass (sizes split-KV workspace)
+  DType q_dtype = DType::kBF16;
+  DType kv_dtype = DType::kBF16;
+  DType out_dtype = DType::kBF16;
+  KvLayout kv_layout = KvLayout::kDense;
+  bool causal = true;       // s_q > 1: token t sees positions < L - s_q + 1 + t
+  bool has_sinks = false;   // a per-head sink logit is passed in RunArgs::sinks
+  int32_t topk = 0;         // > 0: sparse attention over RunArgs::indices [b, s_q, topk]
+  bool return_lse = false;  // RunArgs::lse [b, s_q, h_q] is written
+  bool enable_pdl = false;  // launch with programmatic dependent launch
+
+  bool sparse() const { return topk > 0; }
+};
+
+// Checks the problem alone (no backend): ranges, dtype combinations, layout.
+Status validate(const Problem& problem);
+std::string describe(const Problem& problem);  // one line, for logs and tables
+
+// ---------------------------------------------------------------------------------------------
+// Per-call arguments. Pointers live where the backend runs (device memory for GPU backends, host
+// memory for the cpu backend). All tensors are contiguous row-major unless a stride is given.
+// ---------------------------------------------------------------------------------------------
+inline constexpr float kDefaultSoftmaxScale = 0.041666666666666664f;  // 1/sqrt(576)
+
+struct RunArgs {
+  int32_t batch = 0;  // b, 1..Problem::max_batch
+
+  const void* q = nullptr;               // [b, s_q, h_q, 576] of q_dtype
+  const void* kv_cache = nullptr;        // [num_pages, page_size, 576] kv_dtype, or [.., 656 bytes]
+  int64_t num_pages = 0;                 // pages in kv_cache (bounds for ids and indices)
+  const int32_t* block_table = nullptr;  // [b, block_table_stride] page ids (dense mode)
+  int64_t block_table_stride = 0;        // elements between rows of block_table
+  const int32_t* seq_lens = nullptr;     // [b] cached lengths, 0 allowed (dense mode)
+
+  const int32_t* indices = nullptr;    // [b, s_q, topk] page * page_size + offset, -1 = empty
+  const int32_t* topk_lens = nullptr;  // [b] optional: only the first topk_lens[i] slots count
+
+  const float* sinks = nullptr;  // [h_q] sink logits (Problem::has_sinks)
+
+  void* out = nullptr;   // [b, s_q, h_q, 512] of out_dtype
+  float* lse = nullptr;  // [b, s_q, h_q] natural-log LSE (Problem::return_lse)
+
+  float softmax_scale = kDefaultSoftmaxScale;
+  // fp8 dequantization scales: a host value, or a pointer to one float where the backend runs
+  // (so a captured graph can follow a changing scale). NaN host value = not given.
+  float q_scale = NAN;  // fp8 q
+  float k_scale = NAN;  // fp8 dense kv (also the v scale); optional for blockwise
+  const float* q_scale_ptr = nullptr;
+  const float* k_scale_ptr = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Backends and the Decoder
+// ---------------------------------------------------------------------------------------------
+struct BackendInfo {
+  std::string name;        // "cpu", "sm80", "sm90"
+  std::string summary;     // one line
+  std::string supports;    // what it runs: dtypes, page sizes, features
+  bool available = false;  // usable on this machine now
+  std::string unavailable_reason;
+  bool device_memory = false;  // RunArgs pointers must be device pointers
+};
+
+std::vector<BackendInfo> list_backends();
+
+// Whether `backend` can run `problem` on this machine; the reason when not.
+Status can_run(std::string_view backend, const Problem& problem);
+
+struct DeviceInfo {
+  bool present = false;
+  int device = -1;
+  std::string name;
+  int sm_major = 0, sm_minor = 0, sm_count = 0;
+  size_t global_mem_bytes = 0, l2_bytes = 0;
+  std::string error;  // why no device was found
+};
+DeviceInfo current_device();
+
+struct DecoderOptions {
+  std::string backend = "auto";  // "auto": best available backend for the problem
+  int tactic = -1;               // backend-specific tactic, -1 = the backend's default
+  std::string tune_cache_path;   // autotuner cache; empty = MLAKIT_TUNE_CACHE or none
+};
+
+class Backend;
+
+class Decoder {
+ public:
+  // Validates `problem`, picks the backend and prepares it.
+  static Status create(const Problem& problem, const DecoderOptions& options,
+                       std::unique_ptr<Decoder>* decoder);
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  const Problem& problem() const { return problem_; }
+  std::string_view backend_name() const;
+  int tactic() const { return tactic_; }
+  bool device_memory() const;      // whether RunArgs pointers must be device pointers
+  size_t workspace_bytes() const;  // exact for the worst case of the problem; may be 0
+
+  // Checks `args` against the problem (cheap host checks, nothing read from device memory), then
+  // runs asynchronously on `stream`. `workspace` must hold workspace_bytes() bytes, 256-aligned.
+  Status run(const RunArgs& args, void* workspace, size_t workspace_size, Stream stream) const;
+
+ private:
+  Decoder(const Problem& problem, int tactic, std::unique_ptr<Backend> backend);
+  Problem problem_;
+  int tactic_ = 0;
+  std::unique_ptr<Backend> backend_;
+};
+
+// Checks per-call arguments against a problem; used by Decoder::run, exposed for tests and tools.
+Status validate_args(const Problem& problem, const RunArgs& args, size_t workspace_needed,
+                     const void* workspace, size_t workspace_size);
+
+}  // namespace mlakit

@@ -1,0 +1,64 @@
+/* mlakit C API: mirrors include/mlakit/mlakit.h for FFI. Enum values equal the C++ ones. */
+#ifndef MLAKIT_MLAKIT_C_H_
+#define MLAKIT_MLAKIT_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int32_t mlakit_status_t; /* 0 ok, 1 invalid argument, 2 unsupported, 3 cuda, 4 internal */
+
+enum { MLAKIT_BF16 = 0, MLAKIT_FP16 = 1, MLAKIT_FP8_E4M3 = 2, MLAKIT_FP32 = 3 };
+enum { MLAKIT_KV_DENSE = 0, MLAKIT_KV_FP8_BLOCKWISE = 1 };
+
+typedef struct mlakit_problem {
+  int32_t h_q, s_q, d_qk, d_v, page_size, max_batch, max_seq_len;
+  int32_t q_dtype, kv_dtype, out_dtype, kv_layout;
+  int32_t causal, has_sinks, topk, return_lse, enable_pdl;
+} mlakit_problem_t;
+
+typedef struct mlakit_run_args {
+  int32_t batch;
+  const void* q;        /* [b, s_q, h_q, 576] */
+  const void* kv_cache; /* [num_pages, page_size, 576] or [.., 656 bytes] */
+  int64_t num_pages;
+  const int32_t* block_table; /* [b, block_table_stride] */
+  int64_t block_table_stride;
+  const int32_t* seq_lens;  /* [b] */
+  const int32_t* indices;   /* [b, s_q, topk], sparse */
+  const int32_t* topk_lens; /* [b], optional */
+  const float* sinks;       /* [h_q] */
+  void* out;                /* [b, s_q, h_q, 512] */
+  float* lse;               /* [b, s_q, h_q] */
+  float softmax_scale;
+  float q_scale, k_scale; /* NaN = not given */
+  const float* q_scale_ptr;
+  const float* k_scale_ptr;
+} mlakit_run_args_t;
+
+typedef struct mlakit_decoder mlakit_decoder_t;
+
+/* Fill with the C++ defaults (h_q 128, s_q 1, page 64, bf16, softmax scale 1/sqrt(576), ...). */
+void mlakit_problem_init(mlakit_problem_t* problem);
+void mlakit_run_args_init(mlakit_run_args_t* args);
+
+/* backend: "auto", "cpu", "sm80", ... or NULL for "auto". */
+mlakit_status_t mlakit_decoder_create(const mlakit_problem_t* problem, const char* backend,
+                                      mlakit_decoder_t** decoder);
+void mlakit_decoder_destroy(mlakit_decoder_t* decoder);
+size_t mlakit_decoder_workspace_bytes(const mlakit_decoder_t* decoder);
+const char* mlakit_decoder_backend(const mlakit_decoder_t* decoder);
+/* stream: a cudaStream_t, or NULL for the default stream. */
+mlakit_status_t mlakit_decoder_run(const mlakit_decoder_t* decoder, const mlakit_run_args_t* args,
+                                   void* workspace, size_t workspace_size, void* stream);
+/* The message of this thread's last failed call ("" after a success). */
+const char* mlakit_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLAKIT_MLAKIT_C_H_ */

@@ -1,0 +1,213 @@
+// The cpu reference backend: exact MLA decode math on the host.
+//
+// Per request, the visible tokens are dequantized once to float32 rows of 576; query rows are
+// processed in blocks of up to kHeadBlock heads of one token so that each cached row is reused
+// from cache for several heads. Scores and outputs are accumulated in float32, the softmax
+// normalizer in float64, and the softmax is exact two-pass (max first), so the result is the
+// reference the GPU kernels are checked against.
+#include "backends/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/parallel.h"
+#include "core/check.h"
+#include "core/numeric.h"
+
+namespace mlakit::cpu {
+namespace {
+
+constexpr int kHeadBlock = 8;
+
+float load_scalar(const void* base, int64_t index, DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case DType::kFP16: return fp16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case DType::kFP8E4M3: return e4m3_to_float(static_cast<const uint8_t*>(base)[index]);
+    case DType::kFP32: return static_cast<const float*>(base)[index];
+  }
+  return NAN;
+}
+
+void store_scalar(void* base, int64_t index, DType dtype, float value) {
+  if (dtype == DType::kBF16) {
+    static_cast<uint16_t*>(base)[index] = float_to_bf16(value);
+  } else {
+    static_cast<uint16_t*>(base)[index] = float_to_fp16(value);
+  }
+}
+
+// Dequantizes cached token `slot` (page * page_size + offset) into dst[0:576].
+void load_token(const Problem& p, const RunArgs& a, float k_scale, int64_t slot, float* dst) {
+  if (p.kv_layout == KvLayout::kFp8Blockwise) {
+    const auto* row = static_cast<const uint8_t*>(a.kv_cache) + slot * kBlockwiseBytes;
+    float scales[kDv / kBlockwiseGroup];
+    std::memcpy(scales, row + kDv, sizeof(scales));
+    for (int d = 0; d < kDv; ++d) {
+      dst[d] = e4m3_to_float(row[d]) * scales[d / kBlockwiseGroup] * k_scale;
+    }
+    const uint8_t* rope = row + kDv + sizeof(scales);
+    for (int d = 0; d < kDRope; ++d) {
+      uint16_t bits;
+      std::memcpy(&bits, rope + 2 * d, sizeof(bits));
+      dst[kDv + d] = bf16_to_float(bits);
+    }
+    return;
+  }
+  for (int d = 0; d < kDqk; ++d)
+    dst[d] = load_scalar(a.kv_cache, slot * kDqk + d, p.kv_dtype) * k_scale;
+}
+
+// Number of cached tokens token t of request i sees (dense mode).
+int64_t visible_dense(const Problem& p, int64_t seq_len, int t) {
+  if (p.s_q == 1 || !p.causal) return seq_len;
+  return std::clamp<int64_t>(seq_len - p.s_q + 1 + t, 0, seq_len);
+}
+
+int64_t topk_len(const Problem& p, const RunArgs& a, int i) {
+  if (a.topk_lens == nullptr) return p.topk;
+  return std::clamp<int64_t>(a.topk_lens[i], 0, p.topk);
+}
+
+// Cache slots token t of request i attends to, in order.
+void visible_slots(const Problem& p, const RunArgs& a, int i, int t, std::vector<int64_t>* slots) {
+  slots->clear();
+  if (p.sparse()) {
+    const int32_t* idx = a.indices + (static_cast<int64_t>(i) * p.s_q + t) * p.topk;
+    const int64_t n = topk_len(p, a, i);
+    for (int64_t k = 0; k < n; ++k) {
+      if (idx[k] >= 0) slots->push_back(idx[k]);
+    }
+    return;
+  }
+  const int64_t n = visible_dense(p, a.seq_lens[i], t);
+  const int32_t* pages = a.block_table + i * a.block_table_stride;
+  for (int64_t j = 0; j < n; ++j) {
+    slots->push_back(static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size);
+  }
+}
+
+struct RowBlock {
+  int i, t, h0, h1;
+};
+
+}  // namespace
+
+Status check_host_data(const Problem& p, const RunArgs& a) {
+  const int64_t cache_tokens = a.num_pages * p.page_size;
+  for (int i = 0; i < a.batch; ++i) {
+    if (p.sparse()) {
+      if (a.topk_lens != nullptr && (a.topk_lens[i] < 0 || a.topk_lens[i] > p.topk)) {
+        return invalid_argument(str_cat("topk_lens[", i, "]"), str_cat("0..", p.topk),
+                                a.topk_lens[i]);
+      }
+      const int32_t* idx = a.indices + static_cast<int64_t>(i) * p.s_q * p.topk;
+      for (int64_t k = 0; k < static_cast<int64_t>(p.s_q) * p.topk; ++k) {
+        if (idx[k] < -1 || idx[k] >= cache_tokens) {
+          return invalid_argument(str_cat("indices[", i, ", ", k / p.topk, ", ", k % p.topk, "]"),
+                                  str_cat("-1 or a cache slot in 0..", cache_tokens - 1), idx[k]);
+        }
+      }
+      continue;
+    }
+    const int64_t len = a.seq_lens[i];
+    const int64_t max_len = a.block_table_stride * p.page_size;
+    if (len < 0 || len > max_len) {
+      return invalid_argument(str_cat("seq_lens[", i, "]"),
+                              str_cat("0..", max_len, " (block_table_stride * page_size)"), len);
+    }
+    const int32_t* pages = a.block_table + i * a.block_table_stride;
+    for (int64_t page = 0; page * p.page_size < len; ++page) {
+      if (pages[page] < 0 || pages[page] >= a.num_pages) {
+        return invalid_argument(str_cat("block_table[", i, ", ", page, "]"),
+                                str_cat("a page id in 0..", a.num_pages - 1), pages[page]);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void attention(const Problem& p, const RunArgs& a) {
+  const float q_scale = p.q_dtype != DType::kFP8E4M3 ? 1.0f
+                        : a.q_scale_ptr != nullptr   ? *a.q_scale_ptr
+                                                     : a.q_scale;
+  const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr
+                        : std::isnan(a.k_scale)  ? 1.0f
+                                                 : a.k_scale;
+
+  std::vector<RowBlock> blocks;
+  for (int i = 0; i < a.batch; ++i) {
+    for (int t = 0; t < p.s_q; ++t) {
+      for (int h = 0; h < p.h_q; h += kHeadBlock) {
+        blocks.push_back({i, t, h, std::min(h + kHeadBlock, p.h_q)});
+      }
+    }
+  }
+
+  parallel_for(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
+    const RowBlock& rb = blocks[b];
+    const int nh = rb.h1 - rb.h0;
+    std::vector<int64_t> slots;
+    visible_slots(p, a, rb.i, rb.t, &slots);
+    const int64_t n = static_cast<int64_t>(slots.size());
+
+    // Queries of this block, dequantized and multiplied by the softmax scale.
+    std::vector<float> q(static_cast<size_t>(nh) * kDqk);
+    const int64_t q_row0 = (static_cast<int64_t>(rb.i) * p.s_q + rb.t) * p.h_q + rb.h0;
+    for (int h = 0; h < nh; ++h) {
+      for (int d = 0; d < kDqk; ++d) {
+        q[h * kDqk + d] = load_scalar(a.q, (q_row0 + h) * kDqk + d, p.q_dtype) * q_scale;
+      }
+    }
+
+    // Pass 1: scores. Pass 2: exp-weighted sum of values.
+    std::vector<float> kv(kDqk);
+    std::vector<float> scores(static_cast<size_t>(nh) * n);
+    for (int64_t j = 0; j < n; ++j) {
+      load_token(p, a, k_scale, slots[j], kv.data());
+      for (int h = 0; h < nh; ++h) {
+        const float* qh = &q[h * kDqk];
+        float dot = 0.0f;
+        for (int d = 0; d < kDqk; ++d) dot += qh[d] * kv[d];
+        scores[h * n + j] = dot * a.softmax_scale;
+      }
+    }
+    std::vector<float> acc(static_cast<size_t>(nh) * kDv, 0.0f);
+    std::vector<double> denom(nh, 0.0);
+    std::vector<float> row_max(nh, -std::numeric_limits<float>::infinity());
+    for (int h = 0; h < nh; ++h) {
+      for (int64_t j = 0; j < n; ++j) row_max[h] = std::max(row_max[h], scores[h * n + j]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      load_token(p, a, k_scale, slots[j], kv.data());
+      for (int h = 0; h < nh; ++h) {
+        const float w = std::exp(scores[h * n + j] - row_max[h]);
+        denom[h] += w;
+        float* acc_h = &acc[h * kDv];
+        for (int d = 0; d < kDv; ++d) acc_h[d] += w * kv[d];
+      }
+    }
+
+    for (int h = 0; h < nh; ++h) {
+      const int64_t row = q_row0 + h;
+      float lse = -std::numeric_limits<float>::infinity();
+      float out_scale = 0.0f;  // no visible token: out 0, lse -inf
+      if (n > 0) {
+        lse = row_max[h] + static_cast<float>(std::log(denom[h]));
+        out_scale = static_cast<float>(1.0 / denom[h]);
+        if (p.has_sinks) {
+          // out *= exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse))
+          out_scale /= 1.0f + std::exp(a.sinks[rb.h0 + h] - lse);
+        }
+      }
+      for (int d = 0; d < kDv; ++d) {
+        store_scalar(a.out, row * kDv + d, p.out_dtype, acc[h * kDv + d] * out_scale);
+      }
+      if (p.return_lse) a.lse[row] = lse;
+    }
+  });
+}
+
+}  // namespace mlakit::cpu

@@ -1,0 +1,138 @@
+// The C API (mlakit_c.h): a thin layer over the C++ API for FFI.
+#include <cstring>
+#include <new>
+
+#include "mlakit/mlakit.h"
+#include "mlakit/mlakit_c.h"
+
+struct mlakit_decoder {
+  std::unique_ptr<mlakit::Decoder> decoder;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+mlakit_status_t finish(const mlakit::Status& status) {
+  g_last_error = status.ok() ? std::string() : status.to_string();
+  return static_cast<mlakit_status_t>(status.code());
+}
+
+mlakit::Problem to_cpp(const mlakit_problem_t& p) {
+  return mlakit::Problem{
+      .h_q = p.h_q,
+      .s_q = p.s_q,
+      .d_qk = p.d_qk,
+      .d_v = p.d_v,
+      .page_size = p.page_size,
+      .max_batch = p.max_batch,
+      .max_seq_len = p.max_seq_len,
+      .q_dtype = static_cast<mlakit::DType>(p.q_dtype),
+      .kv_dtype = static_cast<mlakit::DType>(p.kv_dtype),
+      .out_dtype = static_cast<mlakit::DType>(p.out_dtype),
+      .kv_layout = static_cast<mlakit::KvLayout>(p.kv_layout),
+      .causal = p.causal != 0,
+      .has_sinks = p.has_sinks != 0,
+      .topk = p.topk,
+      .return_lse = p.return_lse != 0,
+      .enable_pdl = p.enable_pdl != 0,
+  };
+}
+
+mlakit::RunArgs to_cpp(const mlakit_run_args_t& a) {
+  return mlakit::RunArgs{
+      .batch = a.batch,
+      .q = a.q,
+      .kv_cache = a.kv_cache,
+      .num_pages = a.num_pages,
+      .block_table = a.block_table,
+      .block_table_stride = a.block_table_stride,
+      .seq_lens = a.seq_lens,
+      .indices = a.indices,
+      .topk_lens = a.topk_lens,
+      .sinks = a.sinks,
+      .out = a.out,
+      .lse = a.lse,
+      .softmax_scale = a.softmax_scale,
+      .q_scale = a.q_scale,
+      .k_scale = a.k_scale,
+      .q_scale_ptr = a.q_scale_ptr,
+      .k_scale_ptr = a.k_scale_ptr,
+  };
+}
+
+}  // namespace
+
+extern "C" {
+
+void mlakit_problem_init(mlakit_problem_t* p) {
+  if (p == nullptr) return;
+  const mlakit::Problem d;
+  *p = mlakit_problem_t{
+      .h_q = d.h_q,
+      .s_q = d.s_q,
+      .d_qk = d.d_qk,
+      .d_v = d.d_v,
+      .page_size = d.page_size,
+      .max_batch = d.max_batch,
+      .max_seq_len = d.max_seq_len,
+      .q_dtype = static_cast<int32_t>(d.q_dtype),
+      .kv_dtype = static_cast<int32_t>(d.kv_dtype),
+      .out_dtype = static_cast<int32_t>(d.out_dtype),
+      .kv_layout = static_cast<int32_t>(d.kv_layout),
+      .causal = d.causal,
+      .has_sinks = d.has_sinks,
+      .topk = d.topk,
+      .return_lse = d.return_lse,
+      .enable_pdl = d.enable_pdl,
+  };
+}
+
+void mlakit_run_args_init(mlakit_run_args_t* a) {
+  if (a == nullptr) return;
+  std::memset(a, 0, sizeof(*a));
+  const mlakit::RunArgs d;
+  a->softmax_scale = d.softmax_scale;
+  a->q_scale = d.q_scale;
+  a->k_scale = d.k_scale;
+}
+
+mlakit_status_t mlakit_decoder_create(const mlakit_problem_t* problem, const char* backend,
+                                      mlakit_decoder_t** decoder) {
+  if (problem == nullptr || decoder == nullptr) {
+    return finish({mlakit::StatusCode::kInvalidArgument,
+                   "problem, decoder: expected non-null pointers, given nullptr"});
+  }
+  mlakit::DecoderOptions options;
+  if (backend != nullptr) options.backend = backend;
+  std::unique_ptr<mlakit::Decoder> d;
+  const mlakit::Status st = mlakit::Decoder::create(to_cpp(*problem), options, &d);
+  if (!st.ok()) return finish(st);
+  *decoder = new (std::nothrow) mlakit_decoder{std::move(d)};
+  if (*decoder == nullptr) return finish({mlakit::StatusCode::kInternal, "out of host memory"});
+  return finish(mlakit::Status::Ok());
+}
+
+void mlakit_decoder_destroy(mlakit_decoder_t* decoder) { delete decoder; }
+
+size_t mlakit_decoder_workspace_bytes(const mlakit_decoder_t* decoder) {
+  return decoder == nullptr ? 0 : decoder->decoder->workspace_bytes();
+}
+
+const char* mlakit_decoder_backend(const mlakit_decoder_t* decoder) {
+  return decoder == nullptr ? "" : decoder->decoder->backend_name().data();
+}
+
+mlakit_status_t mlakit_decoder_run(const mlakit_decoder_t* decoder, const mlakit_run_args_t* args,
+                                   void* workspace, size_t workspace_size, void* stream) {
+  if (decoder == nullptr || args == nullptr) {
+    return finish({mlakit::StatusCode::kInvalidArgument,
+                   "decoder, args: expected non-null pointers, given nullptr"});
+  }
+  return finish(decoder->decoder->run(to_cpp(*args), workspace, workspace_size,
+                                      static_cast<mlakit::Stream>(stream)));
+}
+
+const char* mlakit_last_error(void) { return g_last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,24 @@
+// CUDA runtime errors become a Status carrying the call, file and line.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/check.h"
+
+namespace mlakit {
+
+inline Status cuda_status(cudaError_t err, const char* call, const char* file, int line) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Status(StatusCode::kCudaError,
+                str_cat(call, " failed at ", file, ":", line, ": ", cudaGetErrorName(err), " (",
+                        cudaGetErrorString(err), ")"));
+}
+
+}  // namespace mlakit
+
+#define MLAKIT_CUDA_RETURN(call) \
+  MLAKIT_RETURN_IF_ERROR(::mlakit::cuda_status((call), #call, __FILE__, __LINE__))
+
+// After a kernel launch: the launch error, if any.
+#define MLAKIT_CUDA_RETURN_LAUNCH(name) \
+  MLAKIT_RETURN_IF_ERROR(::mlakit::cuda_status(cudaGetLastError(), name, __FILE__, __LINE__))

@@ -1,0 +1,59 @@
+#include <cmath>
+
+#include "core/check.h"
+#include "mlakit/mlakit.h"
+
+namespace mlakit {
+
+std::string_view version() { return "0.1.0"; }
+
+std::string_view to_string(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kUnsupported: return "unsupported";
+    case StatusCode::kCudaError: return "cuda error";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  return str_cat(mlakit::to_string(code_), ": ", message_);
+}
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+    case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kFP32: return "fp32";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(KvLayout layout) {
+  switch (layout) {
+    case KvLayout::kDense: return "dense";
+    case KvLayout::kFp8Blockwise: return "fp8_blockwise";
+  }
+  return "unknown";
+}
+
+size_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+    case DType::kFP16: return 2;
+    case DType::kFP8E4M3: return 1;
+    case DType::kFP32: return 4;
+  }
+  return 0;
+}
+
+size_t kv_token_bytes(DType kv_dtype, KvLayout layout) {
+  if (layout == KvLayout::kFp8Blockwise) return kBlockwiseBytes;
+  return kDqk * dtype_bytes(kv_dtype);
+}
+
+}  // namespace mlakit

@@ -1,0 +1,172 @@
+// Validation of a Problem (once, at Decoder creation) and of RunArgs (each run: host-side checks
+// only, nothing is read from device memory).
+#include <cmath>
+#include <cstdint>
+
+#include "core/check.h"
+#include "mlakit/mlakit.h"
+
+namespace mlakit {
+namespace {
+
+bool is_16bit(DType d) { return d == DType::kBF16 || d == DType::kFP16; }
+
+Status check_range(std::string_view arg, int64_t value, int64_t lo, int64_t hi) {
+  if (value >= lo && value <= hi) return Status::Ok();
+  return invalid_argument(arg, str_cat(lo, "..", hi), value);
+}
+
+Status check_pointer(std::string_view arg, const void* ptr, size_t alignment) {
+  if (ptr == nullptr) return invalid_argument(arg, "a non-null pointer", "nullptr");
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  if (address % alignment != 0) {
+    return invalid_argument(arg, str_cat("a pointer aligned to ", alignment, " bytes"),
+                            str_cat("0x", std::hex, address));
+  }
+  return Status::Ok();
+}
+
+Status check_absent(std::string_view arg, const void* ptr, std::string_view because) {
+  if (ptr == nullptr) return Status::Ok();
+  return invalid_argument(arg, str_cat("nullptr because ", because), "a pointer");
+}
+
+Status check_scale(std::string_view arg, float value, const float* ptr, std::string_view why) {
+  if (ptr != nullptr) {
+    if (!std::isnan(value)) {
+      return invalid_argument(arg, "either a host value or a pointer, not both", "both");
+    }
+    return check_pointer(str_cat(arg, "_ptr"), ptr, alignof(float));
+  }
+  if (std::isnan(value)) {
+    return invalid_argument(arg, str_cat("a scale (host value or pointer) for ", why), "none");
+  }
+  if (!std::isfinite(value) || value <= 0.0f) {
+    return invalid_argument(arg, "a finite value > 0", value);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate(const Problem& p) {
+  MLAKIT_RETURN_IF_ERROR(check_range("heads (h_q)", p.h_q, 1, kMaxHeads));
+  MLAKIT_RETURN_IF_ERROR(check_range("s_q", p.s_q, 1, kMaxSq));
+  MLAKIT_RETURN_IF_ERROR(check_range("d_qk", p.d_qk, kDqk, kDqk));
+  MLAKIT_RETURN_IF_ERROR(check_range("d_v", p.d_v, kDv, kDv));
+  MLAKIT_RETURN_IF_ERROR(check_range("page_size", p.page_size, 1, 1024));
+  MLAKIT_RETURN_IF_ERROR(check_range("max_batch", p.max_batch, 1, 1 << 20));
+  MLAKIT_RETURN_IF_ERROR(check_range("max_seq_len", p.max_seq_len, 0, 1 << 24));
+  MLAKIT_RETURN_IF_ERROR(check_range("topk", p.topk, 0, 1 << 16));
+
+  if (!is_16bit(p.out_dtype)) {
+    return invalid_argument("out_dtype", "bf16 or fp16", to_string(p.out_dtype));
+  }
+  if (p.kv_layout == KvLayout::kFp8Blockwise && p.kv_dtype != DType::kFP8E4M3) {
+    return invalid_argument("kv_dtype", "fp8_e4m3 with kv_layout fp8_blockwise",
+                            to_string(p.kv_dtype));
+  }
+  if (p.kv_layout != KvLayout::kDense && p.kv_layout != KvLayout::kFp8Blockwise) {
+    return invalid_argument("kv_layout", "dense or fp8_blockwise", static_cast<int>(p.kv_layout));
+  }
+  if (is_16bit(p.kv_dtype)) {
+    // 16-bit caches: q and out in the cache's dtype.
+    if (p.q_dtype != p.kv_dtype) {
+      return invalid_argument("q_dtype", str_cat(to_string(p.kv_dtype), " (the kv_dtype)"),
+                              to_string(p.q_dtype));
+    }
+    if (p.out_dtype != p.kv_dtype) {
+      return invalid_argument("out_dtype", str_cat(to_string(p.kv_dtype), " (the kv_dtype)"),
+                              to_string(p.out_dtype));
+    }
+  } else if (p.kv_dtype == DType::kFP8E4M3) {
+    const bool fp8_q_ok = p.kv_layout == KvLayout::kDense;
+    if (!(is_16bit(p.q_dtype) || (fp8_q_ok && p.q_dtype == DType::kFP8E4M3))) {
+      return invalid_argument(
+          "q_dtype",
+          fp8_q_ok ? "bf16, fp16 or fp8_e4m3 with an fp8 cache" : "bf16 or fp16 with fp8_blockwise",
+          to_string(p.q_dtype));
+    }
+  } else {
+    return invalid_argument("kv_dtype", "bf16, fp16 or fp8_e4m3", to_string(p.kv_dtype));
+  }
+  return Status::Ok();
+}
+
+Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                     const void* workspace, size_t workspace_size) {
+  MLAKIT_RETURN_IF_ERROR(check_range("batch", a.batch, 1, p.max_batch));
+  MLAKIT_RETURN_IF_ERROR(check_pointer("q", a.q, 16));
+  MLAKIT_RETURN_IF_ERROR(check_pointer("kv_cache", a.kv_cache, 16));
+  MLAKIT_RETURN_IF_ERROR(check_pointer("out", a.out, 16));
+  MLAKIT_RETURN_IF_ERROR(check_range("num_pages", a.num_pages, 1, INT32_MAX));
+  if (p.sparse()) {
+    if (a.indices == nullptr) {
+      return invalid_argument("indices", str_cat("[b, s_q, ", p.topk, "] int32 for sparse topk"),
+                              "nullptr");
+    }
+    MLAKIT_RETURN_IF_ERROR(check_pointer("indices", a.indices, alignof(int32_t)));
+    if (a.topk_lens != nullptr) {
+      MLAKIT_RETURN_IF_ERROR(check_pointer("topk_lens", a.topk_lens, alignof(int32_t)));
+    }
+  } else {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("block_table", a.block_table, alignof(int32_t)));
+    MLAKIT_RETURN_IF_ERROR(check_pointer("seq_lens", a.seq_lens, alignof(int32_t)));
+    MLAKIT_RETURN_IF_ERROR(check_range("block_table_stride", a.block_table_stride, 1, INT32_MAX));
+    MLAKIT_RETURN_IF_ERROR(check_absent("indices", a.indices, "the problem is dense (topk 0)"));
+    MLAKIT_RETURN_IF_ERROR(check_absent("topk_lens", a.topk_lens, "the problem is dense (topk 0)"));
+  }
+  if (p.has_sinks) {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("sinks", a.sinks, alignof(float)));
+  } else {
+    MLAKIT_RETURN_IF_ERROR(check_absent("sinks", a.sinks, "Problem::has_sinks is false"));
+  }
+  if (p.return_lse) {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("lse", a.lse, alignof(float)));
+  } else {
+    MLAKIT_RETURN_IF_ERROR(check_absent("lse", a.lse, "Problem::return_lse is false"));
+  }
+  if (!std::isfinite(a.softmax_scale) || a.softmax_scale <= 0.0f) {
+    return invalid_argument("softmax_scale", "a finite value > 0", a.softmax_scale);
+  }
+  if (p.q_dtype == DType::kFP8E4M3) {
+    MLAKIT_RETURN_IF_ERROR(check_scale("q_scale", a.q_scale, a.q_scale_ptr, "an fp8 q"));
+  } else if (!std::isnan(a.q_scale) || a.q_scale_ptr != nullptr) {
+    return invalid_argument("q_scale", str_cat("none for a ", to_string(p.q_dtype), " q"),
+                            "a scale");
+  }
+  if (p.kv_dtype == DType::kFP8E4M3 && p.kv_layout == KvLayout::kDense) {
+    MLAKIT_RETURN_IF_ERROR(check_scale("k_scale", a.k_scale, a.k_scale_ptr, "an fp8 cache"));
+  } else if (p.kv_layout == KvLayout::kFp8Blockwise) {
+    if (a.k_scale_ptr != nullptr || !std::isnan(a.k_scale)) {
+      MLAKIT_RETURN_IF_ERROR(check_scale("k_scale", a.k_scale, a.k_scale_ptr, "fp8_blockwise"));
+    }
+  } else if (!std::isnan(a.k_scale) || a.k_scale_ptr != nullptr) {
+    return invalid_argument("k_scale", str_cat("none for a ", to_string(p.kv_dtype), " cache"),
+                            "a scale");
+  }
+  if (workspace_size < workspace_needed) {
+    return invalid_argument("workspace_size", str_cat("at least ", workspace_needed, " bytes"),
+                            workspace_size);
+  }
+  if (workspace_needed > 0) {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("workspace", workspace, 256));
+  }
+  return Status::Ok();
+}
+
+std::string describe(const Problem& p) {
+  std::string s = str_cat("h_q ", p.h_q, ", s_q ", p.s_q, ", page ", p.page_size, ", q ",
+                          to_string(p.q_dtype), ", kv ", to_string(p.kv_dtype));
+  if (p.kv_layout != KvLayout::kDense) s += str_cat(" ", to_string(p.kv_layout));
+  s += str_cat(", out ", to_string(p.out_dtype), ", max_batch ", p.max_batch, ", max_seq_len ",
+               p.max_seq_len);
+  if (p.s_q > 1) s += p.causal ? ", causal" : ", non-causal";
+  if (p.sparse()) s += str_cat(", sparse topk ", p.topk);
+  if (p.has_sinks) s += ", sinks";
+  if (p.return_lse) s += ", lse";
+  if (p.enable_pdl) s += ", pdl";
+  return s;
+}
+
+}  // namespace mlakit

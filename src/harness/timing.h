@@ -1,0 +1,35 @@
+// Timing of a Decoder the way ../docs/benchmarking prescribes: warm-up, a CUDA graph of repeated
+// launches over rotating input copies (cold L2), median over replays. CPU backends: wall clock.
+#pragma once
+
+#include <vector>
+
+#include "harness/workload.h"
+#include "mlakit/mlakit.h"
+
+namespace mlakit::harness {
+
+struct TimingOptions {
+  int warmup = 3;         // untimed graph replays
+  int replays = 15;       // timed graph replays; the median is reported
+  int min_launches = 20;  // runs per graph (cycling through the copies)
+  size_t cold_bytes = 0;  // input bytes that must be streamed per cycle to keep L2 cold
+};
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+  int copies = 1, launches = 1;
+};
+
+// Number of input copies whose rotation keeps L2 cold for `bytes` of input per run.
+int cold_copies(size_t bytes_per_run, size_t l2_bytes, size_t max_total_bytes);
+
+// Times decoder.run over `copies` (each a full set of device inputs) on a fresh stream.
+Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
+                const TimingOptions& options, Timing* timing);
+
+// Times decoder.run on host inputs (cpu backend): median of `replays` wall-clock runs.
+Status time_cpu(const Decoder& decoder, const HostInputs& inputs, void* out, float* lse,
+                int replays, Timing* timing);
+
+}  // namespace mlakit::harness

@@ -1,0 +1,341 @@
+#include "harness/workload.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "backends/cpu/parallel.h"
+#include "core/cuda_check.h"
+#include "core/numeric.h"
+
+namespace mlakit::harness {
+namespace {
+
+// Counter-based random numbers (splitmix64 of seed, stream and index): any element can be drawn
+// independently, so large caches are filled in parallel and reproducibly.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+struct Rng {
+  uint64_t seed;
+  uint64_t bits(uint64_t stream, uint64_t i) const {
+    return mix(seed ^ mix(stream * 0x100000001b3ull + i));
+  }
+  double uniform(uint64_t stream, uint64_t i) const {
+    return static_cast<double>(bits(stream, i) >> 11) * 0x1.0p-53;
+  }
+  // Approximately standard normal: a sum of four uniforms, rescaled.
+  float normal(uint64_t stream, uint64_t i) const {
+    const uint64_t b = bits(stream, i);
+    double s = 0;
+    for (int k = 0; k < 4; ++k) s += static_cast<double>((b >> (16 * k)) & 0xffff) / 65536.0;
+    return static_cast<float>((s - 2.0) * 1.7320508075688772);
+  }
+};
+
+enum Stream : uint64_t { kQ = 1, kKv, kPerm, kLens, kIdx, kSinks, kScales };
+
+void store(uint8_t* dst, int64_t i, DType dtype, float v) {
+  switch (dtype) {
+    case DType::kBF16: reinterpret_cast<uint16_t*>(dst)[i] = float_to_bf16(v); break;
+    case DType::kFP16: reinterpret_cast<uint16_t*>(dst)[i] = float_to_fp16(v); break;
+    case DType::kFP8E4M3: dst[i] = float_to_e4m3(v); break;
+    case DType::kFP32: reinterpret_cast<float*>(dst)[i] = v; break;
+  }
+}
+
+void fill_token(const Problem& p, const Rng& rng, const HostInputs& in, int64_t slot,
+                float magnitude, uint8_t* row) {
+  const uint64_t base = static_cast<uint64_t>(slot) * kDqk;
+  if (p.kv_layout == KvLayout::kFp8Blockwise) {
+    float values[kDv];
+    float scales[kDv / kBlockwiseGroup];
+    for (int d = 0; d < kDv; ++d) values[d] = rng.normal(kKv, base + d) * magnitude;
+    for (int g = 0; g < kDv / kBlockwiseGroup; ++g) {
+      float amax = 0;
+      for (int d = 0; d < kBlockwiseGroup; ++d) {
+        amax = std::max(amax, std::fabs(values[g * kBlockwiseGroup + d]));
+      }
+      scales[g] = amax > 0 ? amax / 448.0f : 1.0f;
+    }
+    for (int d = 0; d < kDv; ++d) row[d] = float_to_e4m3(values[d] / scales[d / kBlockwiseGroup]);
+    std::memcpy(row + kDv, scales, sizeof(scales));
+    uint8_t* rope = row + kDv + sizeof(scales);
+    for (int d = 0; d < kDRope; ++d) {
+      const uint16_t bits = float_to_bf16(rng.normal(kKv, base + kDv + d) * magnitude);
+      std::memcpy(rope + 2 * d, &bits, sizeof(bits));
+    }
+    return;
+  }
+  const float inv_scale = p.kv_dtype == DType::kFP8E4M3 ? 1.0f / in.k_scale : 1.0f;
+  for (int d = 0; d < kDqk; ++d) {
+    store(row, d, p.kv_dtype, rng.normal(kKv, base + d) * magnitude * inv_scale);
+  }
+}
+
+void fill_nan_token(const Problem& p, uint8_t* row) {
+  if (p.kv_layout == KvLayout::kFp8Blockwise) {
+    std::memset(row, 0x7f, kDv);  // e4m3 NaN
+    const float nan = NAN;
+    for (int g = 0; g < kDv / kBlockwiseGroup; ++g) std::memcpy(row + kDv + 4 * g, &nan, 4);
+    const uint16_t bf16_nan = 0x7fc0;
+    for (int d = 0; d < kDRope; ++d) std::memcpy(row + kDv + 16 + 2 * d, &bf16_nan, 2);
+    return;
+  }
+  fill_nan(row, kDqk, p.kv_dtype);
+}
+
+}  // namespace
+
+size_t HostInputs::out_bytes() const {
+  return static_cast<size_t>(batch) * problem.s_q * problem.h_q * kDv *
+         dtype_bytes(problem.out_dtype);
+}
+
+size_t HostInputs::lse_count() const {
+  return static_cast<size_t>(batch) * problem.s_q * problem.h_q;
+}
+
+RunArgs HostInputs::args(void* out, float* lse) const {
+  RunArgs a;
+  a.batch = batch;
+  a.q = q.data();
+  a.kv_cache = kv.data();
+  a.num_pages = num_pages;
+  if (!problem.sparse()) {
+    a.block_table = block_table.data();
+    a.block_table_stride = block_table_stride;
+    a.seq_lens = seq_lens.data();
+  } else {
+    a.indices = indices.data();
+    a.topk_lens = topk_lens.empty() ? nullptr : topk_lens.data();
+  }
+  a.sinks = sinks.empty() ? nullptr : sinks.data();
+  a.out = out;
+  a.lse = problem.return_lse ? lse : nullptr;
+  a.softmax_scale = softmax_scale;
+  a.q_scale = q_scale;
+  a.k_scale = k_scale;
+  return a;
+}
+
+std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t seed) {
+  std::vector<int32_t> lens(batch, len);
+  if (!variable) return lens;
+  const Rng rng{seed};
+  const int lo = std::max(1, len / 8), hi = std::max(lo + 1, 2 * len);
+  for (int i = 0; i < batch; ++i) {
+    lens[i] = lo + static_cast<int32_t>(rng.uniform(kLens, i) * (hi - lo));
+  }
+  return lens;
+}
+
+void fill_nan(void* data, size_t count, DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: std::fill_n(static_cast<uint16_t*>(data), count, uint16_t{0x7fc0}); break;
+    case DType::kFP16: std::fill_n(static_cast<uint16_t*>(data), count, uint16_t{0x7e00}); break;
+    case DType::kFP8E4M3: std::fill_n(static_cast<uint8_t*>(data), count, uint8_t{0x7f}); break;
+    case DType::kFP32: std::fill_n(static_cast<float*>(data), count, NAN); break;
+  }
+}
+
+HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
+                       const WorkloadOptions& opt) {
+  const Rng rng{opt.seed};
+  HostInputs in;
+  in.problem = p;
+  in.batch = static_cast<int32_t>(lens.size());
+  in.seq_lens.assign(lens.begin(), lens.end());
+  if (p.q_dtype == DType::kFP8E4M3) in.q_scale = 0.0625f;
+  if (p.kv_dtype == DType::kFP8E4M3 && p.kv_layout == KvLayout::kDense) in.k_scale = 0.03125f;
+  if (p.has_sinks) {
+    in.sinks.resize(p.h_q);
+    for (int h = 0; h < p.h_q; ++h) {
+      // Every eighth head gets -inf (no effect); the rest a logit comparable to the lse.
+      in.sinks[h] = h % 8 == 7 ? -std::numeric_limits<float>::infinity()
+                               : 2.0f + 2.0f * rng.normal(kSinks, h);
+    }
+  }
+
+  // Pages: each request gets ceil(L / page_size) pages at random places in the cache.
+  std::vector<int64_t> first_page(in.batch + 1, 0);
+  int64_t max_pages = 0;
+  for (int i = 0; i < in.batch; ++i) {
+    const int64_t pages = (static_cast<int64_t>(lens[i]) + p.page_size - 1) / p.page_size;
+    first_page[i + 1] = first_page[i] + pages;
+    max_pages = std::max(max_pages, pages);
+  }
+  in.num_pages = first_page[in.batch] + opt.extra_pages;
+  in.num_pages = std::max<int64_t>(in.num_pages, 1);
+  in.block_table_stride = std::max<int64_t>(1, max_pages + opt.extra_block_slots);
+  std::vector<int32_t> perm(in.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t k = in.num_pages - 1; k > 0; --k) {
+    std::swap(perm[k], perm[static_cast<int64_t>(rng.uniform(kPerm, k) * (k + 1))]);
+  }
+  in.block_table.assign(in.batch * in.block_table_stride,
+                        static_cast<int32_t>(in.num_pages + 7919));
+  std::vector<int64_t> page_owner(in.num_pages, -1);  // request index * 2^20 + page in request
+  for (int i = 0; i < in.batch; ++i) {
+    for (int64_t j = 0; j < first_page[i + 1] - first_page[i]; ++j) {
+      const int32_t page = perm[first_page[i] + j];
+      in.block_table[i * in.block_table_stride + j] = page;
+      page_owner[page] = (static_cast<int64_t>(i) << 20) | j;
+    }
+  }
+
+  // Cache contents: random values in used slots, NaN in unused pages and page tails.
+  const size_t token_bytes = kv_token_bytes(p.kv_dtype, p.kv_layout);
+  in.kv.resize(static_cast<size_t>(in.num_pages) * p.page_size * token_bytes);
+  cpu::parallel_for(in.num_pages, [&](int64_t page) {
+    for (int64_t o = 0; o < p.page_size; ++o) {
+      const int64_t slot = page * p.page_size + o;
+      uint8_t* row = in.kv.data() + slot * token_bytes;
+      bool used = page_owner[page] >= 0;
+      if (used) {
+        const int64_t i = page_owner[page] >> 20, j = page_owner[page] & 0xfffff;
+        used = j * p.page_size + o < lens[i];
+      }
+      // Sparse problems address slots directly: keep every slot finite so that any index is valid.
+      if (used || !opt.poison || p.sparse()) {
+        fill_token(p, rng, in, slot, opt.magnitude, row);
+      } else {
+        fill_nan_token(p, row);
+      }
+    }
+  });
+
+  const int64_t q_count = static_cast<int64_t>(in.batch) * p.s_q * p.h_q * kDqk;
+  in.q.resize(q_count * dtype_bytes(p.q_dtype));
+  const float q_inv_scale = p.q_dtype == DType::kFP8E4M3 ? 1.0f / in.q_scale : 1.0f;
+  for (int64_t k = 0; k < q_count; ++k) {
+    store(in.q.data(), k, p.q_dtype, rng.normal(kQ, k) * opt.magnitude * q_inv_scale);
+  }
+
+  if (p.sparse()) {
+    // Each (request, token) selects slots of its own request (or anywhere if it has none), some
+    // slots left empty (-1).
+    in.indices.resize(static_cast<size_t>(in.batch) * p.s_q * p.topk);
+    const int64_t cache_tokens = in.num_pages * p.page_size;
+    for (int i = 0; i < in.batch; ++i) {
+      for (int64_t k = 0; k < static_cast<int64_t>(p.s_q) * p.topk; ++k) {
+        const uint64_t id = static_cast<uint64_t>(i) * p.s_q * p.topk + k;
+        int32_t v = -1;
+        if (rng.uniform(kIdx, 2 * id) >= opt.sparse_empty) {
+          if (lens[i] > 0) {
+            const int64_t pos = static_cast<int64_t>(rng.uniform(kIdx, 2 * id + 1) * lens[i]);
+            v = in.block_table[i * in.block_table_stride + pos / p.page_size] * p.page_size +
+                static_cast<int32_t>(pos % p.page_size);
+          } else {
+            v = static_cast<int32_t>(rng.uniform(kIdx, 2 * id + 1) * cache_tokens);
+          }
+        }
+        in.indices[id] = v;
+      }
+      if (opt.topk_lens) {
+        in.topk_lens.push_back(
+            static_cast<int32_t>(rng.uniform(kLens, 1000003 + i) * (p.topk + 1)));
+      }
+    }
+  }
+  return in;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
+  if (bytes > 0 && cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+    ptr_ = nullptr;
+    size_ = 0;
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), size_(other.size_) {
+  other.ptr_ = nullptr;
+  other.size_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = other.ptr_;
+    size_ = other.size_;
+    other.ptr_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+namespace {
+
+template <typename T>
+Status upload_vector(const std::vector<T>& host, DeviceBuffer* buffer) {
+  if (host.empty()) return Status::Ok();
+  *buffer = DeviceBuffer(host.size() * sizeof(T));
+  if (buffer->get() == nullptr) {
+    return Status(StatusCode::kCudaError,
+                  str_cat("cudaMalloc of ", host.size() * sizeof(T), " bytes failed"));
+  }
+  MLAKIT_CUDA_RETURN(
+      cudaMemcpy(buffer->get(), host.data(), buffer->size(), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DeviceInputs::upload(const HostInputs& h, DeviceInputs* d) {
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.q, &d->q));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.kv, &d->kv));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.block_table, &d->block_table));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.seq_lens, &d->seq_lens));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.indices, &d->indices));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.topk_lens, &d->topk_lens));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.sinks, &d->sinks));
+  d->out = DeviceBuffer(h.out_bytes());
+  d->lse = DeviceBuffer(h.lse_count() * sizeof(float));
+  if (d->out.get() == nullptr || d->lse.get() == nullptr) {
+    return Status(StatusCode::kCudaError, "cudaMalloc of the output failed");
+  }
+  d->args = h.args(d->out.get(), d->lse.as<float>());
+  d->args.q = d->q.get();
+  d->args.kv_cache = d->kv.get();
+  if (!h.problem.sparse()) {
+    d->args.block_table = d->block_table.as<int32_t>();
+    d->args.seq_lens = d->seq_lens.as<int32_t>();
+  } else {
+    d->args.indices = d->indices.as<int32_t>();
+    d->args.topk_lens = h.topk_lens.empty() ? nullptr : d->topk_lens.as<int32_t>();
+  }
+  d->args.sinks = h.sinks.empty() ? nullptr : d->sinks.as<float>();
+  return Status::Ok();
+}
+
+Status DeviceInputs::download(const HostInputs& h, void* out_host, float* lse_host) const {
+  MLAKIT_CUDA_RETURN(cudaMemcpy(out_host, out.get(), h.out_bytes(), cudaMemcpyDeviceToHost));
+  if (lse_host != nullptr) {
+    MLAKIT_CUDA_RETURN(
+        cudaMemcpy(lse_host, lse.get(), h.lse_count() * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return Status::Ok();
+}
+
+Status DeviceInputs::poison(const HostInputs& h) const {
+  // 0xff bytes are NaN in bf16, fp16 and fp32 alike.
+  MLAKIT_CUDA_RETURN(cudaMemset(out.get(), 0xff, h.out_bytes()));
+  MLAKIT_CUDA_RETURN(cudaMemset(lse.get(), 0xff, h.lse_count() * sizeof(float)));
+  return Status::Ok();
+}
+
+}  // namespace mlakit::harness

@@ -1,0 +1,93 @@
+// Synthetic workloads for the mlakit program and the tests: random inputs of a problem's shape in
+// storage form, on the host and (for GPU backends) copied to the device.
+//
+// Poisoning follows the project's testing rules: pages that no request uses and the unused tail of
+// each request's last page hold NaN, unused block-table slots hold out-of-range page ids, and the
+// output is filled with NaN before each run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mlakit/mlakit.h"
+
+namespace mlakit::harness {
+
+struct WorkloadOptions {
+  uint64_t seed = 1;
+  float magnitude = 1.0f;     // standard deviation of q and kv values
+  int extra_pages = 2;        // unused (NaN) pages added to the cache
+  int extra_block_slots = 1;  // unused block-table columns per row (out-of-range ids)
+  double sparse_empty = 0.1;  // share of -1 slots in sparse indices
+  bool topk_lens = false;     // pass per-request top-k lengths
+  bool poison = true;         // NaN in unused pages and page tails
+};
+
+// Inputs in storage form on the host. args() points at these buffers.
+struct HostInputs {
+  Problem problem;
+  int32_t batch = 0;
+  int64_t num_pages = 0;
+  int64_t block_table_stride = 0;
+  std::vector<uint8_t> q;            // [b, s_q, h_q, 576] of q_dtype
+  std::vector<uint8_t> kv;           // [num_pages, page_size, kv_token_bytes]
+  std::vector<int32_t> block_table;  // [b, block_table_stride]
+  std::vector<int32_t> seq_lens;     // [b]
+  std::vector<int32_t> indices;      // [b, s_q, topk]
+  std::vector<int32_t> topk_lens;    // [b] or empty
+  std::vector<float> sinks;          // [h_q] or empty
+  float softmax_scale = kDefaultSoftmaxScale;
+  float q_scale = NAN, k_scale = NAN;  // set for fp8
+
+  size_t out_bytes() const;
+  size_t lse_count() const;
+  // RunArgs over host buffers, writing to `out` / `lse`.
+  RunArgs args(void* out, float* lse) const;
+};
+
+HostInputs make_inputs(const Problem& problem, std::span<const int32_t> seq_lens,
+                       const WorkloadOptions& options = {});
+
+// Sequence lengths: all equal to `len`, or uniform in [len/8, 2*len) when `variable`.
+std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t seed);
+
+// Fills `n` bytes-worth of `dtype` elements with NaN (out poisoning).
+void fill_nan(void* data, size_t count, DType dtype);
+
+// A device allocation that frees itself.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  void* get() const { return ptr_; }
+  size_t size() const { return size_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A copy of HostInputs in device memory, plus out / lse / workspace buffers.
+struct DeviceInputs {
+  DeviceBuffer q, kv, block_table, seq_lens, indices, topk_lens, sinks, out, lse;
+  RunArgs args;  // device pointers
+
+  // Uploads `host`; `out` and `lse` are allocated for the problem's shape.
+  static Status upload(const HostInputs& host, DeviceInputs* device);
+  // Copies the device output back into `out` (out_bytes) and `lse` (lse_count floats, may be null).
+  Status download(const HostInputs& host, void* out, float* lse) const;
+  // Fills out (and lse) with NaN on the device.
+  Status poison(const HostInputs& host) const;
+};
+
+}  // namespace mlakit::harness
