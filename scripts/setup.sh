@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what mlakit needs to build (when missing), configures and builds it in build/.
+# Needs the CUDA toolkit (nvcc) to be installed; a GPU is not needed to build.
+# Usage: scripts/setup.sh [extra cmake arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# --- system packages (Debian/Ubuntu) -----------------------------------------------------------
+need_pkgs=()
+for pkg in ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+if ((${#need_pkgs[@]})); then
+  if ! command -v apt-get >/dev/null; then
+    log "missing packages ${need_pkgs[*]} and no apt-get: install them by hand"; exit 1
+  fi
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing ${need_pkgs[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- CMake 3.28 or newer (older ones do not know nvcc 13's C++20 switch) -------------------------
+cmake_ok() {
+  command -v cmake >/dev/null &&
+    python3 -c "import sys; v=tuple(map(int, sys.argv[1].split('.')[:2])); sys.exit(v < (3, 28))" \
+      "$(cmake --version | head -1 | awk '{print $3}')"
+}
+if ! cmake_ok; then
+  log "installing cmake>=3.28 from PyPI"
+  python3 -m pip install -q "cmake>=3.28,<4" 2>/dev/null || python3 -m pip install -q --user "cmake>=3.28,<4"
+  hash -r
+  export PATH="$HOME/.local/bin:$PATH"
+  cmake_ok || { log "cmake 3.28+ still not found on PATH"; exit 1; }
+fi
+
+# --- CUDA toolkit ------------------------------------------------------------------------------
+if ! command -v nvcc >/dev/null; then
+  for dir in /usr/local/cuda/bin /opt/cuda/bin; do [ -x "$dir/nvcc" ] && export PATH="$dir:$PATH"; done
+fi
+command -v nvcc >/dev/null || { log "nvcc not found: install the CUDA toolkit (12.8 or newer)"; exit 1; }
+
+# --- configure and build -------------------------------------------------------------------------
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >build.configure.log 2>&1 ||
+  { cat build.configure.log; exit 1; }
+cmake --build build
+log "built build/mlakit and the tests"

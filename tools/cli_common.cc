@@ -1,0 +1,199 @@
+#include "cli_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "core/check.h"
+
+namespace mlakit::tools {
+
+void add_sweep_flags(CLI::App* app, SweepFlags* f) {
+  app->add_option("--heads", f->heads, "query heads h_q (1..128), comma list")->delimiter(',');
+  app->add_option("--s-q", f->s_q, "query tokens per request (1..16), comma list")->delimiter(',');
+  app->add_option("--batch", f->batch, "requests per call, comma list")->delimiter(',');
+  app->add_option("--seq-len", f->seq_len, "cached tokens per request, comma list")->delimiter(',');
+  app->add_option("--var", f->var,
+                  "0: every request has --seq-len tokens; 1: uniform in [L/8, 2L); comma list")
+      ->delimiter(',');
+  app->add_option("--page-size", f->page_size, "tokens per KV page, comma list")->delimiter(',');
+  app->add_option("--dtype", f->dtype, "KV cache: bf16, fp16, fp8 (one scale), fp8-blockwise")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp8-blockwise"}));
+  app->add_option("--q-dtype", f->q_dtype, "q dtype (default: the cache's, bf16 for fp8 caches)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+  app->add_option("--topk", f->topk, "sparse attention over top-k indices (0 = dense)");
+  app->add_flag("--sinks", f->sinks, "per-head attention sinks");
+  app->add_flag("--lse", f->lse, "also return the LSE");
+  app->add_flag("--pdl", f->pdl, "programmatic dependent launch");
+  app->add_flag("--non-causal", f->non_causal, "no causal mask between the s_q query tokens");
+  app->add_option("--seed", f->seed, "random seed");
+  app->add_option("--grid", f->grid,
+                  "standard: batch 1,8,32,64,128 x seq-len 1024,4096,8192,32768 (with the given "
+                  "heads and s_q; batch x seq-len capped at 128 x 8192 tokens as in the reference)")
+      ->check(CLI::IsMember({"standard"}));
+}
+
+namespace {
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp16") return DType::kFP16;
+  if (s == "fp8" || s == "fp8-blockwise") return DType::kFP8E4M3;
+  return DType::kBF16;
+}
+
+}  // namespace
+
+Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
+  std::vector<int> batches = f.batch, lens = f.seq_len;
+  if (f.grid == "standard") {
+    if (batches.empty()) batches = {1, 8, 32, 64, 128};
+    if (lens.empty()) lens = {1024, 4096, 8192, 32768};
+  }
+  if (batches.empty() || lens.empty()) {
+    return invalid_argument("--batch/--seq-len", "at least one value each (or --grid)", "none");
+  }
+  for (int h : f.heads) {
+    for (int s : f.s_q) {
+      for (int page : f.page_size) {
+        for (int b : batches) {
+          for (int len : lens) {
+            // The standard grid runs L 32768 only at batch 1 and 8 (as the reference does).
+            if (f.grid == "standard" && len == 32768 && b > 8) continue;
+            for (int v : f.var) {
+              Case c;
+              Problem& p = c.problem;
+              p.h_q = h;
+              p.s_q = s;
+              p.page_size = page;
+              p.kv_dtype = parse_dtype(f.dtype);
+              p.kv_layout = f.dtype == "fp8-blockwise" ? KvLayout::kFp8Blockwise : KvLayout::kDense;
+              p.q_dtype = f.q_dtype.empty()
+                              ? (p.kv_dtype == DType::kFP8E4M3 ? DType::kBF16 : p.kv_dtype)
+                              : parse_dtype(f.q_dtype);
+              p.out_dtype = p.kv_dtype == DType::kFP8E4M3
+                                ? (p.q_dtype == DType::kFP16 ? DType::kFP16 : DType::kBF16)
+                                : p.kv_dtype;
+              p.causal = !f.non_causal;
+              p.has_sinks = f.sinks;
+              p.topk = f.topk;
+              p.return_lse = f.lse;
+              p.enable_pdl = f.pdl;
+              if (b < 1) return invalid_argument("--batch", ">= 1", b);
+              if (len < 0) return invalid_argument("--seq-len", ">= 0", len);
+              c.batch = b;
+              c.seq_len = len;
+              c.variable = v != 0;
+              c.lens = harness::make_seq_lens(b, len, c.variable, f.seed + 17);
+              p.max_batch = b;
+              p.max_seq_len = *std::max_element(c.lens.begin(), c.lens.end());
+              MLAKIT_RETURN_IF_ERROR(validate(p));
+              cases->push_back(std::move(c));
+            }
+          }
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Work count_work(const harness::HostInputs& in) {
+  const Problem& p = in.problem;
+  double visible = 0;  // sum over (request, token) of visible cached tokens
+  double cached = 0;   // cached tokens read once
+  for (int i = 0; i < in.batch; ++i) {
+    if (p.sparse()) {
+      const int64_t n = in.topk_lens.empty() ? p.topk : in.topk_lens[i];
+      for (int t = 0; t < p.s_q; ++t) {
+        for (int64_t k = 0; k < n; ++k) {
+          visible += in.indices[(static_cast<int64_t>(i) * p.s_q + t) * p.topk + k] >= 0;
+        }
+      }
+      cached = visible;
+      continue;
+    }
+    const int64_t len = in.seq_lens[i];
+    cached += len;
+    for (int t = 0; t < p.s_q; ++t) {
+      visible += (p.s_q == 1 || !p.causal) ? len : std::max<int64_t>(0, len - p.s_q + 1 + t);
+    }
+  }
+  Work w;
+  w.flops = 2.0 * (kDqk + kDv) * p.h_q * visible;
+  const double rows = static_cast<double>(in.batch) * p.s_q * p.h_q;
+  w.bytes = cached * kv_token_bytes(p.kv_dtype, p.kv_layout) +
+            rows * (kDqk * dtype_bytes(p.q_dtype) + kDv * dtype_bytes(p.out_dtype));
+  return w;
+}
+
+std::vector<std::string> expand_backends(const std::string& spec, bool gpu_present) {
+  std::vector<std::string> names;
+  if (spec == "all") {
+    for (const BackendInfo& b : list_backends()) {
+      if (b.available && b.device_memory == gpu_present) names.push_back(b.name);
+    }
+    return names;
+  }
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = spec.find(',', start);
+    const size_t end = comma == std::string::npos ? spec.size() : comma;
+    if (end > start) names.push_back(spec.substr(start, end - start));
+    start = end + 1;
+  }
+  return names;
+}
+
+void progress(size_t done, size_t total) {
+  if (total <= 1 || !isatty(STDERR_FILENO)) return;
+  const int width = 40;
+  const int filled = static_cast<int>(width * done / total);
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu", std::string(filled, '#').c_str(),
+               std::string(width - filled, ' ').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\r%s\r", std::string(width + 20, ' ').c_str());
+  std::fflush(stderr);
+}
+
+std::string iso_date() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+Status reference_for(const harness::HostInputs& in, int k, Reference* ref) {
+  Problem p = in.problem;
+  p.max_batch = k;
+  std::unique_ptr<Decoder> cpu;
+  MLAKIT_RETURN_IF_ERROR(Decoder::create(p, {.backend = "cpu"}, &cpu));
+  ref->k = k;
+  const size_t rows = static_cast<size_t>(k) * p.s_q * p.h_q;
+  ref->out.assign(rows * kDv * dtype_bytes(p.out_dtype), 0);
+  ref->lse.assign(rows, 0.0f);
+  RunArgs args = in.args(ref->out.data(), ref->lse.data());
+  args.batch = k;
+  return cpu->run(args, nullptr, 0, nullptr);
+}
+
+Status verify_device(const Decoder& decoder, const harness::HostInputs& in,
+                     const harness::DeviceInputs& dev, const Reference& ref, Verdict* v) {
+  const Problem& p = in.problem;
+  harness::DeviceBuffer ws(std::max<size_t>(decoder.workspace_bytes(), 256));
+  MLAKIT_RETURN_IF_ERROR(dev.poison(in));
+  MLAKIT_RETURN_IF_ERROR(decoder.run(dev.args, ws.get(), decoder.workspace_bytes(), nullptr));
+  std::vector<uint8_t> out(in.out_bytes());
+  std::vector<float> lse(in.lse_count());
+  MLAKIT_RETURN_IF_ERROR(dev.download(in, out.data(), p.return_lse ? lse.data() : nullptr));
+  v->cmp =
+      harness::compare(p, ref.k, out.data(), ref.out.data(), p.return_lse ? lse.data() : nullptr,
+                       p.return_lse ? ref.lse.data() : nullptr);
+  v->unwritten = harness::compare(p, in.batch, out.data(), out.data(), nullptr, nullptr).nonfinite;
+  const harness::Tolerance tol = harness::default_tolerance(p);
+  v->ok = v->cmp.passes(tol.rtol, tol.atol, tol.lse_atol) && v->unwritten == 0;
+  return Status::Ok();
+}
+
+}  // namespace mlakit::tools

@@ -1,0 +1,71 @@
+// Shared pieces of the mlakit subcommands: problem flags, case sweeps, metrics, output.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/compare.h"
+#include "harness/workload.h"
+#include "mlakit/mlakit.h"
+
+namespace mlakit::tools {
+
+// Flags that describe one problem or a sweep of problems (comma lists multiply out).
+struct SweepFlags {
+  std::vector<int> heads{128}, s_q{1}, batch, seq_len, page_size{64}, var{0};
+  std::string dtype = "bf16";  // bf16 | fp16 | fp8 | fp8-blockwise
+  std::string q_dtype;         // default: the cache dtype, bf16 for fp8 caches
+  int topk = 0;
+  bool sinks = false, lse = false, pdl = false, non_causal = false;
+  uint64_t seed = 1;
+  std::string grid;  // "standard": the standard grid of BENCHMARKING.md
+};
+
+void add_sweep_flags(CLI::App* app, SweepFlags* flags);
+
+struct Case {
+  Problem problem;
+  int batch = 0;
+  int seq_len = 0;
+  bool variable = false;
+  std::vector<int32_t> lens;
+};
+
+// Expands the flags into cases; an error names the flag.
+Status make_cases(const SweepFlags& flags, std::vector<Case>* cases);
+
+// Work of one case, as BENCHMARKING.md counts it.
+struct Work {
+  double flops = 0, bytes = 0;
+};
+Work count_work(const harness::HostInputs& inputs);
+
+// Backends named by --backend: "auto", "all" (every available backend that runs on the memory
+// of this machine), or a comma list.
+std::vector<std::string> expand_backends(const std::string& spec, bool gpu_present);
+
+// Progress bar on stderr (only when stderr is a terminal).
+void progress(size_t done, size_t total);
+
+std::string iso_date();
+
+// Output of the first `k` requests from the cpu backend: the reference for verification.
+struct Reference {
+  int k = 0;
+  std::vector<uint8_t> out;
+  std::vector<float> lse;
+};
+Status reference_for(const harness::HostInputs& inputs, int k, Reference* ref);
+
+struct Verdict {
+  bool ok = false;
+  harness::Comparison cmp;  // the first ref.k requests against the reference
+  int64_t unwritten = 0;    // NaN left anywhere in the output (every request is checked)
+};
+// Poisons the device output, runs `decoder` once on `device` inputs, and compares.
+Status verify_device(const Decoder& decoder, const harness::HostInputs& inputs,
+                     const harness::DeviceInputs& device, const Reference& ref, Verdict* verdict);
+
+}  // namespace mlakit::tools

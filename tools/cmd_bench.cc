@@ -1,0 +1,226 @@
+// mlakit bench: runs problems on one or more backends, checks each result against the cpu
+// reference, and prints time, TB/s, TFLOP/s and the share of the roofline.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "core/check.h"
+#include "harness/compare.h"
+#include "harness/timing.h"
+#include "peaks.h"
+
+namespace mlakit::tools {
+namespace {
+
+struct BenchFlags {
+  SweepFlags sweep;
+  std::string backend = "auto";
+  int tactic = -1;
+  int replays = 15, warmup = 3;
+  int verify_requests = 2;
+  bool no_verify = false;
+  std::string json_path;
+  double peak_tbs = 0, peak_tflops = 0;
+};
+
+struct Row {
+  std::string backend, note;
+  int tactic = 0;
+  Case c;
+  harness::Timing timing;
+  Work work;
+  std::string check = "-";
+  bool ok = true;
+};
+
+Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
+                 const harness::HostInputs& in, std::optional<Reference>* ref,
+                 const DeviceInfo& device, Row* row) {
+  std::unique_ptr<Decoder> decoder;
+  MLAKIT_RETURN_IF_ERROR(
+      Decoder::create(c.problem, {.backend = backend, .tactic = f.tactic}, &decoder));
+  row->backend = std::string(decoder->backend_name());
+  row->tactic = decoder->tactic();
+  const Problem& p = c.problem;
+  std::vector<uint8_t> out(in.out_bytes());
+  std::vector<float> lse(in.lse_count());
+
+  if (!decoder->device_memory()) {
+    harness::fill_nan(out.data(), out.size() / dtype_bytes(p.out_dtype), p.out_dtype);
+    const int replays = std::min(f.replays, 3);
+    MLAKIT_RETURN_IF_ERROR(
+        harness::time_cpu(*decoder, in, out.data(), lse.data(), replays, &row->timing));
+    row->check = "reference";
+    return Status::Ok();
+  }
+
+  // Device: verify first (poisoned output, one uncaptured run), then time.
+  const size_t input_bytes = in.kv.size() + in.q.size() + in.out_bytes();
+  const int copies =
+      harness::cold_copies(input_bytes, device.l2_bytes, device.global_mem_bytes / 3);
+  std::vector<harness::DeviceInputs> dev(copies);
+  for (auto& d : dev) MLAKIT_RETURN_IF_ERROR(harness::DeviceInputs::upload(in, &d));
+
+  if (!f.no_verify) {
+    const int k = std::min(c.batch, std::max(1, f.verify_requests));
+    if (!ref->has_value() || (*ref)->k != k) {
+      ref->emplace();
+      MLAKIT_RETURN_IF_ERROR(reference_for(in, k, &ref->value()));
+    }
+    Verdict v;
+    MLAKIT_RETURN_IF_ERROR(verify_device(*decoder, in, dev[0], **ref, &v));
+    row->ok = v.ok;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%s %.1e", v.ok ? "ok" : "FAIL", v.cmp.rel_l2_err);
+    row->check = buf;
+    if (!v.ok) row->note = v.cmp.summary();
+  }
+  harness::TimingOptions topt;
+  topt.replays = f.replays;
+  topt.warmup = f.warmup;
+  return harness::time_gpu(*decoder, dev, topt, &row->timing);
+}
+
+void print_header() {
+  std::printf("%-6s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s  %s\n", "backend", "h_q", "s_q",
+              "batch", "seq_len", "var", "page", "time_us", "TB/s", "TFLOP/s", "%roof", "check");
+}
+
+void print_row(const Row& r, const Peaks& peaks) {
+  const double s = r.timing.median_us * 1e-6;
+  double roof = 0;
+  if (peaks.read_bytes_per_s > 0 && s > 0) {
+    roof = std::max(r.work.bytes / peaks.read_bytes_per_s, r.work.flops / peaks.flops_per_s) / s;
+  }
+  const std::string name = r.tactic ? str_cat(r.backend, ":", r.tactic) : r.backend;
+  std::printf(
+      "%-6s %4d %4d %5d %7d %3d %5d %10.1f %7.3g %8.3g %6s  %s\n", name.c_str(), r.c.problem.h_q,
+      r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
+      r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
+      roof > 0 ? str_cat(static_cast<int>(roof * 100 + 0.5), "%").c_str() : "-", r.check.c_str());
+  if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
+}
+
+int run_bench(BenchFlags& f, bool defaults) {
+  const DeviceInfo device = current_device();
+  if (f.sweep.batch.empty() && f.sweep.grid.empty()) {
+    f.sweep.batch = {device.present ? 64 : 4};
+  }
+  if (f.sweep.seq_len.empty() && f.sweep.grid.empty()) {
+    f.sweep.seq_len = {device.present ? 4096 : 1024};
+  }
+  if (!device.present) {
+    std::printf("no GPU found (%s): running on the cpu backend%s\n", device.error.c_str(),
+                defaults ? " with a reduced DeepSeek-V3 problem (batch 4, seq_len 1024) that "
+                           "finishes in seconds"
+                         : "");
+    if (f.backend == "auto") f.backend = "cpu";
+  }
+  std::vector<Case> cases;
+  if (Status st = make_cases(f.sweep, &cases); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  Peaks peaks = known_peaks(device);
+  if (f.peak_tbs > 0) peaks.read_bytes_per_s = f.peak_tbs * 1e12;
+  if (f.peak_tflops > 0) peaks.flops_per_s = f.peak_tflops * 1e12;
+  if (device.present) {
+    std::printf("device: %s (%d SMs)", device.name.c_str(), device.sm_count);
+    if (peaks.read_bytes_per_s > 0) {
+      std::printf("; roofline from %.2f TB/s read, %.0f TFLOP/s bf16 (%s)",
+                  peaks.read_bytes_per_s / 1e12, peaks.flops_per_s / 1e12, peaks.source.c_str());
+    }
+    std::printf("\n");
+  }
+  const std::vector<std::string> backends = expand_backends(f.backend, device.present);
+  if (backends.empty()) {
+    std::fprintf(stderr, "error: --backend %s: no backend available on this machine\n",
+                 f.backend.c_str());
+    return 2;
+  }
+
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  print_header();
+  size_t done = 0;
+  for (const Case& c : cases) {
+    harness::WorkloadOptions wopt;
+    wopt.seed = f.sweep.seed;
+    const harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
+    std::optional<Reference> ref;
+    for (const std::string& backend : backends) {
+      Row row;
+      row.c = c;
+      row.work = count_work(in);
+      const Status st = bench_one(f, backend, c, in, &ref, device, &row);
+      if (!st.ok()) {
+        row.backend = backend;
+        row.ok = st.code() == StatusCode::kUnsupported;  // a skipped backend is not a failure
+        row.check = st.code() == StatusCode::kUnsupported ? "skipped" : "ERROR";
+        row.note = st.to_string();
+        row.timing = {};
+      }
+      all_ok &= row.ok;
+      print_row(row, peaks);
+      results.push_back({{"backend", row.backend},
+                         {"tactic", row.tactic},
+                         {"h_q", c.problem.h_q},
+                         {"s_q", c.problem.s_q},
+                         {"batch", c.batch},
+                         {"seq_len", c.seq_len},
+                         {"var", c.variable},
+                         {"page_size", c.problem.page_size},
+                         {"dtype", f.sweep.dtype},
+                         {"time_us", row.timing.median_us},
+                         {"min_us", row.timing.min_us},
+                         {"max_us", row.timing.max_us},
+                         {"copies", row.timing.copies},
+                         {"bytes", row.work.bytes},
+                         {"flops", row.work.flops},
+                         {"check", row.check},
+                         {"note", row.note}});
+    }
+    progress(++done, cases.size());
+  }
+  if (!f.json_path.empty()) {
+    nlohmann::json doc = {{"mlakit_version", std::string(version())},
+                          {"date", iso_date()},
+                          {"device", device.present ? device.name : "cpu (no GPU)"},
+                          {"sm_count", device.sm_count},
+                          {"peak_read_tbs", peaks.read_bytes_per_s / 1e12},
+                          {"peak_tflops", peaks.flops_per_s / 1e12},
+                          {"results", results}};
+    std::ofstream(f.json_path) << doc.dump(1) << "\n";
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "time problems on one or more backends (graph replay, cold L2, median), checking each "
+      "result against the cpu reference. With no flags: a DeepSeek-V3 decode batch (h_q 128, "
+      "s_q 1, page 64, bf16, batch 64, seq_len 4096) on the best available backend");
+  static BenchFlags f;
+  add_sweep_flags(cmd, &f.sweep);
+  cmd->add_option("--backend", f.backend, "auto, all, or a comma list (cpu, sm80, ...)");
+  cmd->add_option("--tactic", f.tactic, "backend tactic (-1: its default)");
+  cmd->add_option("--replays", f.replays, "timed graph replays (median reported)")
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--warmup", f.warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
+  cmd->add_option("--verify-requests", f.verify_requests,
+                  "requests checked against the cpu reference (all are checked for NaN)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--no-verify", f.no_verify, "skip the check against the reference");
+  cmd->add_option("--json", f.json_path, "also write the results as JSON to this file");
+  cmd->add_option("--peak-tbs", f.peak_tbs, "read bandwidth ceiling in TB/s for %roof");
+  cmd->add_option("--peak-tflops", f.peak_tflops, "matrix ceiling in TFLOP/s for %roof");
+  cmd->callback([cmd, exit_code] { *exit_code = run_bench(f, cmd->parse_order().empty()); });
+}
+
+}  // namespace mlakit::tools

@@ -1,0 +1,101 @@
+// mlakit check: runs backends against the cpu reference on a sweep of shapes and prints the max
+// and relative errors. Exit code 1 if any case fails.
+#include <cstdio>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "core/check.h"
+
+namespace mlakit::tools {
+namespace {
+
+struct CheckFlags {
+  SweepFlags sweep;
+  std::string backend = "all";
+};
+
+int run_check(CheckFlags& f) {
+  const DeviceInfo device = current_device();
+  // Default sweep: the edges (length 0 and 1, partial pages, one long request) at small sizes.
+  if (f.sweep.batch.empty()) f.sweep.batch = {1, 5};
+  if (f.sweep.seq_len.empty()) f.sweep.seq_len = {1, 65, 1000};
+  std::vector<Case> cases;
+  if (Status st = make_cases(f.sweep, &cases); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  const std::vector<std::string> backends = expand_backends(f.backend, device.present);
+  std::printf("checking %s against the cpu reference (%zu cases) on %s\n", f.backend.c_str(),
+              cases.size(), device.present ? device.name.c_str() : "the host");
+  std::printf("%-6s %4s %4s %5s %7s %3s %5s %10s %10s %10s  %s\n", "backend", "h_q", "s_q", "batch",
+              "seq_len", "var", "page", "max_err", "max_ref", "rel_l2", "result");
+  int failures = 0, done = 0;
+  for (const Case& c : cases) {
+    harness::WorkloadOptions wopt;
+    wopt.seed = f.sweep.seed + done;
+    harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
+    Reference ref;
+    for (const std::string& name : backends) {
+      std::unique_ptr<Decoder> decoder;
+      Status st = Decoder::create(c.problem, {.backend = name}, &decoder);
+      std::string result;
+      Verdict v;
+      if (st.ok()) {
+        if (ref.k == 0) st = reference_for(in, c.batch, &ref);
+      }
+      if (st.ok()) {
+        if (decoder->device_memory()) {
+          harness::DeviceInputs dev;
+          st = harness::DeviceInputs::upload(in, &dev);
+          if (st.ok()) st = verify_device(*decoder, in, dev, ref, &v);
+        } else {
+          std::vector<uint8_t> out(in.out_bytes());
+          std::vector<float> lse(in.lse_count());
+          harness::fill_nan(out.data(), out.size() / dtype_bytes(c.problem.out_dtype),
+                            c.problem.out_dtype);
+          st = decoder->run(in.args(out.data(), lse.data()), nullptr, 0, nullptr);
+          if (st.ok()) {
+            v.cmp = harness::compare(c.problem, c.batch, out.data(), ref.out.data(),
+                                     c.problem.return_lse ? lse.data() : nullptr,
+                                     c.problem.return_lse ? ref.lse.data() : nullptr);
+            const harness::Tolerance tol = harness::default_tolerance(c.problem);
+            v.ok = v.cmp.passes(tol.rtol, tol.atol, tol.lse_atol);
+          }
+        }
+      }
+      if (!st.ok()) {
+        result = st.code() == StatusCode::kUnsupported ? "skipped: " + st.message()
+                                                       : "ERROR: " + st.to_string();
+        failures += st.code() != StatusCode::kUnsupported;
+      } else {
+        result = v.ok ? "ok" : "FAIL " + v.cmp.summary();
+        failures += !v.ok;
+      }
+      std::printf("%-6s %4d %4d %5d %7d %3d %5d %10.2e %10.2e %10.2e  %s\n", name.c_str(),
+                  c.problem.h_q, c.problem.s_q, c.batch, c.seq_len, c.variable ? 1 : 0,
+                  c.problem.page_size, v.cmp.max_abs_err, v.cmp.max_abs_ref, v.cmp.rel_l2_err,
+                  result.c_str());
+    }
+    progress(++done, cases.size());
+  }
+  std::printf("%d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "check", "run backends against the cpu reference on a sweep; print max and relative errors");
+  static CheckFlags f;
+  f.sweep.heads = {16, 128};
+  f.sweep.s_q = {1, 2};
+  f.sweep.page_size = {1, 64};
+  f.sweep.var = {0, 1};
+  add_sweep_flags(cmd, &f.sweep);
+  cmd->add_option("--backend", f.backend,
+                  "all (every available backend for this machine's memory) or a comma list");
+  cmd->callback([exit_code] { *exit_code = run_check(f); });
+}
+
+}  // namespace mlakit::tools

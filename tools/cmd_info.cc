@@ -1,0 +1,48 @@
+#include <cstdio>
+
+#include "commands.h"
+#include "peaks.h"
+
+namespace mlakit::tools {
+
+void add_info_command(CLI::App& app, int* exit_code) {
+  auto* cmd =
+      app.add_subcommand("info", "the device found (or not), the backends and what each supports");
+  static bool measure = false;
+  cmd->add_flag("--measure", measure, "measure the read-only HBM bandwidth of the GPU");
+  cmd->callback([exit_code] {
+    std::printf("mlakit %s\n", std::string(version()).c_str());
+    const DeviceInfo d = current_device();
+    if (d.present) {
+      std::printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %.0f MiB\n", d.device,
+                  d.name.c_str(), d.sm_major, d.sm_minor, d.sm_count,
+                  d.global_mem_bytes / 1073741824.0, d.l2_bytes / 1048576.0);
+    } else {
+      std::printf("device: none (%s); the cpu backend runs on the host\n", d.error.c_str());
+    }
+    std::printf("\nbackends (in order of preference for --backend auto):\n");
+    for (const BackendInfo& b : list_backends()) {
+      std::printf("  %-5s %-13s %s\n", b.name.c_str(), b.available ? "available" : "unavailable",
+                  b.summary.c_str());
+      if (!b.available) std::printf("        why not: %s\n", b.unavailable_reason.c_str());
+      std::printf("        memory: %s\n        supports: %s\n", b.device_memory ? "device" : "host",
+                  b.supports.c_str());
+    }
+    if (measure) {
+      if (!d.present) {
+        std::fprintf(stderr, "error: --measure needs a GPU, none was found\n");
+        *exit_code = 2;
+        return;
+      }
+      double bw = 0;
+      if (const Status st = measure_read_bandwidth(&bw); !st.ok()) {
+        std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+        *exit_code = 1;
+        return;
+      }
+      std::printf("\nread-only HBM stream (4 GiB, 16-byte loads): %.2f TB/s\n", bw / 1e12);
+    }
+  });
+}
+
+}  // namespace mlakit::tools
