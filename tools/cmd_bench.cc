@@ -23,6 +23,7 @@ struct BenchFlags {
   int verify_requests = 2;
   bool no_verify = false;
   std::string json_path;
+  std::string tune_cache;
   double peak_tbs = 0, peak_tflops = 0;
 };
 
@@ -40,10 +41,11 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
                  const harness::HostInputs& in, std::optional<Reference>* ref,
                  const DeviceInfo& device, Row* row) {
   std::unique_ptr<Decoder> decoder;
-  MLAKIT_RETURN_IF_ERROR(
-      Decoder::create(c.problem, {.backend = backend, .tactic = f.tactic}, &decoder));
-  row->backend = std::string(decoder->backend_name());
-  row->tactic = decoder->tactic();
+  MLAKIT_RETURN_IF_ERROR(Decoder::create(
+      c.problem, {.backend = backend, .tactic = f.tactic, .tune_cache_path = f.tune_cache},
+      &decoder));
+  row->backend = str_cat(backend == "auto" ? "auto>" : "", decoder->backend_name(c.batch));
+  row->tactic = decoder->tactic(c.batch);
   const Problem& p = c.problem;
   std::vector<uint8_t> out(in.out_bytes());
   std::vector<float> lse(in.lse_count());
@@ -85,7 +87,7 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
 }
 
 void print_header() {
-  std::printf("%-6s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s  %s\n", "backend", "h_q", "s_q",
+  std::printf("%-12s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s  %s\n", "backend", "h_q", "s_q",
               "batch", "seq_len", "var", "page", "time_us", "TB/s", "TFLOP/s", "%roof", "check");
 }
 
@@ -95,9 +97,9 @@ void print_row(const Row& r, const Peaks& peaks) {
   if (peaks.read_bytes_per_s > 0 && s > 0) {
     roof = std::max(r.work.bytes / peaks.read_bytes_per_s, r.work.flops / peaks.flops_per_s) / s;
   }
-  const std::string name = r.tactic ? str_cat(r.backend, ":", r.tactic) : r.backend;
+  const std::string name = str_cat(r.backend, ":", r.tactic);
   std::printf(
-      "%-6s %4d %4d %5d %7d %3d %5d %10.1f %7.3g %8.3g %6s  %s\n", name.c_str(), r.c.problem.h_q,
+      "%-12s %4d %4d %5d %7d %3d %5d %10.1f %7.3g %8.3g %6s  %s\n", name.c_str(), r.c.problem.h_q,
       r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
       r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
       roof > 0 ? str_cat(static_cast<int>(roof * 100 + 0.5), "%").c_str() : "-", r.check.c_str());
@@ -217,6 +219,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                   "requests checked against the cpu reference (all are checked for NaN)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--no-verify", f.no_verify, "skip the check against the reference");
+  cmd->add_option("--tune-cache", f.tune_cache,
+                  "tune cache for --backend auto (default: $MLAKIT_TUNE_CACHE)");
   cmd->add_option("--json", f.json_path, "also write the results as JSON to this file");
   cmd->add_option("--peak-tbs", f.peak_tbs, "read bandwidth ceiling in TB/s for %roof");
   cmd->add_option("--peak-tflops", f.peak_tflops, "matrix ceiling in TFLOP/s for %roof");

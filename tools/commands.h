@@ -8,5 +8,6 @@ namespace mlakit::tools {
 void add_info_command(CLI::App& app, int* exit_code);
 void add_bench_command(CLI::App& app, int* exit_code);
 void add_check_command(CLI::App& app, int* exit_code);
+void add_tune_command(CLI::App& app, int* exit_code);
 
 }  // namespace mlakit::tools

@@ -1,4 +1,4 @@
-// mlakit: the command-line program. `mlakit info`, `mlakit bench`, `mlakit check`.
+// mlakit: the command-line program: info, bench, check, tune.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   mlakit::tools::add_info_command(app, &exit_code);
   mlakit::tools::add_bench_command(app, &exit_code);
   mlakit::tools::add_check_command(app, &exit_code);
+  mlakit::tools::add_tune_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

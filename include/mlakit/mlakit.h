@@ -182,16 +182,24 @@ struct DeviceInfo {
 DeviceInfo current_device();
 
 struct DecoderOptions {
-  std::string backend = "auto";  // "auto": best available backend for the problem
-  int tactic = -1;               // backend-specific tactic, -1 = the backend's default
-  std::string tune_cache_path;   // autotuner cache; empty = MLAKIT_TUNE_CACHE or none
+  // "auto": per batch bucket, the tune cache's winner for this GPU, else the nearest tuned
+  // bucket, else a heuristic; or a backend name ("cpu", "sm80", ...).
+  std::string backend = "auto";
+  int tactic = -1;              // backend-specific tactic, -1 = the backend's default
+  std::string tune_cache_path;  // tune cache (JSON); empty = $MLAKIT_TUNE_CACHE, or none
+  // With backend "auto": measure the bucket of (max_batch, max_seq_len) now if the cache has no
+  // entry for it, and save the result to the cache. Never while `stream` is capturing a graph
+  // (then the cache or the heuristic decides and notes() says so).
+  bool tune = false;
+  Stream stream = nullptr;
 };
 
 class Backend;
 
 class Decoder {
  public:
-  // Validates `problem`, picks the backend and prepares it.
+  // Validates `problem`, picks the backend(s) and prepares them. May allocate, synchronize and
+  // (with DecoderOptions::tune) measure.
   static Status create(const Problem& problem, const DecoderOptions& options,
                        std::unique_ptr<Decoder>* decoder);
   ~Decoder();
@@ -199,20 +207,31 @@ class Decoder {
   Decoder& operator=(const Decoder&) = delete;
 
   const Problem& problem() const { return problem_; }
-  std::string_view backend_name() const;
-  int tactic() const { return tactic_; }
+  // The backend and tactic that run a call of `batch` requests (default: max_batch).
+  std::string_view backend_name(int batch = 0) const;
+  int tactic(int batch = 0) const;
   bool device_memory() const;      // whether RunArgs pointers must be device pointers
   size_t workspace_bytes() const;  // exact for the worst case of the problem; may be 0
+  // How the backends were chosen, and any warning (an ignored tune cache, skipped tuning).
+  const std::string& notes() const { return notes_; }
 
   // Checks `args` against the problem (cheap host checks, nothing read from device memory), then
   // runs asynchronously on `stream`. `workspace` must hold workspace_bytes() bytes, 256-aligned.
   Status run(const RunArgs& args, void* workspace, size_t workspace_size, Stream stream) const;
 
  private:
-  Decoder(const Problem& problem, int tactic, std::unique_ptr<Backend> backend);
+  struct Route {
+    std::unique_ptr<Backend> backend;
+    int tactic = 0;
+  };
+  Decoder() = default;
+  const Route& route(int batch) const;
+
   Problem problem_;
-  int tactic_ = 0;
-  std::unique_ptr<Backend> backend_;
+  std::vector<Route> routes_;       // distinct (backend, tactic) pairs
+  std::vector<uint8_t> by_bucket_;  // batch bucket index -> routes_ index
+  size_t workspace_bytes_ = 0;
+  std::string notes_;
 };
 
 // Checks per-call arguments against a problem; used by Decoder::run, exposed for tests and tools.

@@ -1,8 +1,12 @@
-// Decoder: validates the problem once, picks a backend, and forwards runs after the per-call
-// host-side checks.
+// Decoder: validates the problem once, picks the backend for each batch bucket (named, or "auto"
+// through the tune cache and heuristic), and forwards runs after the per-call host-side checks.
+#include <algorithm>
+
 #include "core/backend.h"
 #include "core/check.h"
 #include "mlakit/mlakit.h"
+#include "tune/bucket.h"
+#include "tune/tuner.h"
 
 namespace mlakit {
 namespace {
@@ -19,6 +23,31 @@ std::string backend_names() {
 Status check_backend(const BackendEntry& entry, const Problem& problem, const DeviceInfo& device) {
   MLAKIT_RETURN_IF_ERROR(entry.available(device));
   return entry.can_run(problem, device);
+}
+
+// Resolves a tactic id (-1: the backend's default) against the backend's list.
+Status resolve_tactic(const BackendEntry& entry, const Problem& problem, int requested,
+                      int* tactic) {
+  const std::vector<Tactic> tactics = entry.tactics(problem);
+  *tactic = requested < 0 ? tactics.front().id : requested;
+  std::string ids;
+  for (const Tactic& t : tactics) {
+    if (t.id == *tactic) return Status::Ok();
+    ids += str_cat(ids.empty() ? "" : ", ", t.id, " (", t.name, ")");
+  }
+  return invalid_argument("tactic", str_cat("one of ", ids, " for backend ", entry.name),
+                          requested);
+}
+
+std::string why_none(const Problem& problem, const DeviceInfo& device) {
+  std::string reasons;
+  for (const BackendEntry* entry : backend_registry()) {
+    if (entry->device_memory != device.present) continue;
+    const Status st = check_backend(*entry, problem, device);
+    reasons += str_cat(reasons.empty() ? "" : "; ", entry->name, ": ", st.message());
+  }
+  return str_cat("no backend can run this problem (", describe(problem),
+                 "): ", reasons.empty() ? "none is available on this machine" : reasons);
 }
 
 }  // namespace
@@ -47,76 +76,123 @@ Status can_run(std::string_view backend, const Problem& problem) {
   return check_backend(*entry, problem, current_device());
 }
 
-Decoder::Decoder(const Problem& problem, int tactic, std::unique_ptr<Backend> backend)
-    : problem_(problem), tactic_(tactic), backend_(std::move(backend)) {}
-
 Decoder::~Decoder() = default;
 
-std::string_view Decoder::backend_name() const { return backend_->name(); }
+const Decoder::Route& Decoder::route(int batch) const {
+  const int b = batch <= 0 ? problem_.max_batch : std::min(batch, problem_.max_batch);
+  return routes_[by_bucket_[tune::batch_bucket_index(b)]];
+}
 
-bool Decoder::device_memory() const { return find_backend(backend_->name())->device_memory; }
+std::string_view Decoder::backend_name(int batch) const { return route(batch).backend->name(); }
 
-size_t Decoder::workspace_bytes() const { return backend_->workspace_bytes(); }
+int Decoder::tactic(int batch) const { return route(batch).tactic; }
+
+bool Decoder::device_memory() const {
+  return find_backend(routes_.front().backend->name())->device_memory;
+}
+
+size_t Decoder::workspace_bytes() const { return workspace_bytes_; }
 
 Status Decoder::create(const Problem& problem, const DecoderOptions& options,
                        std::unique_ptr<Decoder>* decoder) {
   if (decoder == nullptr) return invalid_argument("decoder", "a non-null pointer", "nullptr");
   MLAKIT_RETURN_IF_ERROR(validate(problem));
   const DeviceInfo device = current_device();
+  std::unique_ptr<Decoder> d(new Decoder());
+  d->problem_ = problem;
+  const int buckets = tune::batch_bucket_index(problem.max_batch) + 1;
 
-  const BackendEntry* chosen = nullptr;
-  if (options.backend == "auto") {
-    // Without a tune cache: the first backend in order of preference that can run the problem,
-    // among those that take pointers where the caller's data lives (device memory when a GPU is
-    // present, host memory otherwise). Never falls back from a GPU to the cpu backend: the
-    // caller's device pointers would be read from the host.
-    std::string reasons;
-    for (const BackendEntry* entry : backend_registry()) {
-      if (entry->device_memory != device.present) continue;
-      const Status st = check_backend(*entry, problem, device);
-      if (st.ok()) {
-        chosen = entry;
-        break;
-      }
-      reasons += str_cat(reasons.empty() ? "" : "; ", entry->name, ": ", st.message());
-    }
-    if (chosen == nullptr) {
-      return unsupported("no backend can run this problem (", describe(problem),
-                         "): ", reasons.empty() ? "none is available on this machine" : reasons);
-    }
-  } else {
-    chosen = find_backend(options.backend);
-    if (chosen == nullptr) {
+  // (backend, tactic) per batch bucket.
+  std::vector<std::pair<const BackendEntry*, int>> picks(buckets);
+  if (options.backend != "auto") {
+    const BackendEntry* entry = find_backend(options.backend);
+    if (entry == nullptr) {
       return invalid_argument("backend", str_cat("auto or one of ", backend_names()),
                               options.backend);
     }
-    MLAKIT_RETURN_IF_ERROR(check_backend(*chosen, problem, device));
+    MLAKIT_RETURN_IF_ERROR(check_backend(*entry, problem, device));
+    int tactic = 0;
+    MLAKIT_RETURN_IF_ERROR(resolve_tactic(*entry, problem, options.tactic, &tactic));
+    std::fill(picks.begin(), picks.end(), std::make_pair(entry, tactic));
+  } else {
+    // Never falls back from a GPU to the cpu backend: the caller's device pointers would be read
+    // from the host. The tuner only considers backends taking this machine's memory.
+    const std::string path = tune::cache_path(options.tune_cache_path);
+    std::string warning;
+    tune::Cache cache = tune::Cache::load(path, tune::current_metadata(device), &warning);
+    if (!warning.empty()) d->notes_ += warning + "\n";
+    if (options.tune && device.present) {
+      const int b = tune::batch_bucket(problem.max_batch);
+      const int l = tune::len_bucket(problem.max_seq_len);
+      const std::string key = tune::bucket_key(problem, b, l);
+      if (tune::stream_capturing(options.stream)) {
+        d->notes_ += "tuning skipped: the stream is capturing a CUDA graph\n";
+      } else if (cache.find(key) == nullptr) {
+        std::vector<tune::Measurement> measured;
+        tune::Entry entry;
+        const Status st = tune::tune_bucket(problem, b, l, {}, &measured, &entry);
+        if (st.ok()) {
+          cache.put(key, entry);
+          if (!path.empty()) {
+            const Status saved = cache.save(path);
+            if (!saved.ok()) d->notes_ += "tune cache not saved: " + saved.message() + "\n";
+          }
+        } else {
+          d->notes_ += "tuning failed: " + st.message() + "\n";
+        }
+      }
+    }
+    for (int k = 0; k < buckets; ++k) {
+      const int batch = std::min(tune::batch_bucket_at(k), problem.max_batch);
+      tune::Choice choice = tune::choose(problem, batch, &cache, device);
+      const BackendEntry* entry = choice.backend.empty() ? nullptr : find_backend(choice.backend);
+      int tactic = 0;
+      if (entry == nullptr || entry->device_memory != device.present ||
+          !check_backend(*entry, problem, device).ok() ||
+          !resolve_tactic(*entry, problem, choice.tactic, &tactic).ok()) {
+        if (choice.source != "heuristic") {
+          d->notes_ += str_cat("cache entry ", choice.backend, ":", choice.tactic,
+                               " cannot run here; using the heuristic\n");
+        }
+        choice = tune::heuristic(problem, batch, device);
+        entry = choice.backend.empty() ? nullptr : find_backend(choice.backend);
+        if (entry == nullptr) return unsupported(why_none(problem, device));
+        MLAKIT_RETURN_IF_ERROR(resolve_tactic(*entry, problem, choice.tactic, &tactic));
+      }
+      picks[k] = {entry, tactic};
+      d->notes_ += str_cat("batch <= ", tune::batch_bucket_at(k), ": ", entry->name, ":", tactic,
+                           " (", choice.source, ")\n");
+    }
   }
 
-  const std::vector<Tactic> tactics = chosen->tactics(problem);
-  int tactic = options.tactic < 0 ? tactics.front().id : options.tactic;
-  bool known = false;
-  std::string ids;
-  for (const Tactic& t : tactics) {
-    known |= t.id == tactic;
-    ids += str_cat(ids.empty() ? "" : ", ", t.id, " (", t.name, ")");
+  // Prepare each distinct (backend, tactic) once.
+  d->by_bucket_.resize(buckets);
+  for (int k = 0; k < buckets; ++k) {
+    int index = -1;
+    for (int r = 0; r < static_cast<int>(d->routes_.size()); ++r) {
+      if (d->routes_[r].backend->name() == picks[k].first->name &&
+          d->routes_[r].tactic == picks[k].second) {
+        index = r;
+      }
+    }
+    if (index < 0) {
+      Route route{.tactic = picks[k].second};
+      MLAKIT_RETURN_IF_ERROR(picks[k].first->create(problem, route.tactic, device, &route.backend));
+      d->workspace_bytes_ = std::max(d->workspace_bytes_, route.backend->workspace_bytes());
+      d->routes_.push_back(std::move(route));
+      index = static_cast<int>(d->routes_.size()) - 1;
+    }
+    d->by_bucket_[k] = static_cast<uint8_t>(index);
   }
-  if (!known) {
-    return invalid_argument("tactic", str_cat("one of ", ids, " for backend ", chosen->name),
-                            options.tactic);
-  }
-
-  std::unique_ptr<Backend> backend;
-  MLAKIT_RETURN_IF_ERROR(chosen->create(problem, tactic, device, &backend));
-  decoder->reset(new Decoder(problem, tactic, std::move(backend)));
+  *decoder = std::move(d);
   return Status::Ok();
 }
 
 Status Decoder::run(const RunArgs& args, void* workspace, size_t workspace_size,
                     Stream stream) const {
   MLAKIT_RETURN_IF_ERROR(
-      validate_args(problem_, args, backend_->workspace_bytes(), workspace, workspace_size));
-  return backend_->run(args, workspace, workspace_size, stream);
+      validate_args(problem_, args, workspace_bytes_, workspace, workspace_size));
+  return route(args.batch).backend->run(args, workspace, workspace_size, stream);
 }
 
 }  // namespace mlakit

@@ -1,0 +1,137 @@
+#include "tune/tuner.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "core/backend.h"
+#include "core/check.h"
+#include "harness/timing.h"
+#include "harness/workload.h"
+#include "tune/bucket.h"
+
+namespace mlakit::tune {
+
+std::vector<Candidate> candidates(const Problem& problem, const DeviceInfo& device,
+                                  std::vector<std::string>* skipped) {
+  std::vector<Candidate> out;
+  for (const BackendEntry* entry : backend_registry()) {
+    if (!entry->device_memory) continue;  // the tuner measures GPU backends
+    Status st = entry->available(device);
+    if (st.ok()) st = entry->can_run(problem, device);
+    if (!st.ok()) {
+      if (skipped) skipped->push_back(str_cat(entry->name, ": ", st.message()));
+      continue;
+    }
+    for (const Tactic& t : entry->tactics(problem)) {
+      out.push_back({std::string(entry->name), t.id, str_cat(entry->name, ":", t.name)});
+    }
+  }
+  return out;
+}
+
+bool stream_capturing(Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t err = cudaStreamIsCapturing(stream, &status);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    // Querying the legacy stream while another stream captures in global mode is itself an error:
+    // treat it as capturing.
+    return err == cudaErrorStreamCaptureImplicit || err == cudaErrorStreamCaptureUnsupported;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions& options,
+                   std::vector<Measurement>* measurements, Entry* entry) {
+  const DeviceInfo device = current_device();
+  if (!device.present) return unsupported("tuning needs a GPU: ", device.error);
+  Problem p = problem;
+  p.max_batch = batch;
+  p.max_seq_len = len;
+  MLAKIT_RETURN_IF_ERROR(validate(p));
+
+  const double bytes = static_cast<double>(batch) * len * kv_token_bytes(p.kv_dtype, p.kv_layout);
+  const size_t limit =
+      options.max_input_bytes ? options.max_input_bytes : device.global_mem_bytes / 4;
+  if (bytes > static_cast<double>(limit)) {
+    return unsupported("bucket batch ", batch, ", seq_len ", len, " needs ", bytes / 1e9,
+                       " GB of synthetic cache, more than the limit of ", limit / 1e9, " GB");
+  }
+  std::vector<std::string> skipped;
+  const std::vector<Candidate> cands = candidates(p, device, &skipped);
+  if (cands.empty()) return unsupported("no GPU backend can run ", describe(p));
+
+  harness::WorkloadOptions wopt;
+  wopt.seed = options.seed;
+  wopt.poison = false;
+  const std::vector<int32_t> lens(batch, len);
+  const harness::HostInputs host = harness::make_inputs(p, lens, wopt);
+  const size_t per_run = host.kv.size() + host.q.size() + host.out_bytes();
+  const int copies = harness::cold_copies(per_run, device.l2_bytes, limit);
+  std::vector<harness::DeviceInputs> dev(copies);
+  for (auto& d : dev) MLAKIT_RETURN_IF_ERROR(harness::DeviceInputs::upload(host, &d));
+
+  measurements->clear();
+  for (const Candidate& c : cands) {
+    Measurement m{.candidate = c};
+    std::unique_ptr<Decoder> decoder;
+    m.status = Decoder::create(p, {.backend = c.backend, .tactic = c.tactic}, &decoder);
+    harness::Timing timing;
+    if (m.status.ok()) {
+      harness::TimingOptions topt;
+      topt.replays = options.replays;
+      topt.warmup = options.warmup;
+      m.status = harness::time_gpu(*decoder, dev, topt, &timing);
+      m.time_us = timing.median_us;
+    }
+    (void)cudaGetLastError();  // a failed candidate must not poison the next one
+    measurements->push_back(m);
+  }
+  std::vector<const Measurement*> ok;
+  for (const Measurement& m : *measurements) {
+    if (m.status.ok()) ok.push_back(&m);
+  }
+  if (ok.empty()) return Status(StatusCode::kInternal, "every candidate failed to run");
+  std::sort(ok.begin(), ok.end(),
+            [](const Measurement* a, const Measurement* b) { return a->time_us < b->time_us; });
+  *entry = Entry{.backend = ok[0]->candidate.backend,
+                 .tactic = ok[0]->candidate.tactic,
+                 .time_us = ok[0]->time_us};
+  if (ok.size() > 1) {
+    entry->runner_up = ok[1]->candidate.backend;
+    entry->runner_up_tactic = ok[1]->candidate.tactic;
+    entry->runner_up_us = ok[1]->time_us;
+  }
+  return Status::Ok();
+}
+
+// The heuristic: the first backend, in the registry's order of preference, that takes memory
+// where this machine's data lives and can run the problem, with that backend's default tactic
+// (each backend orders its tactics by what its own measurements favour).
+Choice heuristic(const Problem& problem, int, const DeviceInfo& device) {
+  for (const BackendEntry* entry : backend_registry()) {
+    if (entry->device_memory != device.present) continue;
+    if (!entry->available(device).ok() || !entry->can_run(problem, device).ok()) continue;
+    return {.backend = std::string(entry->name), .tactic = -1, .source = "heuristic"};
+  }
+  return {};
+}
+
+Choice choose(const Problem& problem, int batch, const Cache* cache, const DeviceInfo& device) {
+  if (cache != nullptr) {
+    const int b = batch_bucket(batch), l = len_bucket(problem.max_seq_len);
+    if (const Entry* e = cache->find(bucket_key(problem, b, l))) {
+      return {.backend = e->backend, .tactic = e->tactic, .source = "cache"};
+    }
+    std::string key;
+    if (const Entry* e = cache->nearest(problem, b, l, &key)) {
+      return {.backend = e->backend,
+              .tactic = e->tactic,
+              .source = str_cat("cache, nearest bucket ", key.substr(key.find('|') + 1))};
+    }
+  }
+  return heuristic(problem, batch, device);
+}
+
+}  // namespace mlakit::tune

@@ -1,0 +1,57 @@
+// The autotuner: candidates for a problem, measurement of a bucket, and the choice of a
+// (backend, tactic) for a call from the cache, its nearest bucket, or the heuristic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mlakit/mlakit.h"
+#include "tune/cache.h"
+
+namespace mlakit::tune {
+
+struct Candidate {
+  std::string backend;
+  int tactic = 0;
+  std::string label;  // "sm80:persistent"
+};
+
+// Every (backend, tactic) of a backend taking device memory whose can_run accepts the problem;
+// `skipped` gets "backend: reason" for the others.
+std::vector<Candidate> candidates(const Problem& problem, const DeviceInfo& device,
+                                  std::vector<std::string>* skipped);
+
+struct TuneOptions {
+  int replays = 10;
+  int warmup = 2;
+  uint64_t seed = 1;
+  size_t max_input_bytes = 0;  // largest synthetic input; 0 = a quarter of the GPU's memory
+};
+
+struct Measurement {
+  Candidate candidate;
+  double time_us = 0;
+  Status status;  // not ok: the candidate failed and was skipped
+};
+
+// Measures every candidate on synthetic inputs of the bucket (batch requests of len tokens,
+// random data, cold L2, graph replay, median) and fills `entry` with the winner and runner-up.
+Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions& options,
+                   std::vector<Measurement>* measurements, Entry* entry);
+
+struct Choice {
+  std::string backend;
+  int tactic = -1;
+  std::string source;  // "cache", "cache, nearest bucket ...", "heuristic"
+};
+
+// The heuristic used without a cache entry (see tuner.cc for the measurements behind it).
+Choice heuristic(const Problem& problem, int batch, const DeviceInfo& device);
+
+// Cache entry of the bucket, else the nearest bucket of the same problem, else the heuristic.
+Choice choose(const Problem& problem, int batch, const Cache* cache, const DeviceInfo& device);
+
+// Whether `stream` (or, for nullptr, the legacy stream) is capturing a CUDA graph.
+bool stream_capturing(Stream stream);
+
+}  // namespace mlakit::tune
