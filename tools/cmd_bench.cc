@@ -2,8 +2,10 @@
 // reference, and prints time, TB/s, TFLOP/s and the share of the roofline.
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -24,6 +26,7 @@ struct BenchFlags {
   bool no_verify = false;
   std::string json_path;
   std::string tune_cache;
+  std::string reference_csv;
   double peak_tbs = 0, peak_tflops = 0;
 };
 
@@ -86,23 +89,53 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
   return harness::time_gpu(*decoder, dev, topt, &row->timing);
 }
 
-void print_header() {
-  std::printf("%-12s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s  %s\n", "backend", "h_q", "s_q",
-              "batch", "seq_len", "var", "page", "time_us", "TB/s", "TFLOP/s", "%roof", "check");
+// Reference times (e.g. FlashMLA's, bench/reference/*.csv): "h_q,s_q,batch,seq_len,var,time_us,..."
+// lines, '#' comments and a header line.
+using ReferenceTimes = std::map<std::tuple<int, int, int, int, int>, double>;
+
+Status load_reference_times(const std::string& path, ReferenceTimes* times) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("--reference", "a readable CSV file", path);
+  std::string line;
+  while (std::getline(in, line)) {
+    int h, s, b, l, v;
+    double us;
+    if (line.empty() || line[0] == '#') continue;
+    if (std::sscanf(line.c_str(), "%d,%d,%d,%d,%d,%lf", &h, &s, &b, &l, &v, &us) == 6) {
+      (*times)[{h, s, b, l, v}] = us;
+    }
+  }
+  return Status::Ok();
 }
 
-void print_row(const Row& r, const Peaks& peaks) {
+void print_header(bool with_reference) {
+  std::printf("%-12s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s", "backend", "h_q", "s_q", "batch",
+              "seq_len", "var", "page", "time_us", "TB/s", "TFLOP/s", "%roof");
+  if (with_reference) std::printf(" %8s %7s", "ref_us", "ref/us");
+  std::printf("  %s\n", "check");
+}
+
+void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference) {
   const double s = r.timing.median_us * 1e-6;
   double roof = 0;
   if (peaks.read_bytes_per_s > 0 && s > 0) {
     roof = std::max(r.work.bytes / peaks.read_bytes_per_s, r.work.flops / peaks.flops_per_s) / s;
   }
   const std::string name = str_cat(r.backend, ":", r.tactic);
-  std::printf(
-      "%-12s %4d %4d %5d %7d %3d %5d %10.1f %7.3g %8.3g %6s  %s\n", name.c_str(), r.c.problem.h_q,
-      r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
-      r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
-      roof > 0 ? str_cat(static_cast<int>(roof * 100 + 0.5), "%").c_str() : "-", r.check.c_str());
+  std::printf("%-12s %4d %4d %5d %7d %3d %5d %10.1f %7.3g %8.3g %6s", name.c_str(), r.c.problem.h_q,
+              r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
+              r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
+              roof > 0 ? str_cat(static_cast<int>(roof * 100 + 0.5), "%").c_str() : "-");
+  if (!reference.empty()) {
+    const auto it = reference.find(
+        {r.c.problem.h_q, r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0});
+    if (it != reference.end() && r.timing.median_us > 0) {
+      std::printf(" %8.1f %7.2f", it->second, it->second / r.timing.median_us);
+    } else {
+      std::printf(" %8s %7s", "-", "-");
+    }
+  }
+  std::printf("  %s\n", r.check.c_str());
   if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
 }
 
@@ -144,9 +177,16 @@ int run_bench(BenchFlags& f, bool defaults) {
     return 2;
   }
 
+  ReferenceTimes reference;
+  if (!f.reference_csv.empty()) {
+    if (Status st = load_reference_times(f.reference_csv, &reference); !st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
-  print_header();
+  print_header(!reference.empty());
   size_t done = 0;
   for (const Case& c : cases) {
     harness::WorkloadOptions wopt;
@@ -166,7 +206,7 @@ int run_bench(BenchFlags& f, bool defaults) {
         row.timing = {};
       }
       all_ok &= row.ok;
-      print_row(row, peaks);
+      print_row(row, peaks, reference);
       results.push_back({{"backend", row.backend},
                          {"tactic", row.tactic},
                          {"h_q", c.problem.h_q},
@@ -221,6 +261,9 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-verify", f.no_verify, "skip the check against the reference");
   cmd->add_option("--tune-cache", f.tune_cache,
                   "tune cache for --backend auto (default: $MLAKIT_TUNE_CACHE)");
+  cmd->add_option("--reference", f.reference_csv,
+                  "CSV of reference times (h_q,s_q,batch,seq_len,var,time_us,...) to compare with, "
+                  "e.g. bench/reference/flashmla_h200.csv");
   cmd->add_option("--json", f.json_path, "also write the results as JSON to this file");
   cmd->add_option("--peak-tbs", f.peak_tbs, "read bandwidth ceiling in TB/s for %roof");
   cmd->add_option("--peak-tflops", f.peak_tflops, "matrix ceiling in TFLOP/s for %roof");
