@@ -1,0 +1,739 @@
+// Tests of the cpu backend, the oracle every GPU backend is checked against: its output against the
+// independent float64 reference of naive_reference.h over every dtype, layout and feature; the
+// storage conversions it relies on (src/core/numeric.h); its checks of the data in host memory;
+// and the C API over it.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "harness/workload.h"
+#include "mlakit/mlakit.h"
+#include "mlakit/mlakit_c.h"
+#include "naive_reference.h"
+
+namespace mlakit_test {
+namespace {
+
+using mlakit::Decoder;
+using mlakit::DType;
+using mlakit::KvLayout;
+using mlakit::Problem;
+using mlakit::RunArgs;
+using mlakit::Status;
+using mlakit::StatusCode;
+using mlakit::harness::HostInputs;
+
+constexpr int kDv = mlakit::kDv;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A seed of its own for every test case (FNV-1a of the full test name), so that no two cases see
+// the same inputs and a failure reproduces.
+uint64_t case_seed() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the cpu backend and comparing with the reference
+// ---------------------------------------------------------------------------------------------
+
+struct CpuRun {
+  Status status;
+  std::vector<uint8_t> out;  // [b, s_q, h_q, 512] of out_dtype
+  std::vector<float> lse;    // [b, s_q, h_q]
+};
+
+// Runs the cpu backend on `in` through the public API, with out and lse poisoned with NaN first.
+// `edit` may change the arguments (e.g. pass scales by pointer) before the run.
+CpuRun run_cpu(const HostInputs& in, const std::function<void(RunArgs&)>& edit = {}) {
+  CpuRun r;
+  std::unique_ptr<Decoder> decoder;
+  r.status = Decoder::create(in.problem, {.backend = "cpu"}, &decoder);
+  if (!r.status.ok()) return r;
+  r.out.resize(in.out_bytes());
+  mlakit::harness::fill_nan(r.out.data(),
+                            in.out_bytes() / mlakit::dtype_bytes(in.problem.out_dtype),
+                            in.problem.out_dtype);
+  r.lse.assign(in.lse_count(), std::numeric_limits<float>::quiet_NaN());
+  RunArgs args = in.args(r.out.data(), r.lse.data());
+  if (edit) edit(args);
+  r.status = decoder->run(args, nullptr, 0, nullptr);
+  return r;
+}
+
+double decode_out(const std::vector<uint8_t>& out, int64_t k, DType dtype) {
+  uint16_t bits;
+  std::memcpy(&bits, out.data() + 2 * k, sizeof(bits));
+  return dtype == DType::kBF16 ? decode_bf16(bits) : decode_fp16(bits);
+}
+
+// One unit in the last place of `x` in the output type (bf16: 8 significant bits, fp16: 11, with
+// subnormals spaced 2^-24).
+double ulp_of(double x, DType dtype) {
+  if (x == 0) return 0;
+  int e;
+  std::frexp(x, &e);  // x = m * 2^e, m in [0.5, 1): the ulp is 2^(e - significant bits)
+  return dtype == DType::kBF16 ? std::ldexp(1.0, e - 8)
+                               : std::max(std::ldexp(1.0, e - 11), 0x1p-24);
+}
+
+// Tolerance. The cpu backend computes in float32 (dot products over 576 values, a two-pass
+// softmax with a float64 denominator, sums over at most a few thousand tokens): its value before
+// the final store is within a few 1e-6 of max|ref| of the float64 reference at these shapes. It
+// then rounds once to bf16 / fp16, an error of at most half an ulp of the element, hence at most
+// half an ulp of max|ref|. So the bound is one ulp of the output type at max|ref| (a factor 2 of
+// margin over the rounding for the float32 arithmetic), plus 1e-6 absolute for rows whose values
+// are all tiny. Rows with no visible token must be exactly 0 (lse -inf). The lse is float32 of a
+// value of magnitude < ~30: within 1e-4 absolute.
+//
+// That bound is the one GPU backends are held to; it cannot tell rounding from truncation. As the
+// oracle, the cpu backend must also round each element to nearest: within half an ulp of the
+// element itself plus the float32 arithmetic, 1e-4 * max|ref| (observed: below 4e-6 * max|ref|
+// over this suite; truncating instead of rounding exceeds it by far).
+constexpr double kAbsTolerance = 1e-6;
+constexpr double kFloat32Slack = 1e-4;
+constexpr double kLseTolerance = 1e-4;
+
+::testing::AssertionResult matches_reference(const HostInputs& in, const CpuRun& run,
+                                             const NaiveResult& ref) {
+  const Problem& p = in.problem;
+  const int64_t rows = static_cast<int64_t>(in.batch) * p.s_q * p.h_q;
+  double max_ref = 0;
+  for (const double r : ref.out) max_ref = std::max(max_ref, std::fabs(r));
+  const double bound = ulp_of(max_ref, p.out_dtype) + kAbsTolerance;
+
+  int64_t nonfinite = 0, over = 0, misrounded = 0, nonzero_empty = 0, worst = 0;
+  int64_t first_nonfinite = -1;
+  double max_err = 0, err2 = 0, ref2 = 0;
+  for (int64_t k = 0; k < rows * kDv; ++k) {
+    const double t = decode_out(run.out, k, p.out_dtype), r = ref.out[k];
+    if (!std::isfinite(t)) {
+      if (nonfinite++ == 0) first_nonfinite = k;
+      continue;
+    }
+    if (std::isinf(ref.lse[k / kDv]) && t != 0) ++nonzero_empty;
+    const double e = std::fabs(t - r);
+    over += e > bound;
+    const double half_ulp = 0.5 * ulp_of(std::max(std::fabs(t), std::fabs(r)), p.out_dtype);
+    misrounded += e > half_ulp + kFloat32Slack * max_ref + kAbsTolerance;
+    if (e > max_err) max_err = e, worst = k;
+    err2 += e * e;
+    ref2 += r * r;
+  }
+  const double rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+
+  int64_t lse_bad = 0;
+  double lse_err = 0;
+  if (p.return_lse) {
+    for (int64_t k = 0; k < rows; ++k) {
+      const double t = run.lse[k], r = ref.lse[k];
+      if (std::isinf(r)) {
+        lse_bad += !(t == r);
+        continue;
+      }
+      const double e = std::isfinite(t) ? std::fabs(t - r) : kInf;
+      lse_err = std::max(lse_err, e);
+      lse_bad += !(e <= kLseTolerance);
+    }
+  }
+
+  char summary[512];
+  std::snprintf(summary, sizeof(summary),
+                "max err %.3e (bound %.3e = 1 ulp at max|ref| %.3e + %.0e), rel L2 %.3e, "
+                "%lld over the bound, %lld not rounded to nearest, %lld non-finite, %lld nonzero "
+                "in empty rows; lse max err %.3e, %lld lse mismatches",
+                max_err, bound, max_ref, kAbsTolerance, rel_l2, static_cast<long long>(over),
+                static_cast<long long>(misrounded), static_cast<long long>(nonfinite),
+                static_cast<long long>(nonzero_empty), lse_err, static_cast<long long>(lse_bad));
+  if (over == 0 && misrounded == 0 && nonfinite == 0 && nonzero_empty == 0 && lse_bad == 0) {
+    return ::testing::AssertionSuccess() << summary;
+  }
+  const int64_t at = first_nonfinite >= 0 ? first_nonfinite : worst, row = at / kDv;
+  return ::testing::AssertionFailure()
+         << summary << "\n  " << (first_nonfinite >= 0 ? "first non-finite" : "worst") << " at [b "
+         << row / (p.s_q * p.h_q) << ", t " << row / p.h_q % p.s_q << ", h " << row % p.h_q
+         << ", d " << at % kDv << "]: cpu " << decode_out(run.out, at, p.out_dtype)
+         << ", reference " << ref.out[at] << "\n  problem: " << mlakit::describe(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backend against the reference: dtypes x page sizes, and dtypes x features
+// ---------------------------------------------------------------------------------------------
+
+struct Dtypes {
+  const char* name;
+  DType q, kv, out;
+  KvLayout layout;
+};
+
+const Dtypes kDtypes[] = {
+    {"bf16", DType::kBF16, DType::kBF16, DType::kBF16, KvLayout::kDense},
+    {"fp16", DType::kFP16, DType::kFP16, DType::kFP16, KvLayout::kDense},
+    {"fp8_q_bf16", DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kDense},
+    {"fp8_q_fp8", DType::kFP8E4M3, DType::kFP8E4M3, DType::kBF16, KvLayout::kDense},
+    {"fp8_q_fp16_out_fp16", DType::kFP16, DType::kFP8E4M3, DType::kFP16, KvLayout::kDense},
+    {"blockwise_q_bf16", DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kFp8Blockwise},
+    {"blockwise_q_fp16_out_fp16", DType::kFP16, DType::kFP8E4M3, DType::kFP16,
+     KvLayout::kFp8Blockwise},
+};
+
+struct Shape {
+  const char* name;
+  int h_q = 16;
+  int s_q = 1;
+  bool causal = true;
+  int page_size = 64;
+  std::vector<int32_t> lens;  // cached lengths, one per request
+  int variable_batch = 0;     // > 0: lens = make_seq_lens(variable_batch, variable_len, true)
+  int variable_len = 0;
+  bool sinks = false;
+  int topk = 0;
+  bool topk_lens = false;
+  bool lse = true;
+  float magnitude = 1.0f;  // standard deviation of q and kv
+  float softmax_scale = mlakit::kDefaultSoftmaxScale;
+  float blockwise_k_scale = NAN;  // an optional extra k_scale for the blockwise layout
+  bool scales_by_pointer = false;
+};
+
+// Makes random inputs for `shape` in dtypes `dt`, runs the cpu backend and compares.
+void check_case(const Dtypes& dt, const Shape& shape) {
+  const Problem p{.h_q = shape.h_q,
+                  .s_q = shape.s_q,
+                  .page_size = shape.page_size,
+                  .max_batch = 64,
+                  .max_seq_len = 4096,
+                  .q_dtype = dt.q,
+                  .kv_dtype = dt.kv,
+                  .out_dtype = dt.out,
+                  .kv_layout = dt.layout,
+                  .causal = shape.causal,
+                  .has_sinks = shape.sinks,
+                  .topk = shape.topk,
+                  .return_lse = shape.lse};
+  const uint64_t seed = case_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", " << mlakit::describe(p));
+  const std::vector<int32_t> lens =
+      shape.variable_batch > 0
+          ? mlakit::harness::make_seq_lens(shape.variable_batch, shape.variable_len, true, seed)
+          : shape.lens;
+  HostInputs in = mlakit::harness::make_inputs(
+      p, lens, {.seed = seed, .magnitude = shape.magnitude, .topk_lens = shape.topk_lens});
+  in.softmax_scale = shape.softmax_scale;
+  if (dt.layout == KvLayout::kFp8Blockwise) in.k_scale = shape.blockwise_k_scale;
+
+  const NaiveResult ref = naive_attention(in);
+  const CpuRun run = run_cpu(in, [&](RunArgs& a) {
+    if (!shape.scales_by_pointer) return;
+    if (!std::isnan(a.q_scale)) {
+      a.q_scale_ptr = &in.q_scale;
+      a.q_scale = NAN;
+    }
+    if (!std::isnan(a.k_scale)) {
+      a.k_scale_ptr = &in.k_scale;
+      a.k_scale = NAN;
+    }
+  });
+  ASSERT_TRUE(run.status.ok()) << run.status.to_string();
+  EXPECT_TRUE(matches_reference(in, run, ref));
+}
+
+void PrintTo(const Dtypes& dt, std::ostream* os) { *os << dt.name; }
+void PrintTo(const Shape& shape, std::ostream* os) { *os << shape.name; }
+
+class DtypePageSizeTest : public ::testing::TestWithParam<std::tuple<Dtypes, int /*page_size*/>> {};
+
+TEST_P(DtypePageSizeTest, MatchesReference) {
+  const auto& [dt, page_size] = GetParam();
+  check_case(dt,
+             {.name = "", .h_q = 8, .page_size = page_size, .lens = {0, 1, 63, 64, 65, 129, 300}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, DtypePageSizeTest,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes),
+                                            ::testing::Values(1, 16, 48, 64, 128)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_page" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// Every feature in every dtype. Lengths 0, 1, 63, 64, 65, around s_q, and not multiples of the
+// page size; one long request among short ones; the largest head count.
+const std::vector<int32_t> kShortLens = {0, 1, 2, 3, 17, 64, 65};
+const Shape kShapes[] = {
+    {.name = "mixed_lengths", .lens = {0, 1, 63, 64, 65, 129, 300}},
+    {.name = "variable_lengths", .page_size = 16, .variable_batch = 8, .variable_len = 100},
+    {.name = "batch1_len1_no_lse", .h_q = 8, .lens = {1}, .lse = false},
+    {.name = "all_empty", .h_q = 8, .lens = {0, 0, 0}},
+    {.name = "sq2_causal", .h_q = 8, .s_q = 2, .page_size = 16, .lens = kShortLens},
+    {.name = "sq3_causal", .h_q = 8, .s_q = 3, .page_size = 16, .lens = kShortLens},
+    {.name = "sq4_causal", .h_q = 8, .s_q = 4, .page_size = 16, .lens = kShortLens},
+    {.name = "sq2_noncausal", .h_q = 8, .s_q = 2, .causal = false, .lens = kShortLens},
+    {.name = "sq16_causal", .h_q = 4, .s_q = 16, .page_size = 16, .lens = {0, 5, 16, 17, 100}},
+    {.name = "sinks", .lens = {0, 1, 64, 150}, .sinks = true},
+    {.name = "sinks_sq2_causal", .s_q = 2, .page_size = 16, .lens = kShortLens, .sinks = true},
+    {.name = "sparse", .lens = {0, 1, 100, 300}, .topk = 64},
+    {.name = "sparse_topk_lens_sq2",
+     .s_q = 2,
+     .page_size = 16,
+     .lens = {0, 1, 100, 300},
+     .topk = 48,
+     .topk_lens = true},
+    {.name = "sparse_sinks_page1",
+     .s_q = 2,
+     .page_size = 1,
+     .lens = {0, 40, 70},
+     .sinks = true,
+     .topk = 32},
+    {.name = "heads128", .h_q = 128, .lens = {1, 65, 130}},
+    {.name = "long", .lens = {3, 2000, 0, 64}},
+    {.name = "peaky_softmax", .lens = {1, 65, 200}, .magnitude = 3.0f},
+    {.name = "custom_scales",
+     .lens = {1, 65, 200},
+     .softmax_scale = 0.1f,
+     .blockwise_k_scale = 0.75f},
+    {.name = "scales_by_pointer",
+     .s_q = 2,
+     .lens = {1, 65, 200},
+     .sinks = true,
+     .blockwise_k_scale = 0.75f,
+     .scales_by_pointer = true},
+};
+
+class FeatureTest : public ::testing::TestWithParam<std::tuple<Shape, Dtypes>> {};
+
+TEST_P(FeatureTest, MatchesReference) {
+  const auto& [shape, dt] = GetParam();
+  check_case(dt, shape);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, FeatureTest,
+                         ::testing::Combine(::testing::ValuesIn(kShapes),
+                                            ::testing::ValuesIn(kDtypes)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_" +
+                                  std::get<1>(info.param).name;
+                         });
+
+// Sparse edge cases the random indices rarely hit: a query token whose slots are all empty, one
+// slot listed topk times, slots of another request, and topk_lens 0.
+TEST(CpuBackend, SparseDuplicatesEmptyRowsAndZeroTopkLens) {
+  const Problem p{.h_q = 8,
+                  .s_q = 2,
+                  .page_size = 16,
+                  .max_batch = 3,
+                  .max_seq_len = 64,
+                  .topk = 8,
+                  .return_lse = true};
+  const uint64_t seed = case_seed();
+  HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{40, 10, 30},
+                                               {.seed = seed, .topk_lens = true});
+  const int32_t other = in.block_table[1 * in.block_table_stride] * p.page_size + 3;  // request 1
+  auto row = [&](int i, int t) { return &in.indices[(i * p.s_q + t) * p.topk]; };
+  std::fill_n(row(0, 0), p.topk, -1);     // nothing visible
+  std::fill_n(row(0, 1), p.topk, other);  // one slot, 8 times
+  row(1, 0)[0] = other;  // another request's slot, listed twice around an empty slot
+  row(1, 0)[1] = -1;
+  row(1, 0)[2] = other;
+  in.topk_lens = {p.topk, p.topk, 0};  // request 2 sees nothing
+
+  const NaiveResult ref = naive_attention(in);
+  EXPECT_EQ(ref.visible[0], 0);
+  EXPECT_EQ(ref.visible[1], p.topk);
+  EXPECT_EQ(ref.visible[4], 0);
+  EXPECT_EQ(ref.visible[5], 0);
+  const CpuRun run = run_cpu(in);
+  ASSERT_TRUE(run.status.ok()) << run.status.to_string();
+  EXPECT_TRUE(matches_reference(in, run, ref)) << "seed " << seed;
+
+  // A token seen 8 times: uniform weights over one value, so out = that token's latent (rounded)
+  // and lse = its score + ln 8.
+  for (int h = 0; h < p.h_q; ++h) {
+    const int64_t r = (0 * p.s_q + 1) * p.h_q + h;
+    std::vector<double> kv(576), q(576);
+    for (int d = 0; d < 576; ++d) {
+      uint16_t kb, qb;
+      std::memcpy(&kb, in.kv.data() + (static_cast<int64_t>(other) * 576 + d) * 2, 2);
+      std::memcpy(&qb, in.q.data() + (r * 576 + d) * 2, 2);
+      kv[d] = decode_bf16(kb), q[d] = decode_bf16(qb);
+    }
+    double s = 0;
+    for (int d = 0; d < 576; ++d) s += q[d] * kv[d];
+    EXPECT_NEAR(run.lse[r], s * in.softmax_scale + std::log(8.0), kLseTolerance) << "head " << h;
+    for (int d = 0; d < kDv; ++d) {
+      ASSERT_EQ(decode_out(run.out, r * kDv + d, DType::kBF16), kv[d])
+          << "head " << h << " d " << d;
+    }
+  }
+}
+
+// The cpu backend is the oracle: the same inputs must give the same bits every time, whatever the
+// thread schedule.
+TEST(CpuBackend, RepeatedRunsAreBitwiseEqual) {
+  const Problem p{.h_q = 32,
+                  .s_q = 2,
+                  .page_size = 16,
+                  .max_batch = 4,
+                  .max_seq_len = 512,
+                  .has_sinks = true,
+                  .return_lse = true};
+  const HostInputs in =
+      mlakit::harness::make_inputs(p, std::vector<int32_t>{5, 300, 0, 77}, {.seed = case_seed()});
+  const CpuRun a = run_cpu(in), b = run_cpu(in);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data checks of the cpu backend (it can read host memory; GPU backends cannot)
+// ---------------------------------------------------------------------------------------------
+
+// Expects an invalid-argument status whose message starts with `arg` and contains `given`.
+::testing::AssertionResult is_invalid(const Status& s, const std::string& arg,
+                                      const std::string& given) {
+  if (s.code() != StatusCode::kInvalidArgument) {
+    return ::testing::AssertionFailure() << "expected invalid argument, got " << s.to_string();
+  }
+  if (s.message().rfind(arg, 0) != 0 || s.message().find("given " + given) == std::string::npos) {
+    return ::testing::AssertionFailure() << "message \"" << s.message() << "\" should start with \""
+                                         << arg << "\" and contain \"given " << given << "\"";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+HostInputs small_dense(uint64_t seed) {
+  const Problem p{.h_q = 4, .page_size = 16, .max_batch = 2, .max_seq_len = 128};
+  return mlakit::harness::make_inputs(p, std::vector<int32_t>{20, 70}, {.seed = seed});
+}
+
+HostInputs small_sparse(uint64_t seed) {
+  const Problem p{
+      .h_q = 4, .s_q = 2, .page_size = 16, .max_batch = 2, .max_seq_len = 128, .topk = 8};
+  return mlakit::harness::make_inputs(p, std::vector<int32_t>{20, 70},
+                                      {.seed = seed, .topk_lens = true});
+}
+
+TEST(CpuDataChecks, PageIdOutOfRange) {
+  HostInputs in = small_dense(case_seed());
+  in.block_table[1 * in.block_table_stride + 4] =
+      static_cast<int32_t>(in.num_pages);  // 70: 5 pages
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "block_table[1, 4]", std::to_string(in.num_pages)));
+}
+
+TEST(CpuDataChecks, NegativePageId) {
+  HostInputs in = small_dense(case_seed());
+  in.block_table[0] = -1;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "block_table[0, 0]", "-1"));
+}
+
+TEST(CpuDataChecks, SeqLenBeyondBlockTable) {
+  HostInputs in = small_dense(case_seed());
+  const int64_t too_long = in.block_table_stride * in.problem.page_size + 1;
+  in.seq_lens[1] = static_cast<int32_t>(too_long);
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "seq_lens[1]", std::to_string(too_long)));
+}
+
+TEST(CpuDataChecks, NegativeSeqLen) {
+  HostInputs in = small_dense(case_seed());
+  in.seq_lens[0] = -3;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "seq_lens[0]", "-3"));
+}
+
+TEST(CpuDataChecks, SparseIndexOutOfRange) {
+  HostInputs in = small_sparse(case_seed());
+  const int64_t slots = in.num_pages * in.problem.page_size;
+  in.indices[1 * 2 * 8 + 8 + 5] = static_cast<int32_t>(slots);  // request 1, token 1, k 5
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "indices[1, 1, 5]", std::to_string(slots)));
+}
+
+TEST(CpuDataChecks, SparseIndexBelowMinusOne) {
+  HostInputs in = small_sparse(case_seed());
+  in.indices[3] = -2;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "indices[0, 0, 3]", "-2"));
+}
+
+TEST(CpuDataChecks, TopkLensOutOfRange) {
+  HostInputs in = small_sparse(case_seed());
+  in.topk_lens[1] = 9;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "topk_lens[1]", "9"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage conversions (src/core/numeric.h) against the test's own decoders
+// ---------------------------------------------------------------------------------------------
+
+// The library's decode of every bit pattern equals the test's, and encoding it gives the pattern
+// back; NaN patterns stay NaN.
+template <typename Bits>
+void expect_round_trips(int count, float (*to_float)(Bits), Bits (*from_float)(float),
+                        double (*reference)(Bits)) {
+  for (int b = 0; b < count; ++b) {
+    const Bits bits = static_cast<Bits>(b);
+    const float f = to_float(bits);
+    const double r = reference(bits);
+    if (std::isnan(r)) {
+      EXPECT_TRUE(std::isnan(f)) << std::hex << "0x" << b << " decodes to " << f;
+      EXPECT_TRUE(std::isnan(reference(from_float(f)))) << std::hex << "0x" << b;
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), r) << std::hex << "0x" << b;
+    ASSERT_EQ(std::signbit(f), std::signbit(r)) << std::hex << "0x" << b;
+    ASSERT_EQ(from_float(f), bits) << std::hex << "0x" << b << " = " << f;
+  }
+}
+
+TEST(Numeric, E4m3AllValuesRoundTrip) {
+  expect_round_trips<uint8_t>(256, mlakit::e4m3_to_float, mlakit::float_to_e4m3, decode_e4m3);
+}
+
+TEST(Numeric, Bf16AllValuesRoundTrip) {
+  expect_round_trips<uint16_t>(65536, mlakit::bf16_to_float, mlakit::float_to_bf16, decode_bf16);
+}
+
+TEST(Numeric, Fp16AllValuesRoundTrip) {
+  expect_round_trips<uint16_t>(65536, mlakit::fp16_to_float, mlakit::float_to_fp16, decode_fp16);
+}
+
+// Round to nearest, ties to even, at every midpoint between adjacent finite values (and just
+// either side of it), both signs. `last` is the largest finite positive pattern; `above_last` what
+// values beyond it become (infinity, or the largest finite value for the saturating e4m3fn).
+template <typename Bits>
+void expect_ties_to_even(Bits last, Bits above_last, Bits sign, Bits (*from_float)(float),
+                         double (*reference)(Bits)) {
+  for (int b = 0; b <= last; ++b) {
+    const double lo = reference(static_cast<Bits>(b));
+    // Past the largest finite value, the next value of the same spacing.
+    const double hi = b < last ? reference(static_cast<Bits>(b + 1))
+                               : 2 * lo - reference(static_cast<Bits>(b - 1));
+    const float mid = static_cast<float>((lo + hi) / 2);
+    ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2) << "midpoint not exact in float";
+    const Bits up = b < last ? static_cast<Bits>(b + 1) : above_last;
+    const Bits even = b % 2 == 0 ? static_cast<Bits>(b) : up;
+    for (const Bits s : {Bits{0}, sign}) {
+      const float m = s ? -mid : mid, away = s ? -INFINITY : INFINITY;
+      const auto with_sign = [&](int bits) { return static_cast<Bits>(s | bits); };
+      ASSERT_EQ(from_float(m), with_sign(even)) << std::hex << "midpoint after 0x" << b;
+      ASSERT_EQ(from_float(std::nextafter(m, 0.0f)), with_sign(b)) << std::hex << "below 0x" << b;
+      ASSERT_EQ(from_float(std::nextafter(m, away)), with_sign(up)) << std::hex << "above 0x" << b;
+      ASSERT_EQ(from_float(s ? -static_cast<float>(lo) : static_cast<float>(lo)), with_sign(b));
+    }
+  }
+}
+
+TEST(Numeric, Bf16RoundsToNearestEven) {
+  expect_ties_to_even<uint16_t>(0x7f7f, 0x7f80, 0x8000, mlakit::float_to_bf16, decode_bf16);
+  struct Known {
+    float value;
+    uint16_t bits;
+  };
+  for (const Known& k :
+       {Known{1.0f, 0x3f80}, Known{1.0f + 0x1p-8f, 0x3f80}, Known{1.0f + 3 * 0x1p-8f, 0x3f82},
+        Known{1.0f + 0x1p-8f + 0x1p-20f, 0x3f81}, Known{-2.5f, 0xc020}, Known{-0.0f, 0x8000},
+        Known{FLT_MAX, 0x7f80}, Known{INFINITY, 0x7f80}, Known{-INFINITY, 0xff80}}) {
+    EXPECT_EQ(mlakit::float_to_bf16(k.value), k.bits) << k.value;
+  }
+  EXPECT_TRUE(std::isnan(decode_bf16(mlakit::float_to_bf16(NAN))));
+}
+
+TEST(Numeric, Fp16RoundsToNearestEven) {
+  expect_ties_to_even<uint16_t>(0x7bff, 0x7c00, 0x8000, mlakit::float_to_fp16, decode_fp16);
+  struct Known {
+    float value;
+    uint16_t bits;
+  };
+  for (const Known& k :
+       {Known{1.0f, 0x3c00}, Known{0.1f, 0x2e66}, Known{-2.0f, 0xc000}, Known{65504.0f, 0x7bff},
+        Known{65519.0f, 0x7bff}, Known{65520.0f, 0x7c00}, Known{1.0f + 0x1p-11f, 0x3c00},
+        Known{0x1p-24f, 0x0001}, Known{0x1p-25f, 0x0000}, Known{3 * 0x1p-25f, 0x0002},
+        Known{1023.5f * 0x1p-24f, 0x0400}, Known{1e-10f, 0x0000}, Known{-0.0f, 0x8000},
+        Known{INFINITY, 0x7c00}, Known{-1e30f, 0xfc00}}) {
+    EXPECT_EQ(mlakit::float_to_fp16(k.value), k.bits) << k.value;
+  }
+  EXPECT_TRUE(std::isnan(decode_fp16(mlakit::float_to_fp16(NAN))));
+}
+
+TEST(Numeric, E4m3RoundsToNearestEvenAndSaturates) {
+  // Beyond 448 e4m3fn saturates (as the CUDA conversion with satfinite does), infinity included.
+  expect_ties_to_even<uint8_t>(0x7e, 0x7e, 0x80, mlakit::float_to_e4m3, decode_e4m3);
+  struct Known {
+    float value;
+    uint8_t bits;
+  };
+  for (const Known& k :
+       {Known{1.0f, 0x38}, Known{0.1f, 0x1d}, Known{1.0625f, 0x38}, Known{1.1875f, 0x3a},
+        Known{15.5f, 0x58}, Known{448.0f, 0x7e}, Known{-448.0f, 0xfe}, Known{500.0f, 0x7e},
+        Known{1e9f, 0x7e}, Known{INFINITY, 0x7e}, Known{-INFINITY, 0xfe}, Known{0x1p-9f, 0x01},
+        Known{0x1p-10f, 0x00}, Known{3 * 0x1p-10f, 0x02}, Known{7.5f * 0x1p-9f, 0x08},
+        Known{-0.0f, 0x80}}) {
+    EXPECT_EQ(mlakit::float_to_e4m3(k.value), k.bits) << k.value;
+  }
+  EXPECT_TRUE(std::isnan(decode_e4m3(mlakit::float_to_e4m3(NAN))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The C API
+// ---------------------------------------------------------------------------------------------
+
+static_assert(MLAKIT_BF16 == static_cast<int>(DType::kBF16) &&
+              MLAKIT_FP16 == static_cast<int>(DType::kFP16) &&
+              MLAKIT_FP8_E4M3 == static_cast<int>(DType::kFP8E4M3) &&
+              MLAKIT_FP32 == static_cast<int>(DType::kFP32));
+static_assert(MLAKIT_KV_DENSE == static_cast<int>(KvLayout::kDense) &&
+              MLAKIT_KV_FP8_BLOCKWISE == static_cast<int>(KvLayout::kFp8Blockwise));
+
+mlakit_problem_t to_c(const Problem& p) {
+  mlakit_problem_t c;
+  mlakit_problem_init(&c);
+  c.h_q = p.h_q, c.s_q = p.s_q, c.page_size = p.page_size, c.max_batch = p.max_batch;
+  c.max_seq_len = p.max_seq_len, c.q_dtype = static_cast<int32_t>(p.q_dtype);
+  c.kv_dtype = static_cast<int32_t>(p.kv_dtype), c.out_dtype = static_cast<int32_t>(p.out_dtype);
+  c.kv_layout = static_cast<int32_t>(p.kv_layout), c.causal = p.causal;
+  c.has_sinks = p.has_sinks, c.topk = p.topk, c.return_lse = p.return_lse;
+  return c;
+}
+
+TEST(CApi, InitGivesTheCppDefaults) {
+  mlakit_problem_t c;
+  mlakit_problem_init(&c);
+  const Problem p;
+  EXPECT_EQ(c.h_q, p.h_q);
+  EXPECT_EQ(c.s_q, p.s_q);
+  EXPECT_EQ(c.d_qk, 576);
+  EXPECT_EQ(c.d_v, 512);
+  EXPECT_EQ(c.page_size, p.page_size);
+  EXPECT_EQ(c.q_dtype, MLAKIT_BF16);
+  EXPECT_EQ(c.kv_layout, MLAKIT_KV_DENSE);
+  EXPECT_EQ(c.causal, 1);
+  mlakit_run_args_t a;
+  mlakit_run_args_init(&a);
+  EXPECT_EQ(a.softmax_scale, mlakit::kDefaultSoftmaxScale);
+  EXPECT_TRUE(std::isnan(a.q_scale) && std::isnan(a.k_scale));
+  EXPECT_EQ(a.q, nullptr);
+  EXPECT_EQ(a.q_scale_ptr, nullptr);
+}
+
+struct CApiCase {
+  const char* name;
+  Problem problem;
+};
+
+void PrintTo(const CApiCase& c, std::ostream* os) { *os << c.name; }
+
+class CApiTest : public ::testing::TestWithParam<CApiCase> {};
+
+TEST_P(CApiTest, RunMatchesCppApi) {
+  const Problem p = GetParam().problem;
+  const HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{0, 17, 90},
+                                                     {.seed = case_seed(), .topk_lens = true});
+  const CpuRun cpp = run_cpu(in);
+  ASSERT_TRUE(cpp.status.ok()) << cpp.status.to_string();
+
+  const mlakit_problem_t cp = to_c(p);
+  mlakit_decoder_t* decoder = nullptr;
+  ASSERT_EQ(mlakit_decoder_create(&cp, "cpu", &decoder), 0) << mlakit_last_error();
+  const std::unique_ptr<mlakit_decoder_t, void (*)(mlakit_decoder_t*)> owner(
+      decoder, mlakit_decoder_destroy);
+  EXPECT_STREQ(mlakit_last_error(), "");
+  EXPECT_STREQ(mlakit_decoder_backend(decoder), "cpu");
+  EXPECT_EQ(mlakit_decoder_workspace_bytes(decoder), 0u);
+
+  std::vector<uint8_t> out(in.out_bytes(), 0xff);  // NaN in bf16 and fp16
+  std::vector<float> lse(in.lse_count(), NAN);
+  const RunArgs a = in.args(out.data(), lse.data());
+  mlakit_run_args_t ca;
+  mlakit_run_args_init(&ca);
+  ca.batch = a.batch, ca.q = a.q, ca.kv_cache = a.kv_cache, ca.num_pages = a.num_pages;
+  ca.block_table = a.block_table, ca.block_table_stride = a.block_table_stride;
+  ca.seq_lens = a.seq_lens, ca.indices = a.indices, ca.topk_lens = a.topk_lens;
+  ca.sinks = a.sinks, ca.out = a.out, ca.lse = a.lse, ca.softmax_scale = a.softmax_scale;
+  ca.q_scale = a.q_scale, ca.k_scale = a.k_scale;
+  ASSERT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 0) << mlakit_last_error();
+
+  EXPECT_EQ(out, cpp.out);
+  if (p.return_lse) {
+    EXPECT_EQ(std::memcmp(lse.data(), cpp.lse.data(), lse.size() * sizeof(float)), 0);
+  }
+}
+
+// Outside the macro, which would split the braced lists at their commas.
+const CApiCase kCApiCases[] = {
+    {"bf16_sinks_lse",
+     {.h_q = 8,
+      .s_q = 2,
+      .page_size = 16,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .has_sinks = true,
+      .return_lse = true}},
+    {"fp8_q_fp8",
+     {.h_q = 4,
+      .page_size = 32,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .q_dtype = DType::kFP8E4M3,
+      .kv_dtype = DType::kFP8E4M3}},
+    {"blockwise_sparse",
+     {.h_q = 4,
+      .s_q = 2,
+      .page_size = 64,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .kv_dtype = DType::kFP8E4M3,
+      .kv_layout = KvLayout::kFp8Blockwise,
+      .topk = 16,
+      .return_lse = true}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cpu, CApiTest, ::testing::ValuesIn(kCApiCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(CApi, BadProblemReturnsInvalidArgumentNamingIt) {
+  mlakit_problem_t p;
+  mlakit_problem_init(&p);
+  p.h_q = 0;
+  mlakit_decoder_t* decoder = nullptr;
+  EXPECT_EQ(mlakit_decoder_create(&p, "cpu", &decoder), 1);
+  EXPECT_EQ(decoder, nullptr);
+  EXPECT_NE(std::string(mlakit_last_error()).find("heads"), std::string::npos)
+      << mlakit_last_error();
+
+  mlakit_problem_init(&p);
+  EXPECT_EQ(mlakit_decoder_create(&p, "nope", &decoder), 1);
+  EXPECT_NE(std::string(mlakit_last_error()).find("backend"), std::string::npos);
+  EXPECT_EQ(mlakit_decoder_create(nullptr, "cpu", &decoder), 1);
+  EXPECT_NE(std::string(mlakit_last_error()).find("problem"), std::string::npos);
+}
+
+TEST(CApi, BadRunArgsReturnInvalidArgumentNamingThem) {
+  mlakit_problem_t p;
+  mlakit_problem_init(&p);
+  p.h_q = 4, p.max_seq_len = 64;
+  mlakit_decoder_t* decoder = nullptr;
+  ASSERT_EQ(mlakit_decoder_create(&p, "cpu", &decoder), 0) << mlakit_last_error();
+  const std::unique_ptr<mlakit_decoder_t, void (*)(mlakit_decoder_t*)> owner(
+      decoder, mlakit_decoder_destroy);
+  mlakit_run_args_t a;
+  mlakit_run_args_init(&a);
+  a.batch = 1;  // q is null
+  EXPECT_EQ(mlakit_decoder_run(decoder, &a, nullptr, 0, nullptr), 1);
+  EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: q:", 0), 0u)
+      << mlakit_last_error();
+  EXPECT_EQ(mlakit_decoder_run(decoder, nullptr, nullptr, 0, nullptr), 1);
+  EXPECT_NE(std::string(mlakit_last_error()).find("args"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mlakit_test

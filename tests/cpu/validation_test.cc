@@ -1,0 +1,581 @@
+// One test per validation rule of src/core/validate.cc (validate(Problem) at Decoder creation,
+// validate_args at each run), plus the checks of Decoder::create and can_run. Each checks the
+// status code and that the message, "<arg>: expected <expected>, given <given>", names the argument
+// and, where it has them, the expected and given values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harness/workload.h"
+#include "mlakit/mlakit.h"
+
+namespace mlakit_test {
+namespace {
+
+using mlakit::Decoder;
+using mlakit::DType;
+using mlakit::KvLayout;
+using mlakit::Problem;
+using mlakit::RunArgs;
+using mlakit::Status;
+using mlakit::StatusCode;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// `status` has `code` and a message that starts with `arg` and contains every one of `parts`.
+::testing::AssertionResult is_error(const Status& status, StatusCode code, const std::string& arg,
+                                    std::initializer_list<std::string> parts = {}) {
+  if (status.code() != code) {
+    return ::testing::AssertionFailure()
+           << "expected " << mlakit::to_string(code) << ", got " << status.to_string();
+  }
+  if (status.message().rfind(arg, 0) != 0) {
+    return ::testing::AssertionFailure()
+           << "message \"" << status.message() << "\" should start with \"" << arg << "\"";
+  }
+  for (const std::string& part : parts) {
+    if (status.message().find(part) == std::string::npos) {
+      return ::testing::AssertionFailure()
+             << "message \"" << status.message() << "\" should contain \"" << part << "\"";
+    }
+  }
+  return ::testing::AssertionSuccess() << status.message();
+}
+
+// ---------------------------------------------------------------------------------------------
+// validate(Problem)
+// ---------------------------------------------------------------------------------------------
+
+Problem valid_problem() {
+  return {.h_q = 16, .s_q = 1, .page_size = 64, .max_batch = 4, .max_seq_len = 1024};
+}
+
+struct ProblemRule {
+  const char* name;
+  void (*mutate)(Problem&);
+  const char* arg;
+  const char* expected;
+  const char* given;
+};
+
+const ProblemRule kProblemRules[] = {
+    {"heads_0", [](Problem& p) { p.h_q = 0; }, "heads", "expected 1..128", "given 0"},
+    {"heads_129", [](Problem& p) { p.h_q = 129; }, "heads", "expected 1..128", "given 129"},
+    {"heads_negative", [](Problem& p) { p.h_q = -1; }, "heads", "expected 1..128", "given -1"},
+    {"s_q_0", [](Problem& p) { p.s_q = 0; }, "s_q", "expected 1..16", "given 0"},
+    {"s_q_17", [](Problem& p) { p.s_q = 17; }, "s_q", "expected 1..16", "given 17"},
+    {"d_qk_512", [](Problem& p) { p.d_qk = 512; }, "d_qk", "576", "given 512"},
+    {"d_qk_192", [](Problem& p) { p.d_qk = 192; }, "d_qk", "576", "given 192"},
+    {"d_v_576", [](Problem& p) { p.d_v = 576; }, "d_v", "512", "given 576"},
+    {"d_v_128", [](Problem& p) { p.d_v = 128; }, "d_v", "512", "given 128"},
+    {"page_size_0", [](Problem& p) { p.page_size = 0; }, "page_size", "expected 1..", "given 0"},
+    {"page_size_negative", [](Problem& p) { p.page_size = -64; }, "page_size", "expected 1..",
+     "given -64"},
+    {"page_size_huge", [](Problem& p) { p.page_size = 1025; }, "page_size", "expected 1..1024",
+     "given 1025"},
+    {"max_batch_0", [](Problem& p) { p.max_batch = 0; }, "max_batch", "expected 1..", "given 0"},
+    {"max_seq_len_negative", [](Problem& p) { p.max_seq_len = -1; }, "max_seq_len", "expected 0..",
+     "given -1"},
+    {"topk_negative", [](Problem& p) { p.topk = -1; }, "topk", "expected 0..", "given -1"},
+    {"topk_huge", [](Problem& p) { p.topk = (1 << 16) + 1; }, "topk", "expected 0..65536",
+     "given 65537"},
+    {"out_fp8",
+     [](Problem& p) {
+       p.kv_dtype = DType::kFP8E4M3;
+       p.out_dtype = DType::kFP8E4M3;
+     },
+     "out_dtype", "bf16 or fp16", "given fp8_e4m3"},
+    {"out_fp32", [](Problem& p) { p.out_dtype = DType::kFP32; }, "out_dtype", "bf16 or fp16",
+     "given fp32"},
+    {"bf16_kv_fp16_q", [](Problem& p) { p.q_dtype = DType::kFP16; }, "q_dtype", "bf16",
+     "given fp16"},
+    {"fp16_kv_bf16_q",
+     [](Problem& p) {
+       p.kv_dtype = DType::kFP16;
+       p.out_dtype = DType::kFP16;
+     },
+     "q_dtype", "fp16", "given bf16"},
+    {"bf16_kv_fp8_q", [](Problem& p) { p.q_dtype = DType::kFP8E4M3; }, "q_dtype", "bf16",
+     "given fp8_e4m3"},
+    {"bf16_kv_fp16_out", [](Problem& p) { p.out_dtype = DType::kFP16; }, "out_dtype", "bf16",
+     "given fp16"},
+    {"blockwise_bf16_kv", [](Problem& p) { p.kv_layout = KvLayout::kFp8Blockwise; }, "kv_dtype",
+     "fp8_e4m3", "given bf16"},
+    {"blockwise_fp8_q",
+     [](Problem& p) {
+       p.kv_layout = KvLayout::kFp8Blockwise;
+       p.kv_dtype = DType::kFP8E4M3;
+       p.q_dtype = DType::kFP8E4M3;
+     },
+     "q_dtype", "bf16 or fp16 with fp8_blockwise", "given fp8_e4m3"},
+    {"fp8_kv_fp32_q",
+     [](Problem& p) {
+       p.kv_dtype = DType::kFP8E4M3;
+       p.q_dtype = DType::kFP32;
+     },
+     "q_dtype", "fp8", "given fp32"},
+    {"fp32_kv",
+     [](Problem& p) {
+       p.kv_dtype = DType::kFP32;
+       p.q_dtype = DType::kFP32;
+     },
+     "kv_dtype", "bf16, fp16 or fp8_e4m3", "given fp32"},
+    {"unknown_layout", [](Problem& p) { p.kv_layout = static_cast<KvLayout>(7); }, "kv_layout",
+     "dense or fp8_blockwise", "given 7"},
+};
+
+void PrintTo(const ProblemRule& rule, std::ostream* os) { *os << rule.name; }
+
+class ProblemRuleTest : public ::testing::TestWithParam<ProblemRule> {};
+
+TEST_P(ProblemRuleTest, RefusedNamingTheArgument) {
+  const ProblemRule& rule = GetParam();
+  Problem p = valid_problem();
+  rule.mutate(p);
+  EXPECT_TRUE(is_error(mlakit::validate(p), StatusCode::kInvalidArgument, rule.arg,
+                       {rule.expected, rule.given}));
+  // Decoder creation and can_run validate first, with the same status.
+  std::unique_ptr<Decoder> decoder;
+  EXPECT_TRUE(is_error(Decoder::create(p, {.backend = "cpu"}, &decoder),
+                       StatusCode::kInvalidArgument, rule.arg, {rule.expected, rule.given}));
+  EXPECT_EQ(decoder, nullptr);
+  EXPECT_TRUE(is_error(mlakit::can_run("cpu", p), StatusCode::kInvalidArgument, rule.arg,
+                       {rule.expected, rule.given}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Validate, ProblemRuleTest, ::testing::ValuesIn(kProblemRules),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Every supported combination is accepted (and the cpu backend takes it).
+TEST(ValidateProblem, AcceptsEverySupportedCombination) {
+  struct Combo {
+    DType q, kv, out;
+    KvLayout layout;
+  };
+  const Combo combos[] = {
+      {DType::kBF16, DType::kBF16, DType::kBF16, KvLayout::kDense},
+      {DType::kFP16, DType::kFP16, DType::kFP16, KvLayout::kDense},
+      {DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kDense},
+      {DType::kFP16, DType::kFP8E4M3, DType::kFP16, KvLayout::kDense},
+      {DType::kFP8E4M3, DType::kFP8E4M3, DType::kBF16, KvLayout::kDense},
+      {DType::kFP8E4M3, DType::kFP8E4M3, DType::kFP16, KvLayout::kDense},
+      {DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kFp8Blockwise},
+      {DType::kFP16, DType::kFP8E4M3, DType::kFP16, KvLayout::kFp8Blockwise},
+      {DType::kBF16, DType::kFP8E4M3, DType::kFP16, KvLayout::kFp8Blockwise},
+  };
+  for (const Combo& c : combos) {
+    Problem p = valid_problem();
+    p.q_dtype = c.q, p.kv_dtype = c.kv, p.out_dtype = c.out, p.kv_layout = c.layout;
+    const Status st = mlakit::validate(p);
+    EXPECT_TRUE(st.ok()) << mlakit::describe(p) << ": " << st.to_string();
+    EXPECT_TRUE(mlakit::can_run("cpu", p).ok()) << mlakit::describe(p);
+  }
+  // The edges of every range.
+  for (const auto edit :
+       {+[](Problem& p) { p.h_q = 1; }, +[](Problem& p) { p.h_q = 128; },
+        +[](Problem& p) { p.s_q = 16; }, +[](Problem& p) { p.page_size = 1; },
+        +[](Problem& p) { p.page_size = 1024; }, +[](Problem& p) { p.max_seq_len = 0; },
+        +[](Problem& p) { p.topk = 1 << 16; }}) {
+    Problem p = valid_problem();
+    edit(p);
+    EXPECT_TRUE(mlakit::validate(p).ok()) << mlakit::describe(p);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// validate_args and Decoder::run
+// ---------------------------------------------------------------------------------------------
+
+enum class Base { kDense, kSinksLse, kSparse, kFp8, kFp8Q, kBlockwise };
+
+Problem base_problem(Base base) {
+  Problem p{.h_q = 4, .page_size = 16, .max_batch = 2, .max_seq_len = 64};
+  switch (base) {
+    case Base::kDense: break;
+    case Base::kSinksLse: p.has_sinks = p.return_lse = true; break;
+    case Base::kSparse: p.topk = 8; break;
+    case Base::kFp8: p.kv_dtype = DType::kFP8E4M3; break;
+    case Base::kFp8Q: p.kv_dtype = p.q_dtype = DType::kFP8E4M3; break;
+    case Base::kBlockwise:
+      p.kv_dtype = DType::kFP8E4M3;
+      p.kv_layout = KvLayout::kFp8Blockwise;
+      break;
+  }
+  return p;
+}
+
+// A valid call: real inputs (so that a rule that wrongly let a call through could still run).
+struct ValidCall {
+  explicit ValidCall(Base base)
+      : in(mlakit::harness::make_inputs(base_problem(base), std::vector<int32_t>{5, 40},
+                                        {.seed = 17, .topk_lens = true})),
+        out(in.out_bytes()),
+        lse(in.lse_count()),
+        args(in.args(out.data(), lse.data())) {}
+  mlakit::harness::HostInputs in;
+  std::vector<uint8_t> out;
+  std::vector<float> lse;
+  RunArgs args;
+};
+
+// Pointers for the mutations: valid targets, and addresses one byte off alignment.
+alignas(256) const float kScale = 0.5f;
+alignas(256) const int32_t kInts[4] = {0, 0, 0, 0};
+float g_floats[4];  // a writable target; never written, as the call is refused
+const void* misaligned(const void* ptr, int bytes) { return static_cast<const char*>(ptr) + bytes; }
+
+struct ArgsRule {
+  const char* name;
+  Base base;
+  void (*mutate)(RunArgs&);
+  const char* arg;
+  std::vector<std::string> parts;  // expected and given, where the message has them
+};
+
+const ArgsRule kArgsRules[] = {
+    {"batch_0",
+     Base::kDense,
+     [](RunArgs& a) { a.batch = 0; },
+     "batch",
+     {"expected 1..2", "given 0"}},
+    {"batch_over_max",
+     Base::kDense,
+     [](RunArgs& a) { a.batch = 3; },
+     "batch",
+     {"expected 1..2", "given 3"}},
+    {"q_null",
+     Base::kDense,
+     [](RunArgs& a) { a.q = nullptr; },
+     "q:",
+     {"a non-null pointer", "given nullptr"}},
+    {"q_misaligned",
+     Base::kDense,
+     [](RunArgs& a) { a.q = misaligned(a.q, 2); },
+     "q:",
+     {"aligned to 16 bytes", "given 0x"}},
+    {"kv_cache_null",
+     Base::kDense,
+     [](RunArgs& a) { a.kv_cache = nullptr; },
+     "kv_cache",
+     {"a non-null pointer", "given nullptr"}},
+    {"kv_cache_misaligned",
+     Base::kDense,
+     [](RunArgs& a) { a.kv_cache = misaligned(a.kv_cache, 8); },
+     "kv_cache",
+     {"aligned to 16 bytes"}},
+    {"out_null",
+     Base::kDense,
+     [](RunArgs& a) { a.out = nullptr; },
+     "out:",
+     {"a non-null pointer", "given nullptr"}},
+    {"out_misaligned",
+     Base::kDense,
+     [](RunArgs& a) { a.out = const_cast<void*>(misaligned(a.out, 2)); },
+     "out:",
+     {"aligned to 16 bytes"}},
+    {"num_pages_0",
+     Base::kDense,
+     [](RunArgs& a) { a.num_pages = 0; },
+     "num_pages",
+     {"expected 1..", "given 0"}},
+    {"block_table_null",
+     Base::kDense,
+     [](RunArgs& a) { a.block_table = nullptr; },
+     "block_table",
+     {"a non-null pointer", "given nullptr"}},
+    {"block_table_misaligned",
+     Base::kDense,
+     [](RunArgs& a) { a.block_table = static_cast<const int32_t*>(misaligned(a.block_table, 2)); },
+     "block_table",
+     {"aligned to 4 bytes"}},
+    {"seq_lens_null",
+     Base::kDense,
+     [](RunArgs& a) { a.seq_lens = nullptr; },
+     "seq_lens",
+     {"a non-null pointer", "given nullptr"}},
+    {"seq_lens_misaligned",
+     Base::kDense,
+     [](RunArgs& a) { a.seq_lens = static_cast<const int32_t*>(misaligned(a.seq_lens, 1)); },
+     "seq_lens",
+     {"aligned to 4 bytes"}},
+    {"block_table_stride_0",
+     Base::kDense,
+     [](RunArgs& a) { a.block_table_stride = 0; },
+     "block_table_stride",
+     {"expected 1..", "given 0"}},
+    {"indices_for_dense",
+     Base::kDense,
+     [](RunArgs& a) { a.indices = kInts; },
+     "indices",
+     {"nullptr because the problem is dense", "given a pointer"}},
+    {"topk_lens_for_dense",
+     Base::kDense,
+     [](RunArgs& a) { a.topk_lens = kInts; },
+     "topk_lens",
+     {"nullptr because the problem is dense", "given a pointer"}},
+    {"sparse_without_indices",
+     Base::kSparse,
+     [](RunArgs& a) { a.indices = nullptr; },
+     "indices",
+     {"[b, s_q, 8] int32", "given nullptr"}},
+    {"sparse_indices_misaligned",
+     Base::kSparse,
+     [](RunArgs& a) { a.indices = static_cast<const int32_t*>(misaligned(a.indices, 2)); },
+     "indices",
+     {"aligned to 4 bytes"}},
+    {"sparse_topk_lens_misaligned",
+     Base::kSparse,
+     [](RunArgs& a) { a.topk_lens = static_cast<const int32_t*>(misaligned(a.topk_lens, 2)); },
+     "topk_lens",
+     {"aligned to 4 bytes"}},
+    {"sinks_missing",
+     Base::kSinksLse,
+     [](RunArgs& a) { a.sinks = nullptr; },
+     "sinks",
+     {"a non-null pointer", "given nullptr"}},
+    {"sinks_misaligned",
+     Base::kSinksLse,
+     [](RunArgs& a) { a.sinks = static_cast<const float*>(misaligned(a.sinks, 2)); },
+     "sinks",
+     {"aligned to 4 bytes"}},
+    {"sinks_without_has_sinks",
+     Base::kDense,
+     [](RunArgs& a) { a.sinks = &kScale; },
+     "sinks",
+     {"Problem::has_sinks is false", "given a pointer"}},
+    {"lse_missing",
+     Base::kSinksLse,
+     [](RunArgs& a) { a.lse = nullptr; },
+     "lse",
+     {"a non-null pointer", "given nullptr"}},
+    {"lse_without_return_lse",
+     Base::kDense,
+     [](RunArgs& a) { a.lse = g_floats; },
+     "lse",
+     {"Problem::return_lse is false", "given a pointer"}},
+    {"softmax_scale_0",
+     Base::kDense,
+     [](RunArgs& a) { a.softmax_scale = 0; },
+     "softmax_scale",
+     {"a finite value > 0", "given 0"}},
+    {"softmax_scale_negative",
+     Base::kDense,
+     [](RunArgs& a) { a.softmax_scale = -0.5f; },
+     "softmax_scale",
+     {"a finite value > 0", "given -0.5"}},
+    {"softmax_scale_nan",
+     Base::kDense,
+     [](RunArgs& a) { a.softmax_scale = kNaN; },
+     "softmax_scale",
+     {"a finite value > 0", "given nan"}},
+    {"softmax_scale_inf",
+     Base::kDense,
+     [](RunArgs& a) { a.softmax_scale = kInf; },
+     "softmax_scale",
+     {"a finite value > 0", "given inf"}},
+    {"fp8_q_without_q_scale",
+     Base::kFp8Q,
+     [](RunArgs& a) { a.q_scale = kNaN; },
+     "q_scale",
+     {"a scale (host value or pointer) for an fp8 q", "given none"}},
+    {"q_scale_host_and_pointer",
+     Base::kFp8Q,
+     [](RunArgs& a) { a.q_scale_ptr = &kScale; },
+     "q_scale",
+     {"either a host value or a pointer, not both", "given both"}},
+    {"q_scale_ptr_misaligned",
+     Base::kFp8Q,
+     [](RunArgs& a) {
+       a.q_scale = kNaN;
+       a.q_scale_ptr = static_cast<const float*>(misaligned(&kScale, 1));
+     },
+     "q_scale_ptr",
+     {"aligned to 4 bytes"}},
+    {"q_scale_0",
+     Base::kFp8Q,
+     [](RunArgs& a) { a.q_scale = 0; },
+     "q_scale",
+     {"a finite value > 0", "given 0"}},
+    {"q_scale_inf",
+     Base::kFp8Q,
+     [](RunArgs& a) { a.q_scale = kInf; },
+     "q_scale",
+     {"a finite value > 0", "given inf"}},
+    {"q_scale_for_bf16_q",
+     Base::kDense,
+     [](RunArgs& a) { a.q_scale = 1; },
+     "q_scale",
+     {"none for a bf16 q", "given a scale"}},
+    {"q_scale_ptr_for_bf16_q",
+     Base::kFp8,
+     [](RunArgs& a) { a.q_scale_ptr = &kScale; },
+     "q_scale",
+     {"none for a bf16 q", "given a scale"}},
+    {"fp8_kv_without_k_scale",
+     Base::kFp8,
+     [](RunArgs& a) { a.k_scale = kNaN; },
+     "k_scale",
+     {"a scale (host value or pointer) for an fp8 cache", "given none"}},
+    {"k_scale_host_and_pointer",
+     Base::kFp8,
+     [](RunArgs& a) { a.k_scale_ptr = &kScale; },
+     "k_scale",
+     {"either a host value or a pointer, not both", "given both"}},
+    {"k_scale_negative",
+     Base::kFp8,
+     [](RunArgs& a) { a.k_scale = -1; },
+     "k_scale",
+     {"a finite value > 0", "given -1"}},
+    {"k_scale_for_bf16_kv",
+     Base::kDense,
+     [](RunArgs& a) { a.k_scale = 1; },
+     "k_scale",
+     {"none for a bf16 cache", "given a scale"}},
+    {"k_scale_ptr_for_bf16_kv",
+     Base::kDense,
+     [](RunArgs& a) { a.k_scale_ptr = &kScale; },
+     "k_scale",
+     {"none for a bf16 cache", "given a scale"}},
+    {"blockwise_k_scale_0",
+     Base::kBlockwise,
+     [](RunArgs& a) { a.k_scale = 0; },
+     "k_scale",
+     {"a finite value > 0", "given 0"}},
+    {"blockwise_k_scale_host_and_pointer",
+     Base::kBlockwise,
+     [](RunArgs& a) {
+       a.k_scale = 1;
+       a.k_scale_ptr = &kScale;
+     },
+     "k_scale",
+     {"either a host value or a pointer, not both"}},
+};
+
+void PrintTo(const ArgsRule& rule, std::ostream* os) { *os << rule.name; }
+
+class ArgsRuleTest : public ::testing::TestWithParam<ArgsRule> {};
+
+TEST_P(ArgsRuleTest, RefusedNamingTheArgument) {
+  const ArgsRule& rule = GetParam();
+  ValidCall call(rule.base);
+  const Problem& p = call.in.problem;
+  ASSERT_TRUE(mlakit::validate_args(p, call.args, 0, nullptr, 0).ok()) << "the base call is valid";
+  rule.mutate(call.args);
+  const Status st = mlakit::validate_args(p, call.args, 0, nullptr, 0);
+  EXPECT_TRUE(is_error(st, StatusCode::kInvalidArgument, rule.arg));
+  for (const std::string& part : rule.parts) {
+    EXPECT_NE(st.message().find(part), std::string::npos)
+        << "message \"" << st.message() << "\" should contain \"" << part << "\"";
+  }
+  // Decoder::run checks the same before anything is read.
+  if (st.ok()) return;  // already failed above; running could read what the rule let through
+  std::unique_ptr<Decoder> decoder;
+  ASSERT_TRUE(Decoder::create(p, {.backend = "cpu"}, &decoder).ok());
+  const Status run = decoder->run(call.args, nullptr, 0, nullptr);
+  EXPECT_EQ(run.code(), st.code());
+  EXPECT_EQ(run.message(), st.message());
+}
+
+INSTANTIATE_TEST_SUITE_P(Validate, ArgsRuleTest, ::testing::ValuesIn(kArgsRules),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Optional arguments, scales by pointer, and each base call go through.
+TEST(ValidateArgs, AcceptsValidCalls) {
+  for (const Base base :
+       {Base::kDense, Base::kSinksLse, Base::kSparse, Base::kFp8, Base::kFp8Q, Base::kBlockwise}) {
+    ValidCall call(base);
+    const Problem& p = call.in.problem;
+    std::unique_ptr<Decoder> decoder;
+    ASSERT_TRUE(Decoder::create(p, {.backend = "cpu"}, &decoder).ok());
+    EXPECT_TRUE(decoder->run(call.args, nullptr, 0, nullptr).ok()) << mlakit::describe(p);
+    if (p.q_dtype == DType::kFP8E4M3) call.args.q_scale = kNaN, call.args.q_scale_ptr = &kScale;
+    if (p.kv_dtype == DType::kFP8E4M3) call.args.k_scale = kNaN, call.args.k_scale_ptr = &kScale;
+    EXPECT_TRUE(decoder->run(call.args, nullptr, 0, nullptr).ok()) << "scales by pointer";
+  }
+  ValidCall blockwise(Base::kBlockwise);  // an optional k_scale on top of the group scales
+  blockwise.args.k_scale = 0.5f;
+  EXPECT_TRUE(mlakit::validate_args(blockwise.in.problem, blockwise.args, 0, nullptr, 0).ok());
+  ValidCall sparse(Base::kSparse);  // topk_lens is optional
+  sparse.args.topk_lens = nullptr;
+  EXPECT_TRUE(mlakit::validate_args(sparse.in.problem, sparse.args, 0, nullptr, 0).ok());
+}
+
+// The workspace rules, with a workspace that the cpu backend never needs: called directly.
+TEST(ValidateArgs, WorkspaceTooSmall) {
+  ValidCall call(Base::kDense);
+  alignas(256) static uint8_t workspace[2048];
+  EXPECT_TRUE(is_error(mlakit::validate_args(call.in.problem, call.args, 1024, workspace, 512),
+                       StatusCode::kInvalidArgument, "workspace_size",
+                       {"expected at least 1024 bytes", "given 512"}));
+  EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 1024, workspace, 1024).ok());
+}
+
+TEST(ValidateArgs, WorkspaceNullOrMisaligned) {
+  ValidCall call(Base::kDense);
+  alignas(256) static uint8_t workspace[2048];
+  EXPECT_TRUE(is_error(mlakit::validate_args(call.in.problem, call.args, 1024, nullptr, 1024),
+                       StatusCode::kInvalidArgument, "workspace", {"given nullptr"}));
+  EXPECT_TRUE(
+      is_error(mlakit::validate_args(call.in.problem, call.args, 1024, workspace + 64, 1024),
+               StatusCode::kInvalidArgument, "workspace", {"aligned to 256 bytes"}));
+  // No workspace needed: none has to be given.
+  EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 0, nullptr, 0).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoder::create and can_run
+// ---------------------------------------------------------------------------------------------
+
+TEST(DecoderCreate, UnknownBackend) {
+  std::unique_ptr<Decoder> decoder;
+  EXPECT_TRUE(is_error(Decoder::create(valid_problem(), {.backend = "nope"}, &decoder),
+                       StatusCode::kInvalidArgument, "backend", {"cpu", "given nope"}));
+  EXPECT_EQ(decoder, nullptr);
+}
+
+TEST(DecoderCreate, UnknownTactic) {
+  std::unique_ptr<Decoder> decoder;
+  EXPECT_TRUE(is_error(Decoder::create(valid_problem(), {.backend = "cpu", .tactic = 5}, &decoder),
+                       StatusCode::kInvalidArgument, "tactic",
+                       {"0 (reference)", "backend cpu", "given 5"}));
+  EXPECT_EQ(decoder, nullptr);
+  ASSERT_TRUE(Decoder::create(valid_problem(), {.backend = "cpu", .tactic = 0}, &decoder).ok());
+  EXPECT_EQ(decoder->backend_name(), "cpu");
+  EXPECT_EQ(decoder->tactic(), 0);
+  EXPECT_EQ(decoder->workspace_bytes(), 0u);
+  EXPECT_FALSE(decoder->device_memory());
+}
+
+TEST(DecoderCreate, NullDecoderPointer) {
+  EXPECT_TRUE(is_error(Decoder::create(valid_problem(), {.backend = "cpu"}, nullptr),
+                       StatusCode::kInvalidArgument, "decoder", {"given nullptr"}));
+}
+
+TEST(DecoderCreate, AutoPicksTheCpuBackendWithoutAGpu) {
+  if (mlakit::current_device().present) GTEST_SKIP() << "a GPU is present";
+  std::unique_ptr<Decoder> decoder;
+  const Status st = Decoder::create(valid_problem(), {}, &decoder);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(decoder->backend_name(), "cpu");
+}
+
+TEST(CanRun, UnknownBackend) {
+  EXPECT_TRUE(is_error(mlakit::can_run("nope", valid_problem()), StatusCode::kInvalidArgument,
+                       "backend", {"cpu", "given nope"}));
+}
+
+TEST(CanRun, CpuRunsAnyValidProblem) {
+  Problem p = valid_problem();
+  p.page_size = 48, p.h_q = 128, p.s_q = 16, p.has_sinks = true, p.topk = 2048;
+  EXPECT_TRUE(mlakit::can_run("cpu", p).ok());
+}
+
+}  // namespace
+}  // namespace mlakit_test
