@@ -135,7 +135,9 @@ struct RunArgs {
   int64_t num_pages = 0;                 // pages in kv_cache (bounds for ids and indices)
   const int32_t* block_table = nullptr;  // [b, block_table_stride] page ids (dense mode)
   int64_t block_table_stride = 0;        // elements between rows of block_table
-  const int32_t* seq_lens = nullptr;     // [b] cached lengths, 0 allowed (dense mode)
+  // [b] cached lengths, 0..min(max_seq_len, block_table_stride * page_size) (dense mode). The
+  // cpu backend refuses longer ones; GPU backends cannot check device memory and clamp them.
+  const int32_t* seq_lens = nullptr;
 
   const int32_t* indices = nullptr;    // [b, s_q, topk] page * page_size + offset, -1 = empty
   const int32_t* topk_lens = nullptr;  // [b] optional: only the first topk_lens[i] slots count
@@ -149,7 +151,8 @@ struct RunArgs {
   // fp8 dequantization scales: a host value, or a pointer to one float where the backend runs
   // (so a captured graph can follow a changing scale). NaN host value = not given.
   float q_scale = NAN;  // fp8 q
-  float k_scale = NAN;  // fp8 dense kv (also the v scale); optional for blockwise
+  float k_scale = NAN;  // fp8 dense kv (also the v scale); blockwise: optional, scales the
+                        // 512 fp8 values, not the bf16 RoPE part
   const float* q_scale_ptr = nullptr;
   const float* k_scale_ptr = nullptr;
 };

@@ -433,6 +433,13 @@ TEST(CpuDataChecks, PageIdOutOfRange) {
   EXPECT_TRUE(is_invalid(run_cpu(in).status, "block_table[1, 4]", std::to_string(in.num_pages)));
 }
 
+TEST(CpuDataChecks, SeqLenAboveMaxSeqLen) {
+  // GPU workspaces are sized from max_seq_len: the reference refuses longer sequences.
+  HostInputs in = small_dense(case_seed());
+  in.problem.max_seq_len = 64;  // request 1 holds 70 tokens
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "seq_lens[1]", "70"));
+}
+
 TEST(CpuDataChecks, NegativePageId) {
   HostInputs in = small_dense(case_seed());
   in.block_table[0] = -1;

@@ -113,10 +113,12 @@ Status check_host_data(const Problem& p, const RunArgs& a) {
       continue;
     }
     const int64_t len = a.seq_lens[i];
-    const int64_t max_len = a.block_table_stride * p.page_size;
-    if (len < 0 || len > max_len) {
+    const int64_t table_len = a.block_table_stride * p.page_size;
+    if (len < 0 || len > table_len || len > p.max_seq_len) {
       return invalid_argument(str_cat("seq_lens[", i, "]"),
-                              str_cat("0..", max_len, " (block_table_stride * page_size)"), len);
+                              str_cat("0..", std::min<int64_t>(table_len, p.max_seq_len),
+                                      " (min of block_table_stride * page_size and max_seq_len)"),
+                              len);
     }
     const int32_t* pages = a.block_table + i * a.block_table_stride;
     for (int64_t page = 0; page * p.page_size < len; ++page) {
