@@ -1,6 +1,7 @@
 // mlakit bench: runs problems on one or more backends, checks each result against the cpu
 // reference, and prints time, TB/s, TFLOP/s and the share of the roofline.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -43,11 +44,21 @@ struct Row {
 Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
                  const harness::HostInputs& in, std::optional<Reference>* ref,
                  const DeviceInfo& device, Row* row) {
+  // "name" or "name:tactic"
+  const size_t colon = backend.find(':');
+  const std::string name = backend.substr(0, colon);
+  int tactic = f.tactic;
+  if (colon != std::string::npos) {
+    char* end = nullptr;
+    tactic = static_cast<int>(std::strtol(backend.c_str() + colon + 1, &end, 10));
+    if (end == backend.c_str() + colon + 1 || *end != '\0') {
+      return invalid_argument("--backend", "name or name:tactic (e.g. sm80:1)", backend);
+    }
+  }
   std::unique_ptr<Decoder> decoder;
   MLAKIT_RETURN_IF_ERROR(Decoder::create(
-      c.problem, {.backend = backend, .tactic = f.tactic, .tune_cache_path = f.tune_cache},
-      &decoder));
-  row->backend = str_cat(backend == "auto" ? "auto>" : "", decoder->backend_name(c.batch));
+      c.problem, {.backend = name, .tactic = tactic, .tune_cache_path = f.tune_cache}, &decoder));
+  row->backend = str_cat(name == "auto" ? "auto>" : "", decoder->backend_name(c.batch));
   row->tactic = decoder->tactic(c.batch);
   const Problem& p = c.problem;
   std::vector<uint8_t> out(in.out_bytes());
@@ -121,7 +132,15 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
   if (peaks.read_bytes_per_s > 0 && s > 0) {
     roof = std::max(r.work.bytes / peaks.read_bytes_per_s, r.work.flops / peaks.flops_per_s) / s;
   }
-  const std::string name = str_cat(r.backend, ":", r.tactic);
+  const std::string name = r.timing.median_us > 0 ? str_cat(r.backend, ":", r.tactic) : r.backend;
+  if (r.timing.median_us <= 0) {  // skipped or failed: no figures
+    std::printf("%-12s %4d %4d %5d %7d %3d %5d %10s %7s %8s %6s%s  %s\n", name.c_str(),
+                r.c.problem.h_q, r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0,
+                r.c.problem.page_size, "-", "-", "-", "-",
+                reference.empty() ? "" : "        -       -", r.check.c_str());
+    if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
+    return;
+  }
   std::printf("%-12s %4d %4d %5d %7d %3d %5d %10.1f %7.3g %8.3g %6s", name.c_str(), r.c.problem.h_q,
               r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
               r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
@@ -250,7 +269,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       "s_q 1, page 64, bf16, batch 64, seq_len 4096) on the best available backend");
   static BenchFlags f;
   add_sweep_flags(cmd, &f.sweep);
-  cmd->add_option("--backend", f.backend, "auto, all, or a comma list (cpu, sm80, ...)");
+  cmd->add_option("--backend", f.backend,
+                  "auto, all, or a comma list of name or name:tactic (cpu, sm80, sm80:1, ...)");
   cmd->add_option("--tactic", f.tactic, "backend tactic (-1: its default)");
   cmd->add_option("--replays", f.replays, "timed graph replays (median reported)")
       ->check(CLI::Range(1, 10000));
