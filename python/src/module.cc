@@ -1,0 +1,317 @@
+// The _mlakit extension module: mlakit::Decoder, list_backends and current_device for Python.
+//
+// The public Python API (mlakit/__init__.py, mlakit/_decoder.py) is a thin layer over this: it
+// normalizes dtype names, allocates outputs and workspaces with the caller's framework and finds
+// the caller's stream; everything that checks arrays or runs the library is here, so that the
+// per-call host cost stays small. Library Status codes become Python exceptions: invalid argument
+// -> ValueError, unsupported -> NotImplementedError, CUDA and internal errors -> RuntimeError.
+#include <cuda_runtime_api.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "arrays.h"
+#include "mlakit/mlakit.h"
+
+namespace mlakit::python {
+namespace {
+
+[[noreturn]] void raise_status(const Status& status) {
+  PyObject* type = PyExc_RuntimeError;
+  if (status.code() == StatusCode::kInvalidArgument) type = PyExc_ValueError;
+  if (status.code() == StatusCode::kUnsupported) type = PyExc_NotImplementedError;
+  PyErr_SetString(type, status.message().c_str());
+  throw nb::python_error();
+}
+
+void check_ok(const Status& status) {
+  if (!status.ok()) raise_status(status);
+}
+
+DType parse_dtype(const char* arg, const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp16") return DType::kFP16;
+  if (name == "fp8_e4m3") return DType::kFP8E4M3;
+  if (name == "fp32") return DType::kFP32;
+  throw_value_error(std::string(arg) + ": expected bf16, fp16 or fp8_e4m3, given " + name);
+}
+
+KvLayout parse_layout(const std::string& name) {
+  if (name == "dense") return KvLayout::kDense;
+  if (name == "fp8_blockwise") return KvLayout::kFp8Blockwise;
+  throw_value_error("kv_layout: expected dense or fp8_blockwise, given " + name);
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+    case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kFP32: return "fp32";
+  }
+  return "?";
+}
+
+// An optional argument the problem forbids (None expected) or requires (an array expected).
+void check_presence(const char* name, nb::handle obj, bool wanted, const std::string& because) {
+  if (obj.is_none() == !wanted) return;
+  if (wanted) {
+    throw_type_error(std::string(name) + ": expected an array (" + because + "), given None");
+  }
+  throw_value_error(std::string(name) + ": expected None (" + because + "), given " +
+                    Py_TYPE(obj.ptr())->tp_name);
+}
+
+// Makes the decoder's device current for the duration of a run, and restores the caller's.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (device < 0) return;
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  static void check_cuda(cudaError_t err, const char* call) {
+    if (err == cudaSuccess) return;
+    raise_status(
+        Status(StatusCode::kCudaError, std::string(call) + " failed: " + cudaGetErrorString(err)));
+  }
+  int previous_ = -1;
+};
+
+class PyDecoder {
+ public:
+  PyDecoder(int h_q, int s_q, int page_size, int max_batch, int max_seq_len,
+            const std::string& q_dtype, const std::string& kv_dtype, const std::string& out_dtype,
+            const std::string& kv_layout, bool causal, bool sinks, int topk, bool lse, bool pdl,
+            const std::string& backend, int tactic, const std::string& tune_cache) {
+    problem_ = Problem{.h_q = h_q,
+                       .s_q = s_q,
+                       .page_size = page_size,
+                       .max_batch = max_batch,
+                       .max_seq_len = max_seq_len,
+                       .q_dtype = parse_dtype("q_dtype", q_dtype),
+                       .kv_dtype = parse_dtype("kv_dtype", kv_dtype),
+                       .out_dtype = parse_dtype("out_dtype", out_dtype),
+                       .kv_layout = parse_layout(kv_layout),
+                       .causal = causal,
+                       .has_sinks = sinks,
+                       .topk = topk,
+                       .return_lse = lse,
+                       .enable_pdl = pdl};
+    const DecoderOptions options{
+        .backend = backend, .tactic = tactic, .tune_cache_path = tune_cache};
+    Status status;
+    {
+      nb::gil_scoped_release release;  // creation may synchronize or tune
+      status = Decoder::create(problem_, options, &decoder_);
+    }
+    check_ok(status);
+    placement_ = Placement{.device_memory = decoder_->device_memory(),
+                           .device = -1,
+                           .backend = std::string(decoder_->backend_name())};
+    if (placement_.device_memory) {
+      const DeviceInfo device = current_device();
+      if (!device.present) raise_status(Status(StatusCode::kCudaError, device.error));
+      placement_.device = device.device;
+    }
+  }
+
+  std::string backend() const { return std::string(decoder_->backend_name()); }
+  int tactic() const { return decoder_->tactic(); }
+  size_t workspace_bytes() const { return decoder_->workspace_bytes(); }
+  bool device_memory() const { return placement_.device_memory; }
+  int device() const { return placement_.device; }
+  std::string describe() const { return mlakit::describe(problem_); }
+  const Problem& problem() const { return problem_; }
+
+  void run(nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens,
+           nb::handle out, nb::handle lse, nb::handle sinks, nb::handle indices,
+           nb::handle topk_lens, nb::handle workspace, nb::handle softmax_scale, nb::handle q_scale,
+           nb::handle k_scale, uintptr_t stream) const {
+    const Problem& p = problem_;
+    ArgReader in(placement_);
+    RunArgs args;
+
+    const Array& aq =
+        in.take("q", q, elem_of(p.q_dtype), {-1, p.s_q, p.h_q, kDqk}, "[b, s_q, h_q, 576]");
+    const int64_t b = static_cast<int64_t>(aq.shape(0));
+    args.batch = static_cast<int32_t>(b);
+    args.q = aq.data();
+
+    const bool blockwise = p.kv_layout == KvLayout::kFp8Blockwise;
+    const int64_t d = blockwise ? kBlockwiseBytes : kDqk;
+    const Array& akv = in.take_any_shape(
+        "kv_cache", kv_cache, blockwise ? Elem::kBytes : elem_of(p.kv_dtype),
+        {{-1, p.page_size, d}, {-1, p.page_size, 1, d}, {-1, 1, p.page_size, d}},
+        blockwise ? "[num_pages, page_size, 656 bytes] (or with a 1 before or after page_size)"
+                  : "[num_pages, page_size, 576] (or with a 1 before or after page_size)");
+    args.kv_cache = akv.data();
+    args.num_pages = static_cast<int64_t>(akv.shape(0));
+
+    const std::string topk_why = "the decoder was made with topk=" + std::to_string(p.topk);
+    if (p.sparse()) {
+      check_presence("indices", indices, true, topk_why);
+      args.indices = static_cast<const int32_t*>(
+          in.take("indices", indices, Elem::kInt32, {b, p.s_q, p.topk}, "[b, s_q, topk]").data());
+      if (!topk_lens.is_none()) {
+        args.topk_lens = static_cast<const int32_t*>(
+            in.take("topk_lens", topk_lens, Elem::kInt32, {b}, "[b]").data());
+      }
+    } else {
+      check_presence("indices", indices, false, topk_why);
+      check_presence("topk_lens", topk_lens, false, topk_why);
+      const Array& table = in.take_block_table(block_table, b);
+      args.block_table = static_cast<const int32_t*>(table.data());
+      args.block_table_stride = b == 1 ? static_cast<int64_t>(table.shape(1)) : table.stride(0);
+      args.seq_lens = static_cast<const int32_t*>(
+          in.take("seq_lens", seq_lens, Elem::kInt32, {b}, "[b]").data());
+    }
+
+    check_presence(
+        "sinks", sinks, p.has_sinks,
+        std::string("the decoder was made with sinks=") + (p.has_sinks ? "True" : "False"));
+    if (p.has_sinks) {
+      args.sinks =
+          static_cast<const float*>(in.take("sinks", sinks, Elem::kFP32, {p.h_q}, "[h_q]").data());
+    }
+    args.out = const_cast<void*>(
+        in.take("out", out, elem_of(p.out_dtype), {b, p.s_q, p.h_q, kDv}, "[b, s_q, h_q, 512]")
+            .data());
+    check_presence(
+        "lse", lse, p.return_lse,
+        std::string("the decoder was made with lse=") + (p.return_lse ? "True" : "False"));
+    if (p.return_lse) {
+      args.lse = static_cast<float*>(const_cast<void*>(
+          in.take("lse", lse, Elem::kFP32, {b, p.s_q, p.h_q}, "[b, s_q, h_q]").data()));
+    }
+
+    if (!softmax_scale.is_none()) {
+      args.softmax_scale = nb::cast<float>(softmax_scale);
+    }
+    in.take_scale("q_scale", q_scale, &args.q_scale, &args.q_scale_ptr);
+    in.take_scale("k_scale", k_scale, &args.k_scale, &args.k_scale_ptr);
+
+    const size_t need = decoder_->workspace_bytes();
+    void* ws = nullptr;
+    size_t ws_size = 0;
+    if (!workspace.is_none()) {
+      const Array& aw = in.take_workspace(workspace, need);
+      ws = const_cast<void*>(aw.data());
+      ws_size = aw.nbytes();
+    } else if (need > 0) {
+      throw_type_error("workspace: expected an array of at least " + std::to_string(need) +
+                       " bytes (Decoder.workspace_bytes), given None");
+    }
+
+    DeviceGuard guard(placement_.device);
+    Status status;
+    {
+      nb::gil_scoped_release release;  // the cpu backend computes here; others only launch
+      status = decoder_->run(args, ws, ws_size, reinterpret_cast<Stream>(stream));
+    }
+    check_ok(status);
+  }
+
+ private:
+  Problem problem_;
+  Placement placement_;
+  std::unique_ptr<Decoder> decoder_;
+};
+
+nb::dict device_dict(const DeviceInfo& d) {
+  nb::dict r;
+  r["present"] = d.present;
+  r["device"] = d.device;
+  r["name"] = d.name;
+  r["sm"] = std::to_string(d.sm_major) + std::to_string(d.sm_minor);
+  r["sm_count"] = d.sm_count;
+  r["global_mem_bytes"] = d.global_mem_bytes;
+  r["l2_bytes"] = d.l2_bytes;
+  r["error"] = d.error;
+  return r;
+}
+
+nb::list backend_list() {
+  nb::list r;
+  for (const BackendInfo& b : list_backends()) {
+    nb::dict e;
+    e["name"] = b.name;
+    e["summary"] = b.summary;
+    e["supports"] = b.supports;
+    e["available"] = b.available;
+    e["unavailable_reason"] = b.unavailable_reason;
+    e["device_memory"] = b.device_memory;
+    r.append(e);
+  }
+  return r;
+}
+
+nb::dict problem_dict(const Problem& p) {
+  nb::dict r;
+  r["h_q"] = p.h_q;
+  r["s_q"] = p.s_q;
+  r["page_size"] = p.page_size;
+  r["max_batch"] = p.max_batch;
+  r["max_seq_len"] = p.max_seq_len;
+  r["q_dtype"] = dtype_name(p.q_dtype);
+  r["kv_dtype"] = dtype_name(p.kv_dtype);
+  r["out_dtype"] = dtype_name(p.out_dtype);
+  r["kv_layout"] = p.kv_layout == KvLayout::kDense ? "dense" : "fp8_blockwise";
+  r["causal"] = p.causal;
+  r["sinks"] = p.has_sinks;
+  r["topk"] = p.topk;
+  r["lse"] = p.return_lse;
+  r["pdl"] = p.enable_pdl;
+  return r;
+}
+
+}  // namespace
+}  // namespace mlakit::python
+
+NB_MODULE(_mlakit, m) {
+  using namespace mlakit::python;
+  namespace nb = nanobind;
+  m.doc() = "mlakit C++ bindings (private: use the mlakit package)";
+  m.attr("__version__") = std::string(mlakit::version());
+
+  m.def("current_device", []() { return device_dict(mlakit::current_device()); });
+  m.def("list_backends", &backend_list);
+  // Raises the exception a library Status of this code maps to (for the tests of that mapping).
+  m.def("_raise_status", [](int code, const std::string& message) {
+    const mlakit::Status status(static_cast<mlakit::StatusCode>(code), message);
+    if (!status.ok()) raise_status(status);
+  });
+
+  nb::class_<PyDecoder>(m, "Decoder")
+      .def(nb::init<int, int, int, int, int, const std::string&, const std::string&,
+                    const std::string&, const std::string&, bool, bool, int, bool, bool,
+                    const std::string&, int, const std::string&>(),
+           nb::arg("h_q"), nb::arg("s_q"), nb::arg("page_size"), nb::arg("max_batch"),
+           nb::arg("max_seq_len"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("out_dtype"),
+           nb::arg("kv_layout"), nb::arg("causal"), nb::arg("sinks"), nb::arg("topk"),
+           nb::arg("lse"), nb::arg("pdl"), nb::arg("backend"), nb::arg("tactic"),
+           nb::arg("tune_cache"))
+      .def_prop_ro("backend", &PyDecoder::backend)
+      .def_prop_ro("tactic", &PyDecoder::tactic)
+      .def_prop_ro("workspace_bytes", &PyDecoder::workspace_bytes)
+      .def_prop_ro("device_memory", &PyDecoder::device_memory)
+      .def_prop_ro("device", &PyDecoder::device)
+      .def_prop_ro("problem", [](const PyDecoder& d) { return problem_dict(d.problem()); })
+      .def("describe", &PyDecoder::describe)
+      .def("run", &PyDecoder::run, nb::arg("q").none(), nb::arg("kv_cache").none(),
+           nb::arg("block_table").none(), nb::arg("seq_lens").none(), nb::arg("out").none(),
+           nb::arg("lse").none(), nb::arg("sinks").none(), nb::arg("indices").none(),
+           nb::arg("topk_lens").none(), nb::arg("workspace").none(),
+           nb::arg("softmax_scale").none(), nb::arg("q_scale").none(), nb::arg("k_scale").none(),
+           nb::arg("stream"));
+}
