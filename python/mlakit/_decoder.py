@@ -1,0 +1,294 @@
+"""mlakit.Decoder: the C++ Decoder for arrays of any framework."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple, Union
+
+from . import _arrays
+from ._mlakit import Decoder as _CppDecoder
+
+ScaleArg = Union[None, float, Any]
+
+_DTYPE_ALIASES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+    "float8_e4m3fn": "fp8_e4m3",
+    "fp32": "fp32",
+    "float32": "fp32",
+}
+
+_LAYOUT_ALIASES = {
+    "dense": "dense",
+    "fp8_blockwise": "fp8_blockwise",
+    "blockwise": "fp8_blockwise",
+}
+
+# The element kind of each array argument, for arrays passed as bits (see _arrays.export).
+_BYTES = "bytes"
+
+_CUDA_MEMORY = (2, 13)  # DLPack kDLCUDA, kDLCUDAManaged
+
+
+def dtype_name(arg: str, dtype: Any) -> str:
+    """Canonical dtype name ("bf16", "fp16", "fp8_e4m3", "fp32") of a string or a dtype object.
+
+    Accepts "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp8"/"fp8_e4m3"/"float8_e4m3fn" and
+    torch, NumPy or ml_dtypes dtypes of those types.
+    """
+    if isinstance(dtype, str):
+        key = dtype
+    elif type(dtype).__module__.startswith("torch"):
+        key = str(dtype)
+    else:
+        try:
+            import numpy
+
+            key = numpy.dtype(dtype).name
+        except (ImportError, TypeError):
+            key = str(dtype)
+    key = key.lower()
+    if key.startswith("torch."):
+        key = key[len("torch.") :]
+    name = _DTYPE_ALIASES.get(key)
+    if name is None:
+        raise ValueError(f"{arg}: expected bf16, fp16 or fp8_e4m3, given {dtype}")
+    return name
+
+
+def _default_out_dtype(q_dtype: str, kv_dtype: str) -> str:
+    # A 16-bit cache writes its own dtype; an fp8 cache writes q's 16-bit dtype, or bf16.
+    if kv_dtype in ("bf16", "fp16"):
+        return kv_dtype
+    return q_dtype if q_dtype in ("bf16", "fp16") else "bf16"
+
+
+class Decoder:
+    """MLA decode for one problem shape, over a paged KV cache.
+
+    Describes the static facts of the problem, validates them, picks a backend and sizes its
+    workspace (see ``include/mlakit/mlakit.h``). ``run`` then computes, for a batch of requests,
+    the attention of their newest ``s_q`` query tokens against their cached tokens.
+
+    Arguments (all keyword):
+        h_q: query heads, 1..128 (one KV head).
+        s_q: query tokens per request, 1..16 (> 1: MTP / speculative decoding).
+        page_size: tokens per KV page.
+        max_batch: the largest batch any run will pass.
+        max_seq_len: the longest cached length any run will pass (sizes the split-KV workspace).
+        q_dtype: "bf16", "fp16" or "fp8_e4m3" (or a torch / NumPy dtype of those).
+        kv_dtype: the cache's dtype; None: ``q_dtype``.
+        out_dtype: "bf16" or "fp16"; None: the cache's dtype if 16-bit, else q's, else bf16.
+        kv_layout: "dense" ([num_pages, page_size, 576]) or "fp8_blockwise" (656 bytes per
+            token, the DeepSeek V3.2 layout).
+        causal: with ``s_q > 1``, token t sees positions < L - s_q + 1 + t.
+        sinks: runs take per-head sink logits ``sinks`` [h_q] float32.
+        topk: > 0: sparse attention over ``indices`` [b, s_q, topk].
+        lse: runs also return the natural-log LSE [b, s_q, h_q] float32.
+        pdl: launch with programmatic dependent launch.
+        backend: "auto" (the best backend for the problem and the machine) or a backend name
+            (``mlakit.info()["backends"]``).
+        tactic: backend-specific tactic, -1 = the backend's default.
+        tune_cache: autotuner cache file; None: ``MLAKIT_TUNE_CACHE`` or none.
+
+    Raises:
+        ValueError: an argument is invalid. NotImplementedError: no (chosen) backend can run the
+        problem on this machine. RuntimeError: a CUDA error.
+    """
+
+    def __init__(
+        self,
+        *,
+        h_q: int = 128,
+        s_q: int = 1,
+        page_size: int = 64,
+        max_batch: int,
+        max_seq_len: int,
+        q_dtype: Any = "bf16",
+        kv_dtype: Any = None,
+        out_dtype: Any = None,
+        kv_layout: str = "dense",
+        causal: bool = True,
+        sinks: bool = False,
+        topk: int = 0,
+        lse: bool = False,
+        pdl: bool = False,
+        backend: str = "auto",
+        tactic: int = -1,
+        tune_cache: Optional[str] = None,
+    ) -> None:
+        q_name = dtype_name("q_dtype", q_dtype)
+        kv_name = q_name if kv_dtype is None else dtype_name("kv_dtype", kv_dtype)
+        out_name = (
+            _default_out_dtype(q_name, kv_name)
+            if out_dtype is None
+            else dtype_name("out_dtype", out_dtype)
+        )
+        layout = _LAYOUT_ALIASES.get(str(kv_layout).lower())
+        if layout is None:
+            raise ValueError(f"kv_layout: expected dense or fp8_blockwise, given {kv_layout}")
+        self._impl = _CppDecoder(
+            int(h_q), int(s_q), int(page_size), int(max_batch), int(max_seq_len),
+            q_name, kv_name, out_name, layout, bool(causal), bool(sinks), int(topk),
+            bool(lse), bool(pdl), str(backend), int(tactic), tune_cache or "",
+        )  # fmt: skip
+        self._problem: Dict[str, Any] = self._impl.problem
+        self._shape_out = (int(s_q), int(h_q), 512)
+        self._shape_lse = (int(s_q), int(h_q))
+        self._out_dtype = out_name
+        self._lse = bool(lse)
+        self._q_kind = q_name
+        self._kv_kind = _BYTES if layout == "fp8_blockwise" else kv_name
+        self._workspace_bytes: int = self._impl.workspace_bytes
+        self._device_memory: bool = self._impl.device_memory
+        self._workspaces: Dict[Tuple[str, int, int], Any] = {}
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs this problem ("cpu", "sm80", ...)."""
+        return self._impl.backend
+
+    @property
+    def tactic(self) -> int:
+        """The backend tactic in use."""
+        return self._impl.tactic
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of workspace one run needs (0 for the cpu backend)."""
+        return self._workspace_bytes
+
+    @property
+    def device_memory(self) -> bool:
+        """True when the arrays of ``run`` must be in CUDA memory, False for host memory."""
+        return self._device_memory
+
+    @property
+    def device(self) -> int:
+        """The CUDA device this decoder belongs to (the one current at creation), -1 on host."""
+        return self._impl.device
+
+    @property
+    def problem(self) -> Dict[str, Any]:
+        """The problem as a dict (h_q, s_q, page_size, dtypes, layout, features, limits)."""
+        return dict(self._problem)
+
+    def __repr__(self) -> str:
+        return f"mlakit.Decoder({self._impl.describe()}; backend {self.backend})"
+
+    def _workspace(self, q: Any, stream: int) -> Any:
+        key = (_arrays.framework(q), _arrays.dlpack_device(q)[1], stream)
+        workspace = self._workspaces.get(key)
+        if workspace is None:
+            workspace = _arrays.empty_bytes(q, self._workspace_bytes)
+            self._workspaces[key] = workspace
+        return workspace
+
+    def run(
+        self,
+        q: Any,
+        kv_cache: Any,
+        block_table: Any = None,
+        seq_lens: Any = None,
+        *,
+        out: Any = None,
+        lse: Any = None,
+        softmax_scale: Optional[float] = None,
+        q_scale: ScaleArg = None,
+        k_scale: ScaleArg = None,
+        sinks: Any = None,
+        indices: Any = None,
+        topk_lens: Any = None,
+        workspace: Any = None,
+        stream: Any = None,
+    ) -> Any:
+        """Computes the attention of a batch; returns ``out``, or ``(out, lse)`` with lse=True.
+
+        Arrays come from any framework (NumPy, PyTorch, CuPy, JAX, DLPack) and are used in place,
+        never copied; they must be C-contiguous (``block_table`` rows may be strided) and in the
+        memory the backend reads (``device_memory``: the decoder's CUDA device, else the host).
+
+        Arguments:
+            q: [b, s_q, h_q, 576] of q_dtype (the absorbed query, then its 64 RoPE values).
+            kv_cache: [num_pages, page_size, 576] of kv_dtype (also accepted: [num_pages,
+                page_size, 1, 576] and [num_pages, 1, page_size, 576]); with fp8_blockwise,
+                656 bytes per token (uint8 or float8_e4m3fn).
+            block_table: [b, max_pages] int32 page ids (dense problems; unused when sparse).
+            seq_lens: [b] int32 cached lengths (dense problems; unused when sparse).
+            out: [b, s_q, h_q, 512] of out_dtype, written in place and returned; None: a new
+                array of q's framework (NumPy, PyTorch and CuPy).
+            lse: [b, s_q, h_q] float32 for decoders made with lse=True (None: a new array).
+            softmax_scale: None: 1/sqrt(576).
+            q_scale, k_scale: fp8 dequantization scales: a float, or a one-element float32 array
+                where the backend runs (read at run time, so a captured graph follows it).
+            sinks: [h_q] float32 sink logits (decoders made with sinks=True).
+            indices: [b, s_q, topk] int32 cache slots ``page * page_size + offset``, -1 = empty
+                (sparse decoders).
+            topk_lens: optional [b] int32: only the first topk_lens[i] slots count (sparse).
+            workspace: at least ``workspace_bytes`` bytes, 256-byte aligned; None: one kept by
+                this decoder per (framework, device, stream), allocated on first use (PyTorch:
+                from the caching allocator, so CUDA graph capture works).
+            stream: None: the current stream of q's framework (PyTorch, CuPy), else the legacy
+                default stream; or an int handle, a torch.cuda.Stream, a CuPy stream.
+
+        Raises:
+            TypeError: an argument is not an array, or has the wrong dtype.
+            ValueError: a wrong shape, device, layout or value (library checks included).
+            NotImplementedError: the backend does not support what was asked.
+            RuntimeError: a CUDA error.
+        """
+        shape: Any = getattr(q, "shape", None)
+        batched = shape is not None and len(shape) == 4
+        if out is None:
+            if batched:
+                out = _arrays.empty(q, (int(shape[0]),) + self._shape_out, self._out_dtype, "out")
+        else:
+            _arrays.check_writable("out", out)
+        if self._lse:
+            if lse is None:
+                if batched:
+                    lse = _arrays.empty(q, (int(shape[0]),) + self._shape_lse, "fp32", "lse")
+            else:
+                _arrays.check_writable("lse", lse)
+
+        handle = _arrays.stream_handle(stream)
+        if self._device_memory and batched and _arrays.dlpack_device(q)[0] in _CUDA_MEMORY:
+            if stream is None:
+                handle = _arrays.current_stream(q)
+            if workspace is None and self._workspace_bytes > 0:
+                workspace = self._workspace(q, handle)
+        if workspace is not None:
+            _arrays.check_writable("workspace", workspace)
+
+        export = _arrays.export
+        self._impl.run(
+            export("q", q, self._q_kind),
+            export("kv_cache", kv_cache, self._kv_kind),
+            export("block_table", block_table),
+            export("seq_lens", seq_lens),
+            export("out", out, self._out_dtype),
+            export("lse", lse),
+            export("sinks", sinks),
+            export("indices", indices),
+            export("topk_lens", topk_lens),
+            export("workspace", workspace, _BYTES),
+            None if softmax_scale is None else float(softmax_scale),
+            _scale("q_scale", q_scale),
+            _scale("k_scale", k_scale),
+            handle,
+        )
+        return (out, lse) if self._lse else out
+
+
+def _scale(name: str, value: ScaleArg) -> Any:
+    """A host float stays a float (NumPy scalars become one); an array is exported."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if _arrays.framework(value) == "numpy" and type(value).__name__ != "ndarray":
+        return float(value)
+    return _arrays.export(name, value)

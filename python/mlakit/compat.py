@@ -1,0 +1,347 @@
+"""Drop-in replacements for the MLA decode calls of FlashMLA and FlashInfer.
+
+Switching is a change of import::
+
+    from mlakit.compat import flash_mla_with_kvcache, get_mla_metadata
+    from mlakit.compat import trtllm_batch_decode_with_kv_cache_mla
+
+The signatures and return values follow the originals (FlashMLA's ``flash_mla_interface.py`` and
+FlashInfer's ``flashinfer.mla``); arguments whose feature mlakit does not have raise
+NotImplementedError naming the argument. PyTorch tensors go through the ``mlakit::decode`` custom
+op (torch.compile and CUDA graphs work); other arrays through a cached ``mlakit.Decoder``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, List, Optional, Tuple, Union
+
+from . import _arrays, _cache
+from ._decoder import dtype_name
+
+__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "trtllm_batch_decode_with_kv_cache_mla"]
+
+
+def _not_supported(name: str, what: str) -> NotImplementedError:
+    return NotImplementedError(f"{name}: {what} is not supported by mlakit")
+
+
+def _numel(x: Any) -> int:
+    numel = getattr(x, "numel", None)
+    if callable(numel):  # torch
+        return int(numel())
+    count = 1
+    for size in x.shape:
+        count *= int(size)
+    return count
+
+
+def _array_dtype(name: str, x: Any) -> str:
+    dtype = getattr(x, "dtype", None)
+    text = str(dtype)
+    if text in ("uint8", "torch.uint8"):
+        return "fp8_e4m3"
+    try:
+        return dtype_name(name, dtype)
+    except ValueError:
+        raise TypeError(
+            f"{name}: expected dtype bfloat16, float16 or float8_e4m3fn, given {dtype}"
+        ) from None
+
+
+def _decode(
+    q: Any,
+    kv_cache: Any,
+    block_table: Any,
+    seq_lens: Any,
+    *,
+    out: Any = None,
+    return_lse: bool,
+    softmax_scale: float,
+    causal: bool,
+    q_scale: Any = None,
+    k_scale: Any = None,
+    sinks: Any = None,
+    indices: Any = None,
+    topk_lens: Any = None,
+    max_seq_len: Optional[int] = None,
+    pdl: bool = False,
+    backend: str = "auto",
+) -> Tuple[Any, Any]:
+    """One decode through mlakit.torch (torch tensors) or a cached Decoder; returns (out, lse)."""
+    if _arrays.framework(q) == "torch":
+        from . import torch as mlakit_torch
+
+        result = mlakit_torch.decode(
+            q, kv_cache, block_table, seq_lens, out=out, return_lse=return_lse,
+            softmax_scale=softmax_scale, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
+            indices=indices, topk_lens=topk_lens, causal=causal, max_seq_len=max_seq_len,
+            pdl=pdl, backend=backend,
+        )  # fmt: skip
+        return result if return_lse else (result, None)
+
+    shape = q.shape
+    kv_shape = kv_cache.shape
+    blockwise = kv_shape[-1] == 656
+    page_size = int(kv_shape[2] if len(kv_shape) == 4 and kv_shape[1] == 1 else kv_shape[1])
+    topk = int(indices.shape[-1]) if indices is not None else 0
+    if max_seq_len is None:
+        max_seq_len = topk if topk > 0 else int(block_table.shape[-1]) * page_size
+    q_dtype = _array_dtype("q", q)
+    kv_dtype = "fp8_e4m3" if blockwise else _array_dtype("kv_cache", kv_cache)
+    host = _arrays.dlpack_device(q)[0] in (1, 3)  # kDLCPU, kDLCUDAHost
+    decoder = _cache.decoder_for(
+        ("dlpack",) + _arrays.dlpack_device(q),
+        int(shape[0]),
+        int(max_seq_len),
+        h_q=int(shape[2]),
+        s_q=int(shape[1]),
+        page_size=page_size,
+        q_dtype=q_dtype,
+        kv_dtype=kv_dtype,
+        out_dtype=_array_dtype("out", out) if out is not None else None,
+        kv_layout="fp8_blockwise" if blockwise else "dense",
+        causal=causal,
+        sinks=sinks is not None,
+        topk=topk,
+        lse=return_lse,
+        pdl=pdl,
+        backend="cpu" if host and backend == "auto" else backend,
+    )
+    result = decoder.run(
+        q, kv_cache, block_table, seq_lens, out=out, softmax_scale=softmax_scale,
+        q_scale=q_scale, k_scale=k_scale, sinks=sinks, indices=indices, topk_lens=topk_lens,
+    )  # fmt: skip
+    return result if return_lse else (result, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashMLA
+# ---------------------------------------------------------------------------------------------
+
+
+def get_mla_metadata(
+    cache_seqlens: Any,
+    num_q_tokens_per_head_k: Optional[int] = None,
+    num_heads_k: int = 1,
+    num_heads_q: Optional[int] = None,
+    is_fp8_kvcache: bool = False,
+    topk: Optional[int] = None,
+    **kwargs: Any,
+) -> Tuple[Any, Any]:
+    """FlashMLA's ``get_mla_metadata``: placeholders of FlashMLA's shapes, ignored by mlakit.
+
+    mlakit computes its split-KV partition on the device inside each decode, so there is nothing
+    to prepare; this returns zero-filled ``tile_scheduler_metadata`` [num_sm_parts, 8] int32 and
+    ``num_splits`` [batch_size + 1] int32 on ``cache_seqlens``' device, so that code storing or
+    copying them (e.g. into CUDA-graph buffers) keeps working. The older keyword
+    ``num_heads_per_head_k`` is accepted for ``num_q_tokens_per_head_k``.
+
+    Returns:
+        (tile_scheduler_metadata, num_splits)
+    """
+    if num_q_tokens_per_head_k is None:
+        num_q_tokens_per_head_k = kwargs.pop("num_heads_per_head_k", None)
+    if kwargs:
+        raise TypeError(f"get_mla_metadata() got unexpected keyword arguments {sorted(kwargs)}")
+    if num_q_tokens_per_head_k is None:
+        raise TypeError("get_mla_metadata() missing argument 'num_q_tokens_per_head_k'")
+    batch = int(cache_seqlens.shape[0])
+    sm_count = 1
+    kind = _arrays.framework(cache_seqlens)
+    if kind == "torch" and cache_seqlens.is_cuda:
+        torch = sys.modules["torch"]
+        sm_count = torch.cuda.get_device_properties(cache_seqlens.device).multi_processor_count
+    # FlashMLA's split: SMs per KV head and per 64-row block of query heads.
+    blocks_m = max(1, -(-int(num_q_tokens_per_head_k) // 64))
+    parts = max(1, sm_count // max(1, int(num_heads_k)) // blocks_m)
+    if kind == "torch":
+        torch = sys.modules["torch"]
+        device = cache_seqlens.device
+        return (
+            torch.zeros((parts, 8), dtype=torch.int32, device=device),
+            torch.zeros((batch + 1,), dtype=torch.int32, device=device),
+        )
+    import numpy
+
+    return numpy.zeros((parts, 8), numpy.int32), numpy.zeros((batch + 1,), numpy.int32)
+
+
+def flash_mla_with_kvcache(
+    q: Any,
+    k_cache: Any,
+    block_table: Any,
+    cache_seqlens: Any,
+    head_dim_v: int,
+    tile_scheduler_metadata: Any = None,
+    num_splits: Any = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    is_fp8_kvcache: bool = False,
+    indices: Any = None,
+    attn_sink: Any = None,
+    extra_k_cache: Any = None,
+    extra_indices_in_kvcache: Any = None,
+    topk_length: Any = None,
+    extra_topk_length: Any = None,
+    *,
+    descale_q: Any = None,
+    descale_k: Any = None,
+) -> Tuple[Any, Any]:
+    """FlashMLA's ``flash_mla_with_kvcache`` (dense and sparse decode), computed by mlakit.
+
+    Arguments:
+        q: [batch_size, seq_len_q, num_heads_q, 576].
+        k_cache: [num_blocks, page_block_size, 1, 576] (bf16 / fp16; fp8 e4m3 with
+            ``descale_k``), or 656 bytes per token with ``is_fp8_kvcache`` (the V3.2 layout).
+        block_table: [batch_size, max_num_blocks_per_seq] int32 (unused when sparse).
+        cache_seqlens: [batch_size] int32 (unused when sparse).
+        head_dim_v: must be 512.
+        tile_scheduler_metadata, num_splits: from ``get_mla_metadata``; ignored.
+        softmax_scale: None: 1/sqrt(576).
+        causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t.
+        is_fp8_kvcache: the cache holds fp8 (656-byte blockwise tokens, or e4m3 with descale_k).
+        indices: [batch_size, seq_len_q, topk] int32 cache slots, -1 = empty (sparse).
+        attn_sink: [num_heads_q] float32 sink logits.
+        topk_length: [batch_size] int32: only the first topk_length[i] indices count.
+        extra_k_cache, extra_indices_in_kvcache, extra_topk_length: not supported.
+        descale_q, descale_k: one-element float32 dequantization scales of an fp8 q / cache (the
+            per-tensor form vLLM passes; per-request scales are not supported).
+
+    Returns:
+        (out [batch_size, seq_len_q, num_heads_q, 512], softmax_lse [batch_size, num_heads_q,
+        seq_len_q] float32, natural log).
+    """
+    if head_dim_v != 512:
+        raise ValueError(f"head_dim_v: expected 512, given {head_dim_v}")
+    for name, value in (
+        ("extra_k_cache", extra_k_cache),
+        ("extra_indices_in_kvcache", extra_indices_in_kvcache),
+        ("extra_topk_length", extra_topk_length),
+    ):
+        if value is not None:
+            raise _not_supported(name, "attending to a second (extra) KV cache")
+    for name, value in (("descale_q", descale_q), ("descale_k", descale_k)):
+        if value is not None and _numel(value) != 1:
+            raise _not_supported(name, "a per-request dequantization scale (one scale per tensor)")
+    sparse = indices is not None
+    out, lse = _decode(
+        q,
+        k_cache,
+        None if sparse else block_table,
+        None if sparse else cache_seqlens,
+        return_lse=True,
+        softmax_scale=q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale,
+        causal=bool(causal) and not sparse,
+        q_scale=descale_q,
+        k_scale=descale_k,
+        sinks=attn_sink,
+        indices=indices,
+        topk_lens=topk_length,
+    )
+    # mlakit writes lse as [b, s_q, h_q]; FlashMLA returns [b, h_q, s_q].
+    if _arrays.framework(lse) == "torch":
+        return out, lse.transpose(1, 2).contiguous()
+    return out, sys.modules["numpy"].ascontiguousarray(lse.transpose(0, 2, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashInfer (TensorRT-LLM kernels)
+# ---------------------------------------------------------------------------------------------
+
+
+def trtllm_batch_decode_with_kv_cache_mla(
+    query: Any,
+    kv_cache: Any,
+    workspace_buffer: Any,
+    qk_nope_head_dim: int,
+    kv_lora_rank: int,
+    qk_rope_head_dim: int,
+    block_tables: Any,
+    seq_lens: Any,
+    max_seq_len: int,
+    sparse_mla_top_k: int = 0,
+    out: Any = None,
+    bmm1_scale: Union[float, Any] = 1.0,
+    bmm2_scale: Union[float, Any] = 1.0,
+    sinks: Optional[List[Any]] = None,
+    skip_softmax_threshold_scale_factor: Optional[float] = None,
+    enable_pdl: Optional[bool] = None,
+    backend: str = "auto",
+) -> Any:
+    """FlashInfer's ``flashinfer.mla.trtllm_batch_decode_with_kv_cache_mla``, computed by mlakit.
+
+    Arguments:
+        query: [batch_size, q_len_per_request, num_heads, 576] (q_nope absorbed, then q_rope).
+        kv_cache: [num_pages, page_size, 576] or [num_pages, 1, page_size, 576] (ckv, then kpe).
+        workspace_buffer: FlashInfer's semaphores; unused (mlakit keeps its own workspace).
+        qk_nope_head_dim: unused (it only enters the caller's bmm1_scale).
+        kv_lora_rank: must be 512. qk_rope_head_dim: must be 64.
+        block_tables: [batch_size, max_num_pages] int32; with sparse_mla_top_k > 0, the sparse
+            indices [batch_size, q_len_per_request, sparse_mla_top_k] (page * page_size +
+            offset, -1 = empty).
+        seq_lens: [batch_size] int32 cached lengths.
+        max_seq_len: the longest cached length (sizes mlakit's workspace).
+        out: [batch_size, q_len_per_request, num_heads, 512] (or [batch_size, num_heads, 512]
+            when q_len_per_request is 1), written in place and returned.
+        bmm1_scale: q_scale * k_scale * softmax scale, a float.
+        bmm2_scale: v_scale * o_scale, a float; it must be 1.0 for a 16-bit cache (an fp8 cache
+            folds it into its dequantization scale).
+        sinks: [num_heads] float32 sink logits (a tensor, or a list holding one).
+        skip_softmax_threshold_scale_factor: not supported.
+        enable_pdl: programmatic dependent launch (None: off).
+        backend: "auto", FlashInfer's "trtllm-gen" / "xqa" (both mean mlakit's "auto"), or an
+            mlakit backend name.
+
+    Returns:
+        out [batch_size, q_len_per_request, num_heads, 512] (the given ``out`` when one was).
+    """
+    if kv_lora_rank != 512:
+        raise ValueError(f"kv_lora_rank: expected 512, given {kv_lora_rank}")
+    if qk_rope_head_dim != 64:
+        raise ValueError(f"qk_rope_head_dim: expected 64, given {qk_rope_head_dim}")
+    if skip_softmax_threshold_scale_factor is not None:
+        raise _not_supported("skip_softmax_threshold_scale_factor", "skip-softmax sparsity")
+    for name, value in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
+        if not isinstance(value, (int, float)):
+            raise _not_supported(name, "a tensor scale (pass a float)")
+    if isinstance(sinks, (list, tuple)):
+        if len(sinks) != 1:
+            raise ValueError(
+                f"sinks: expected one [num_heads] tensor, given a list of {len(sinks)}"
+            )
+        sinks = sinks[0]
+
+    fp8_cache = _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
+    fp8_query = _array_dtype("query", query) == "fp8_e4m3"
+    softmax_scale = float(bmm1_scale)
+    k_scale = None
+    if fp8_cache:
+        # V = e4m3 * bmm2_scale, and K gets the same scale: the scores keep their bmm1_scale.
+        k_scale = float(bmm2_scale)
+        softmax_scale = float(bmm1_scale) / float(bmm2_scale)
+    elif float(bmm2_scale) != 1.0:
+        raise _not_supported("bmm2_scale", "an output scale other than 1.0 with a 16-bit cache")
+
+    out4 = out
+    if out is not None and len(out.shape) == 3:
+        out4 = out.reshape(out.shape[0], 1, out.shape[1], out.shape[2])
+    sparse = sparse_mla_top_k > 0
+    result, _ = _decode(
+        query,
+        kv_cache,
+        None if sparse else block_tables,
+        None if sparse else seq_lens,
+        out=out4,
+        return_lse=False,
+        softmax_scale=softmax_scale,
+        causal=True,
+        q_scale=1.0 if fp8_query else None,
+        k_scale=k_scale,
+        sinks=sinks,
+        indices=block_tables if sparse else None,
+        max_seq_len=int(max_seq_len),
+        pdl=bool(enable_pdl),
+        backend="auto" if backend in ("trtllm-gen", "xqa") else backend,
+    )
+    return out if out is not None else result

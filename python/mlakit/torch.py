@@ -1,0 +1,222 @@
+"""PyTorch integration: the ``mlakit::decode`` custom op and ``mlakit.torch.decode``.
+
+``torch.ops.mlakit.decode`` writes into ``out`` (and ``lse``) in place and returns nothing. It
+has a fake (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces through it, and
+it allocates only through PyTorch's caching allocator on the current stream, so that it can be
+captured in CUDA graphs (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``) and
+replayed with new ``seq_lens`` and block tables. Decoders are cached per problem signature (see
+``mlakit._cache``); the first call of each signature creates one and should come before capture.
+
+Requires PyTorch 2.4 or newer (``torch.library.custom_op``).
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _cache
+
+__all__ = ["decode"]
+
+_DEFAULT_SOFTMAX_SCALE = 576**-0.5
+
+_DTYPES = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.uint8: "fp8_e4m3",  # raw e4m3 bits
+}
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+if _FP8 is not None:
+    _DTYPES[_FP8] = "fp8_e4m3"
+
+
+def _dtype_of(name: str, t: torch.Tensor) -> str:
+    kind = _DTYPES.get(t.dtype)
+    if kind is None:
+        raise TypeError(
+            f"{name}: expected dtype bfloat16, float16 or float8_e4m3fn (or uint8 bits), "
+            f"given {str(t.dtype).replace('torch.', '')}"
+        )
+    return kind
+
+
+def _page_size(kv_cache: torch.Tensor) -> int:
+    # [num_pages, page_size, d], [num_pages, page_size, 1, d] or [num_pages, 1, page_size, d]
+    shape = kv_cache.shape
+    if kv_cache.dim() == 4 and shape[1] == 1:
+        return int(shape[2])
+    return int(shape[1]) if kv_cache.dim() >= 2 else 0
+
+
+@torch.library.custom_op("mlakit::decode", mutates_args=("out", "lse"))
+def _decode_op(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: Optional[torch.Tensor],
+    seq_lens: Optional[torch.Tensor],
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+    sinks: Optional[torch.Tensor],
+    indices: Optional[torch.Tensor],
+    topk_lens: Optional[torch.Tensor],
+    q_scale_tensor: Optional[torch.Tensor],
+    k_scale_tensor: Optional[torch.Tensor],
+    softmax_scale: float,
+    q_scale: Optional[float],
+    k_scale: Optional[float],
+    causal: bool,
+    max_seq_len: int,
+    pdl: bool,
+    backend: str,
+    tactic: int,
+) -> None:
+    if q.dim() != 4:
+        raise ValueError(f"q: expected shape [b, s_q, h_q, 576], given {list(q.shape)}")
+    page_size = _page_size(kv_cache)
+    blockwise = kv_cache.dim() >= 1 and kv_cache.shape[-1] == 656
+    topk = int(indices.shape[-1]) if indices is not None else 0
+    if max_seq_len > 0:
+        seq_len = max_seq_len
+    elif topk > 0:
+        seq_len = topk
+    else:
+        seq_len = (int(block_table.shape[-1]) if block_table is not None else 1) * page_size
+    device = q.device
+    if device.type == "cpu" and backend == "auto":
+        backend = "cpu"  # host tensors: the only backend that reads host memory
+
+    problem = dict(
+        h_q=int(q.shape[2]),
+        s_q=int(q.shape[1]),
+        page_size=page_size,
+        q_dtype=_dtype_of("q", q),
+        kv_dtype="fp8_e4m3" if blockwise else _dtype_of("kv_cache", kv_cache),
+        out_dtype=_dtype_of("out", out),
+        kv_layout="fp8_blockwise" if blockwise else "dense",
+        causal=causal,
+        sinks=sinks is not None,
+        topk=topk,
+        lse=lse is not None,
+        pdl=pdl,
+        backend=backend,
+        tactic=tactic,
+    )
+    key = (device.type, device.index)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            decoder = _cache.decoder_for(key, int(q.shape[0]), seq_len, **problem)
+    else:
+        decoder = _cache.decoder_for(key, int(q.shape[0]), seq_len, **problem)
+
+    workspace = None
+    if decoder.workspace_bytes > 0:
+        # Fresh from the caching allocator on the current stream: concurrent streams and CUDA
+        # graphs (the graph's private pool) each get their own.
+        workspace = torch.empty(decoder.workspace_bytes, dtype=torch.uint8, device=device)
+    decoder.run(
+        q,
+        kv_cache,
+        block_table,
+        seq_lens,
+        out=out,
+        lse=lse,
+        softmax_scale=softmax_scale,
+        q_scale=q_scale_tensor if q_scale_tensor is not None else q_scale,
+        k_scale=k_scale_tensor if k_scale_tensor is not None else k_scale,
+        sinks=sinks,
+        indices=indices,
+        topk_lens=topk_lens,
+        workspace=workspace,
+    )
+
+
+@_decode_op.register_fake
+def _decode_fake(
+    q, kv_cache, block_table, seq_lens, out, lse, sinks, indices, topk_lens, q_scale_tensor,
+    k_scale_tensor, softmax_scale, q_scale, k_scale, causal, max_seq_len, pdl, backend, tactic,
+):  # fmt: skip
+    return None
+
+
+def _split_scale(scale: Union[None, float, torch.Tensor]):
+    if isinstance(scale, torch.Tensor):
+        return scale, None
+    return None, (None if scale is None else float(scale))
+
+
+def decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: Optional[torch.Tensor] = None,
+    seq_lens: Optional[torch.Tensor] = None,
+    *,
+    out: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+    return_lse: bool = False,
+    softmax_scale: Optional[float] = None,
+    q_scale: Union[None, float, torch.Tensor] = None,
+    k_scale: Union[None, float, torch.Tensor] = None,
+    sinks: Optional[torch.Tensor] = None,
+    indices: Optional[torch.Tensor] = None,
+    topk_lens: Optional[torch.Tensor] = None,
+    causal: bool = True,
+    max_seq_len: Optional[int] = None,
+    out_dtype: Optional[torch.dtype] = None,
+    pdl: bool = False,
+    backend: str = "auto",
+    tactic: int = -1,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """MLA decode on PyTorch tensors through the ``mlakit::decode`` custom op.
+
+    The problem (heads, s_q, page size, dtypes, layout, features) is read from the tensors;
+    ``sinks``, ``indices`` (sparse, topk = indices.shape[-1]) and ``lse`` / ``return_lse`` turn
+    the matching features on. Shapes and the meaning of each argument are those of
+    ``mlakit.Decoder.run``. Works under ``torch.compile(fullgraph=True)`` and CUDA graph capture.
+
+    Arguments beyond ``Decoder.run``'s:
+        return_lse: also return the LSE [b, s_q, h_q] float32 (allocated unless ``lse`` is given).
+        causal: with s_q > 1, token t sees positions < L - s_q + 1 + t.
+        max_seq_len: bound on the cached lengths for sizing the decoder; None: what the block
+            table can address (``block_table.shape[1] * page_size``), or topk when sparse.
+        out_dtype: dtype of a new ``out``; None: the cache's dtype if 16-bit, else q's, else
+            bfloat16.
+        pdl, backend, tactic: as for ``mlakit.Decoder`` (host tensors use the cpu backend).
+
+    Returns:
+        ``out`` [b, s_q, h_q, 512], or ``(out, lse)`` when an lse was given or asked for.
+    """
+    if out is None:
+        if out_dtype is None:
+            if kv_cache.dtype in (torch.bfloat16, torch.float16):
+                out_dtype = kv_cache.dtype
+            elif q.dtype in (torch.bfloat16, torch.float16):
+                out_dtype = q.dtype
+            else:
+                out_dtype = torch.bfloat16
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], 512), dtype=out_dtype)
+    if lse is None and return_lse:
+        lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
+    q_scale_tensor, q_scale_value = _split_scale(q_scale)
+    k_scale_tensor, k_scale_value = _split_scale(k_scale)
+    torch.ops.mlakit.decode(
+        q,
+        kv_cache,
+        block_table,
+        seq_lens,
+        out,
+        lse,
+        sinks,
+        indices,
+        topk_lens,
+        q_scale_tensor,
+        k_scale_tensor,
+        _DEFAULT_SOFTMAX_SCALE if softmax_scale is None else float(softmax_scale),
+        q_scale_value,
+        k_scale_value,
+        causal,
+        0 if max_seq_len is None else int(max_seq_len),
+        pdl,
+        backend,
+        tactic,
+    )
+    return (out, lse) if lse is not None else out
