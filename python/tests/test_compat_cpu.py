@@ -1,0 +1,208 @@
+"""The FlashMLA and FlashInfer shims on host arrays (NumPy with ml_dtypes; PyTorch CPU tensors
+where PyTorch is installed), against the float64 reference, and their unsupported arguments."""
+
+import math
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from mlakit import compat  # noqa: E402
+from numpy_reference import (  # noqa: E402
+    assert_close_to_reference,
+    make_workload,
+    reference,
+)
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+FRAMEWORKS = ["numpy"] + (["torch"] if torch is not None else [])
+
+
+def wrap(framework, bits, dtype="bf16"):
+    """Raw bits as an array of the framework with its real dtype (ints pass through)."""
+    if bits.dtype in (np.int32, np.float32):
+        return torch.from_numpy(bits) if framework == "torch" else bits
+    if framework == "torch":
+        if dtype == "bf16":
+            return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(bits).view(torch.float8_e4m3fn if dtype == "fp8" else torch.uint8)
+    if dtype == "bf16":
+        return bits.view(ml_dtypes.bfloat16)
+    return bits.view(ml_dtypes.float8_e4m3fn) if dtype == "fp8" else bits
+
+
+def values(x):
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.float().numpy().astype(np.float64)
+    return np.asarray(x, dtype=np.float64)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_get_mla_metadata_placeholders(framework):
+    seqlens = wrap(framework, np.array([5, 9, 100], np.int32))
+    tile_meta, num_splits = compat.get_mla_metadata(seqlens, 1 * 128 // 1, 1)
+    assert tuple(tile_meta.shape)[1] == 8 and tuple(num_splits.shape) == (4,)
+    assert str(tile_meta.dtype).endswith("int32") and str(num_splits.dtype).endswith("int32")
+    old = compat.get_mla_metadata(seqlens, num_heads_per_head_k=128, num_heads_k=1)
+    assert tuple(old[1].shape) == (4,)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        compat.get_mla_metadata(seqlens, 128, 1, bogus=1)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("s_q,causal", [(1, False), (2, True), (2, False)])
+def test_flash_mla_dense(framework, s_q, causal):
+    rng = np.random.default_rng(s_q)
+    b, h_q, page = 3, 16, 64
+    w = make_workload(rng, b=b, s_q=s_q, h_q=h_q, page_size=page, seq_lens=[1, 70, 129])
+    k_cache = w.kv_cache.reshape(-1, page, 1, 576)  # FlashMLA: [blocks, page, h_kv, d]
+    seqlens = wrap(framework, w.seq_lens)
+    meta, splits = compat.get_mla_metadata(seqlens, s_q * h_q // 1, 1)
+    out, lse = compat.flash_mla_with_kvcache(
+        wrap(framework, w.q), wrap(framework, k_cache), wrap(framework, w.block_table), seqlens,
+        512, meta, splits, causal=causal,
+    )  # fmt: skip
+    want, want_lse = reference(w, page_size=page, causal=causal)
+    assert tuple(out.shape) == (b, s_q, h_q, 512)
+    assert_close_to_reference(values(out), want, "bf16")
+    assert tuple(lse.shape) == (b, h_q, s_q)  # FlashMLA's layout
+    np.testing.assert_allclose(values(lse), want_lse.transpose(0, 2, 1), atol=2e-4)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_flash_mla_sparse_fp8_blockwise(framework):
+    rng = np.random.default_rng(7)
+    b, s_q, h_q, page, topk = 2, 1, 16, 64, 32
+    w = make_workload(rng, b=b, s_q=s_q, h_q=h_q, page_size=page, seq_lens=[100, 64],
+                      blockwise=True)  # fmt: skip
+    indices = np.full((b, s_q, topk), -1, np.int32)
+    for i in range(b):
+        owned = [int(w.block_table[i, j // page]) * page + j % page for j in range(w.seq_lens[i])]
+        indices[i, 0, :20] = rng.choice(owned, 20, replace=False)
+    sink = rng.standard_normal(h_q).astype(np.float32)
+    topk_length = np.array([32, 12], np.int32)
+    out, lse = compat.flash_mla_with_kvcache(
+        wrap(framework, w.q), wrap(framework, w.kv_cache.reshape(-1, page, 1, 656), "fp8"), None,
+        None, 512, None, None, is_fp8_kvcache=True, indices=wrap(framework, indices),
+        attn_sink=wrap(framework, sink), topk_length=wrap(framework, topk_length),
+    )  # fmt: skip
+    want, want_lse = reference(w, page_size=page, indices=indices, topk_lens=topk_length,
+                               sinks=sink)  # fmt: skip
+    assert_close_to_reference(values(out), want, "bf16")
+    np.testing.assert_allclose(values(lse), want_lse.transpose(0, 2, 1), atol=2e-4)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_flash_mla_fp8_dense_with_descales(framework):
+    rng = np.random.default_rng(8)
+    fp8 = dict(q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3", q_scale=0.5, k_scale=0.25)
+    w = make_workload(rng, b=2, s_q=1, h_q=8, page_size=64, seq_lens=[33, 90], **fp8)
+    out, _ = compat.flash_mla_with_kvcache(
+        wrap(framework, w.q, "fp8"), wrap(framework, w.kv_cache.reshape(-1, 64, 1, 576), "fp8"),
+        wrap(framework, w.block_table), wrap(framework, w.seq_lens), 512, None, None,
+        is_fp8_kvcache=True, descale_q=wrap(framework, np.array([0.5], np.float32)),
+        descale_k=wrap(framework, np.array([0.25], np.float32)),
+    )  # fmt: skip
+    want, _ = reference(w, page_size=64)
+    assert_close_to_reference(values(out), want, "bf16")
+
+
+def test_flash_mla_unsupported_arguments():
+    w = make_workload(np.random.default_rng(9), b=1, s_q=1, h_q=4, page_size=64, seq_lens=[5])
+    k_cache = w.kv_cache.view(ml_dtypes.bfloat16).reshape(-1, 64, 1, 576)
+    args = (w.q.view(ml_dtypes.bfloat16), k_cache, w.block_table, w.seq_lens)
+    with pytest.raises(ValueError, match="head_dim_v: expected 512, given 128"):
+        compat.flash_mla_with_kvcache(*args, 128, None, None)
+    for name in ("extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length"):
+        with pytest.raises(NotImplementedError, match=f"^{name}: "):
+            compat.flash_mla_with_kvcache(*args, 512, None, None, **{name: w.seq_lens})
+    with pytest.raises(NotImplementedError, match="^descale_q: a per-request"):
+        compat.flash_mla_with_kvcache(*args, 512, None, None, descale_q=np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("layout", ["3d", "4d"])
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_trtllm_decode(framework, layout, q_len):
+    rng = np.random.default_rng(q_len)
+    b, h, page = 3, 16, 32
+    w = make_workload(rng, b=b, s_q=q_len, h_q=h, page_size=page, seq_lens=[2, 31, 97])
+    kv = w.kv_cache if layout == "3d" else w.kv_cache.reshape(-1, 1, page, 576)
+    bmm1 = 1 / math.sqrt(128 + 64)  # FlashInfer's convention: the pre-absorption head dim
+    out = compat.trtllm_batch_decode_with_kv_cache_mla(
+        wrap(framework, w.q), wrap(framework, kv), wrap(framework, np.zeros(16, np.int32)), 128,
+        512, 64, wrap(framework, w.block_table), wrap(framework, w.seq_lens), 128,
+        bmm1_scale=bmm1,
+    )  # fmt: skip
+    want, _ = reference(w, page_size=page, softmax_scale=bmm1)
+    assert tuple(out.shape) == (b, q_len, h, 512)
+    assert_close_to_reference(values(out), want, "bf16")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_trtllm_out_3d_sinks_and_fp8_scales(framework):
+    rng = np.random.default_rng(11)
+    b, h, page = 2, 8, 64
+    bmm1, bmm2 = 0.05, 0.5
+    w = make_workload(rng, b=b, s_q=1, h_q=h, page_size=page, seq_lens=[60, 7],
+                      kv_dtype="fp8_e4m3", k_scale=bmm2)  # fmt: skip
+    sinks = rng.standard_normal(h).astype(np.float32)
+    out = wrap(framework, np.zeros((b, h, 512), np.uint16))
+    result = compat.trtllm_batch_decode_with_kv_cache_mla(
+        wrap(framework, w.q), wrap(framework, w.kv_cache, "fp8"), None, 128, 512, 64,
+        wrap(framework, w.block_table), wrap(framework, w.seq_lens), 64, out=out,
+        bmm1_scale=bmm1, bmm2_scale=bmm2, sinks=[wrap(framework, sinks)],
+    )  # fmt: skip
+    assert result is out
+    want, _ = reference(w, page_size=page, softmax_scale=bmm1 / bmm2, sinks=sinks)
+    assert_close_to_reference(values(out)[:, None], want, "bf16")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_trtllm_sparse(framework):
+    rng = np.random.default_rng(12)
+    b, h, page, topk = 2, 8, 64, 16
+    w = make_workload(rng, b=b, s_q=1, h_q=h, page_size=page, seq_lens=[80, 30])
+    indices = np.full((b, 1, topk), -1, np.int32)
+    for i in range(b):
+        owned = [int(w.block_table[i, j // page]) * page + j % page for j in range(w.seq_lens[i])]
+        indices[i, 0, :10] = rng.choice(owned, 10, replace=False)
+    out = compat.trtllm_batch_decode_with_kv_cache_mla(
+        wrap(framework, w.q), wrap(framework, w.kv_cache), None, 128, 512, 64,
+        wrap(framework, indices), wrap(framework, w.seq_lens), 128, sparse_mla_top_k=topk,
+        bmm1_scale=0.05,
+    )  # fmt: skip
+    want, _ = reference(w, page_size=page, softmax_scale=0.05, indices=indices)
+    assert_close_to_reference(values(out), want, "bf16")
+
+
+def test_trtllm_unsupported_arguments():
+    w = make_workload(np.random.default_rng(13), b=1, s_q=1, h_q=4, page_size=64, seq_lens=[5])
+    q, kv = w.q.view(ml_dtypes.bfloat16), w.kv_cache.view(ml_dtypes.bfloat16)
+
+    def call(**kwargs):
+        args = dict(qk_nope_head_dim=128, kv_lora_rank=512, qk_rope_head_dim=64)
+        args.update(kwargs)
+        return compat.trtllm_batch_decode_with_kv_cache_mla(
+            q, kv, None, args.pop("qk_nope_head_dim"), args.pop("kv_lora_rank"),
+            args.pop("qk_rope_head_dim"), w.block_table, w.seq_lens, 64, **args,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="kv_lora_rank: expected 512, given 256"):
+        call(kv_lora_rank=256)
+    with pytest.raises(ValueError, match="qk_rope_head_dim: expected 64, given 32"):
+        call(qk_rope_head_dim=32)
+    with pytest.raises(NotImplementedError, match="^skip_softmax_threshold_scale_factor: "):
+        call(skip_softmax_threshold_scale_factor=1.0)
+    with pytest.raises(NotImplementedError, match="^bmm2_scale: an output scale other than 1.0"):
+        call(bmm2_scale=0.5)
+    with pytest.raises(NotImplementedError, match="^bmm1_scale: a tensor scale"):
+        call(bmm1_scale=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="sinks: expected one"):
+        call(sinks=[np.zeros(4, np.float32)] * 2)
