@@ -1,0 +1,33 @@
+// The combine kernel: merges the fp32 partial outputs of requests split into several chunks
+// (split-KV) with their LSE weights, applies the sinks and writes out (bf16/fp16) and lse. It also
+// writes the zeros (and -inf LSE) of empty requests. Requests with a single chunk were written by
+// the main kernel and are skipped. Backend-neutral: any backend that plans with src/plan uses it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "mlakit/mlakit.h"
+#include "plan/plan.h"
+
+namespace mlakit {
+
+struct CombineParams {
+  const plan::RequestMeta* requests;  // [batch]
+  const float* partial_lse;           // [max_slots, rows] natural log
+  const float* partial_out;           // [max_slots, rows, 512]
+  const float* sinks;                 // [h_q] or nullptr
+  void* out;                          // [batch, rows, 512] of out_dtype
+  float* lse;                         // [batch, rows] or nullptr
+  int32_t batch;
+  int32_t rows;  // s_q * h_q; row r is (token r / h_q, head r % h_q)
+  int32_t h_q;
+};
+
+// Launches the combine kernel on `stream` with at most `max_ctas` CTAs of 128 threads (a few per
+// SM: the CTAs loop over the rows); pdl: programmatic stream serialization (sm_90+).
+Status launch_combine(const CombineParams& params, DType out_dtype, int32_t max_ctas,
+                      cudaStream_t stream, bool pdl);
+
+}  // namespace mlakit

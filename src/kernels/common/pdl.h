@@ -1,0 +1,53 @@
+// Programmatic dependent launch (PDL): the device-side waits and triggers, and a launch helper
+// that sets programmatic stream serialization.
+//
+// Contract (DESIGN.md, "PDL and CUDA graphs"): a kernel launched with PDL may start while the
+// previous kernel in the stream still runs. It calls griddepcontrol_wait() before it touches any
+// global memory a previous kernel may write (its inputs, and the workspace the previous call
+// reads); the wait covers the whole previous grid and its memory.
+// griddepcontrol_launch_dependents() only lets the next kernel start its prologue early; it never
+// decides correctness. Without PDL (or before sm_90) both are no-ops, so results are bitwise equal
+// either way.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace mlakit::pdl {
+
+// griddepcontrol.wait (sm_90): waits until the prerequisite grids completed and their memory is
+// visible. A no-op when the kernel was not launched with PDL, and compiled out below sm_90.
+__device__ __forceinline__ void griddepcontrol_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// griddepcontrol.launch_dependents (sm_90): lets the dependent grid launch once every CTA of this
+// grid has called it or exited. Compiled out below sm_90.
+__device__ __forceinline__ void griddepcontrol_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Launches `kernel` with cudaLaunchKernelEx; `pdl` sets programmatic stream serialization (only
+// pass true on sm_90 and newer). Returns the launch error.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                   cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace mlakit::pdl

@@ -1,0 +1,90 @@
+// Small PTX wrappers for the instructions that CCCL's cuda::ptx does not cover (mma.sync,
+// ldmatrix, non-bulk cp.async). One function per instruction, named after its mnemonic; each
+// comment gives the PTX form and the minimum architecture. A wrong target fails to compile.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "kernels/common/ptx.h needs sm_80 or newer (mma.sync bf16, cp.async)"
+#endif
+
+namespace mlakit::ptx {
+
+// The 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, d (sm_80)
+__device__ __forceinline__ void mma_sync_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
+                                                           uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 d, a, b, d (sm_80)
+__device__ __forceinline__ void mma_sync_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
+                                                          uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0..r3}, [addr] (sm_75)
+__device__ __forceinline__ void ldmatrix_sync_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {r0..r3}, [addr] (sm_75)
+__device__ __forceinline__ void ldmatrix_sync_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// ldmatrix.sync.aligned.m8n8.x2.shared.b16 {r0, r1}, [addr] (sm_75); lanes 0-15 give addresses.
+__device__ __forceinline__ void ldmatrix_sync_x2(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes (sm_80): copies src_bytes (0 or 16) and
+// zero-fills the rest of the 16 bytes; src_bytes 0 reads nothing.
+__device__ __forceinline__ void cp_async_cg_shared_global(uint32_t dst, const void* src,
+                                                          int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+// cp.async.commit_group (sm_80)
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// cp.async.wait_group N (sm_80): at most N of this thread's groups are still pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// cp.async.wait_group N for a runtime N in 0..3 (the immediate must be a constant).
+__device__ __forceinline__ void cp_async_wait_group_dynamic(int n) {
+  switch (n) {
+    case 0: cp_async_wait_group<0>(); break;
+    case 1: cp_async_wait_group<1>(); break;
+    case 2: cp_async_wait_group<2>(); break;
+    default: cp_async_wait_group<3>(); break;
+  }
+}
+
+}  // namespace mlakit::ptx
