@@ -1,0 +1,90 @@
+// Epilogue of the sm80 decode kernel, once per chunk: the softmax denominators of the token
+// groups are summed through shared memory; the score warps of token group 0 turn each row's
+// (max, sum) into its LSE and output scale (1 / sum, times the sink factor when the chunk is the
+// whole request); the output warps scale their accumulators and write either the final output
+// (bf16/fp16) or an fp32 partial for the combine kernel. Rows with no visible token get 0 and
+// LSE -inf.
+#pragma once
+
+#include <cmath>
+
+#include "backends/sm80/config.h"
+#include "backends/sm80/params.h"
+#include "backends/sm80/pv.cuh"
+#include "backends/sm80/qk_softmax.cuh"
+#include "kernels/common/numeric.cuh"
+#include "plan/work.cuh"
+
+namespace mlakit::sm80 {
+
+template <typename T, typename Cfg>
+__device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStorage<T, Cfg>& s,
+                                               const plan::Chunk& c, int row0,
+                                               const ScoreState<Cfg>& st,
+                                               const OutAccumulators<Cfg>& o, int warp, int lane) {
+  const bool direct = c.slot < 0;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float sum = st.sum[e];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (st.q() == 0) s.row_sum[st.tg()][st.row(e)] = sum;
+  }
+  __syncthreads();
+
+  if (st.tg() == 0 && st.q() == 0) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = st.row(e);
+      const int r = row0 + row;  // row in the request
+      float sum = 0.0f;
+#pragma unroll
+      for (int t = 0; t < Cfg::kSColGroups; ++t) sum += s.row_sum[t][row];
+      const bool any = sum > 0.0f;
+      const float lse = any ? (st.max[e] * p.scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
+      float scale = any ? 1.0f / sum : 0.0f;
+      if (r < p.rows) {
+        if (direct) {
+          if (p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
+          if (p.lse != nullptr) p.lse[int64_t{c.request} * p.rows + r] = lse;
+        } else {
+          p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
+        }
+      }
+      s.row_scale[row] = scale;
+    }
+  }
+  __syncthreads();
+
+  const int o_row0 = (warp / Cfg::kOColGroups) * Cfg::kORows;
+  const int col0 = (warp % Cfg::kOColGroups) * Cfg::kOCols + 2 * (lane % 4);
+  const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = o_row0 + mt * 16 + lane / 4 + 8 * e;
+      const int r = row0 + row;
+      if (r >= p.rows) continue;
+      const float scale = s.row_scale[row];
+      const int64_t at = (first_row + r) * kDv + col0;
+      if (direct) {
+        T* g_out = static_cast<T*>(p.out) + at;
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
+          *reinterpret_cast<uint32_t*>(g_out + nt * 8) =
+              pack2<T>(o[mt][nt][2 * e] * scale, o[mt][nt][2 * e + 1] * scale);
+        }
+      } else {
+        float* g_out = p.plan.partial_out + at;
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
+          *reinterpret_cast<float2*>(g_out + nt * 8) =
+              make_float2(o[mt][nt][2 * e] * scale, o[mt][nt][2 * e + 1] * scale);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mlakit::sm80

@@ -1,0 +1,146 @@
+// Host side of the sm80 backend (launch.h): setup at Decoder creation, launches at run.
+#include "backends/sm80/launch.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/combine.h"
+
+namespace mlakit::sm80 {
+namespace {
+
+// Partition constants, in blocks of kBlockN tokens. fixed_cost_blocks: what one more chunk costs
+// beyond its tokens (the Q load, pipeline fill, the partial's write and its combine read):
+// 64-row tiles load 72 KB of Q and write 128 KB of partials, about 6 tiles' worth of traffic;
+// 16-row tiles a quarter of that. min_chunk_blocks: below that, the combine costs more than the
+// split saves. Starting points from the traffic counts; tune on the GPU.
+struct PartitionConstants {
+  int32_t fixed_cost_blocks;
+  int32_t min_chunk_blocks;
+};
+
+PartitionConstants partition_constants(TileKind tile) {
+  switch (tile) {
+    case TileKind::kM16: return {.fixed_cost_blocks = 3, .min_chunk_blocks = 2};
+    case TileKind::kM32: return {.fixed_cost_blocks = 4, .min_chunk_blocks = 2};
+    case TileKind::kM64: return {.fixed_cost_blocks = 6, .min_chunk_blocks = 4};
+  }
+  return {.fixed_cost_blocks = 6, .min_chunk_blocks = 4};
+}
+
+// Combine CTAs (128 threads) per SM: 16 fill an SM's 2048 threads.
+constexpr int32_t kCombineCtasPerSm = 16;
+
+}  // namespace
+
+TileKind tile_for(const Problem& problem) {
+  const int32_t rows = problem.h_q * problem.s_q;
+  if (rows <= TileM16::kRows) return TileKind::kM16;
+  if (rows <= TileM32::kRows) return TileKind::kM32;
+  return TileKind::kM64;
+}
+
+const DecodeKernel& select_kernel(DType dtype, TileKind tile) {
+  const bool bf16 = dtype == DType::kBF16;
+  switch (tile) {
+    case TileKind::kM16: return bf16 ? decode_kernel_bf16_m16() : decode_kernel_fp16_m16();
+    case TileKind::kM32: return bf16 ? decode_kernel_bf16_m32() : decode_kernel_fp16_m32();
+    case TileKind::kM64: return bf16 ? decode_kernel_bf16_m64() : decode_kernel_fp16_m64();
+  }
+  return decode_kernel_bf16_m64();
+}
+
+int stages_for(const DecodeKernel& kernel, size_t smem_optin) {
+  if (smem_optin < kernel.smem_fixed_bytes) return 0;
+  const size_t stages = (smem_optin - kernel.smem_fixed_bytes) / kStageBytes;
+  return stages < kMinStages ? 0 : static_cast<int>(std::min<size_t>(stages, kMaxStages));
+}
+
+Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup) {
+  const TileKind tile = tile_for(p);
+  const DecodeKernel& kernel = select_kernel(p.kv_dtype, tile);
+  int smem_optin = 0;
+  MLAKIT_CUDA_RETURN(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device));
+  const int stages = stages_for(kernel, static_cast<size_t>(smem_optin));
+  int ctas_per_sm = 0;
+  if (stages > 0) MLAKIT_RETURN_IF_ERROR(kernel.prepare(stages, &ctas_per_sm));
+  if (ctas_per_sm < 1) {
+    return unsupported("the sm80 decode kernel (", kernel.smem_fixed_bytes, " + ", kMinStages,
+                       " x ", kStageBytes, " bytes of shared memory per CTA) does not fit on ",
+                       device.name);
+  }
+  const int32_t rows = p.h_q * p.s_q;
+  const int32_t m_tiles = plan::ceil_div(rows, kernel.rows);
+  const PartitionConstants constants = partition_constants(tile);
+  setup->problem = p;
+  setup->kernel = &kernel;
+  setup->m_tiles = m_tiles;
+  setup->stages = stages;
+  setup->shape = {
+      .schedule = tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
+      .block_n = kBlockN,
+      .fixed_cost_blocks = constants.fixed_cost_blocks,
+      .min_chunk_blocks = constants.min_chunk_blocks,
+      .num_parts = std::max(1, device.sm_count * ctas_per_sm / m_tiles),
+      .max_batch = p.max_batch,
+      .max_seq_len = p.max_seq_len,
+      .rows = rows,
+  };
+  setup->layout = plan::workspace_layout(setup->shape);
+  setup->pdl = p.enable_pdl && device.sm_major >= 9;
+  setup->combine_ctas = kCombineCtasPerSm * device.sm_count;
+  return Status::Ok();
+}
+
+Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream) {
+  const Problem& p = setup.problem;
+  const plan::PlanShape& shape = setup.shape;
+  const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
+  const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
+  const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
+  // Lengths past what the block table can address are clamped: the kernels never read past it.
+  const int32_t max_len =
+      static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size));
+  MLAKIT_RETURN_IF_ERROR(
+      plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
+
+  const DecodeParams params{
+      .q = a.q,
+      .kv = a.kv_cache,
+      .block_table = a.block_table,
+      .block_table_stride = a.block_table_stride,
+      .sinks = p.has_sinks ? a.sinks : nullptr,
+      .out = a.out,
+      .lse = p.return_lse ? a.lse : nullptr,
+      .plan = view,
+      .schedule = shape.schedule,
+      .batch = a.batch,
+      .h_q = p.h_q,
+      .s_q = p.s_q,
+      .rows = shape.rows,
+      .page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size)),
+      .stages = setup.stages,
+      .causal = p.causal && p.s_q > 1 ? 1 : 0,
+      .scale_log2 = a.softmax_scale * 1.4426950408889634f,
+      .scale = a.softmax_scale,
+  };
+  const dim3 grid(static_cast<unsigned>(one_shot ? max_splits * a.batch : shape.num_parts),
+                  static_cast<unsigned>(setup.m_tiles));
+  MLAKIT_RETURN_IF_ERROR(setup.kernel->launch(params, grid, stream, setup.pdl));
+
+  const CombineParams combine{.requests = view.requests,
+                              .partial_lse = view.partial_lse,
+                              .partial_out = view.partial_out,
+                              .sinks = params.sinks,
+                              .out = a.out,
+                              .lse = params.lse,
+                              .batch = a.batch,
+                              .rows = shape.rows,
+                              .h_q = p.h_q};
+  return launch_combine(combine, p.out_dtype, setup.combine_ctas, stream, setup.pdl);
+}
+
+}  // namespace mlakit::sm80

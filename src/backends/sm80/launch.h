@@ -1,0 +1,62 @@
+// Host side of the sm80 backend: the table of kernel instantiations, the setup fixed at Decoder
+// creation (tile, plan shape, workspace layout) and the three launches of one run: plan, decode,
+// combine.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/sm80/config.h"
+#include "backends/sm80/params.h"
+#include "mlakit/mlakit.h"
+#include "plan/plan.h"
+
+namespace mlakit::sm80 {
+
+// One explicit instantiation of the decode kernel (dtype x tile config).
+struct DecodeKernel {
+  int rows;                 // query rows per CTA
+  size_t smem_fixed_bytes;  // dynamic shared memory per CTA beyond the KV stages
+  // Sets the kernel's shared-memory limit for `stages` KV stages; reports the occupancy.
+  Status (*prepare)(int stages, int* ctas_per_sm);
+  Status (*launch)(const DecodeParams& params, dim3 grid, cudaStream_t stream, bool pdl);
+};
+
+// Defined in decode_<dtype>_<tile>.cu.
+const DecodeKernel& decode_kernel_bf16_m16();
+const DecodeKernel& decode_kernel_bf16_m32();
+const DecodeKernel& decode_kernel_bf16_m64();
+const DecodeKernel& decode_kernel_fp16_m16();
+const DecodeKernel& decode_kernel_fp16_m32();
+const DecodeKernel& decode_kernel_fp16_m64();
+
+// The tile config for a problem: the smallest tile that holds all query rows of a request
+// (16 or 32 rows), else 64-row tiles.
+TileKind tile_for(const Problem& problem);
+const DecodeKernel& select_kernel(DType dtype, TileKind tile);
+
+// KV stages for `kernel` within `smem_optin` bytes per block (the most, up to kMaxStages); 0 when
+// not even kMinStages fit.
+int stages_for(const DecodeKernel& kernel, size_t smem_optin);
+
+struct Setup {
+  Problem problem;
+  const DecodeKernel* kernel = nullptr;
+  int32_t m_tiles = 1;  // query tiles per request
+  int32_t stages = kMinStages;
+  plan::PlanShape shape;
+  plan::WorkspaceLayout layout;
+  bool pdl = false;          // programmatic dependent launch (enable_pdl on sm_90+)
+  int32_t combine_ctas = 1;  // grid of the combine kernel
+};
+
+// Prepares the kernel (shared-memory limit, occupancy) and sizes plan and workspace for the
+// device's SM count. tactic: 0 persistent, 1 one-shot.
+Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
+
+// Plan, decode and combine on `stream`. Host work only; nothing is read from device memory.
+Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream);
+
+}  // namespace mlakit::sm80

@@ -1,0 +1,98 @@
+// Loads of the sm80 decode kernel (all threads): the query tile once per chunk and the KV tiles,
+// gathered token by token through the block table with 16-byte cp.async copies into the swizzled
+// shared layout of config.h.
+//
+// Each group of 8 consecutive threads copies 128 contiguous bytes of one token per instruction, so
+// a warp reads 4 full 128-byte lines. Tokens at or past the chunk's end are zero-filled without a
+// read: the cache tail past seq_len may hold anything (NaN in the tests), and NaN * 0 is NaN.
+#pragma once
+
+#include "backends/sm80/config.h"
+#include "backends/sm80/params.h"
+#include "kernels/common/ptx.h"
+#include "plan/work.cuh"
+
+namespace mlakit::sm80 {
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][576] tile (Q or KV).
+__device__ __forceinline__ uint32_t row_chunk_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Query rows [row0, row0 + kRows) of a request; rows past the request's last are zero-filled.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void load_q(uint32_t s_q, const T* g_q, int valid_rows) {
+  static_assert(Cfg::kRows * kRowChunks % Cfg::kThreads == 0);
+#pragma unroll
+  for (int k = 0; k < Cfg::kRows * kRowChunks / Cfg::kThreads; ++k) {
+    const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+    const int row = idx / kRowChunks, chunk = idx % kRowChunks;
+    const bool valid = row < valid_rows;
+    const T* src = g_q + (valid ? row * kDqk + chunk * 8 : 0);
+    ptx::cp_async_cg_shared_global(s_q + row_chunk_offset(row, chunk), src, valid ? 16 : 0);
+  }
+}
+
+// Page ids of the tokens one thread copies in one tile.
+template <typename Cfg>
+struct TilePages {
+  int32_t page[Cfg::kLoadPasses];
+};
+
+// Gathers KV tiles of one chunk. Thread t copies chunks (t % 8) + 8k of tokens
+// t / 8 + pass * kLoadTokensPerPass of each tile. The page ids of a tile are read (fetch_pages)
+// a tile ahead of its copy (load), so the block-table read is not on the path from the barrier to
+// the copies.
+template <typename T, typename Cfg>
+class KvLoader {
+ public:
+  __device__ __forceinline__ KvLoader(const DecodeParams& p, const plan::Chunk& c)
+      : g_kv_(static_cast<const T*>(p.kv)),
+        g_pages_(p.block_table + c.request * p.block_table_stride),
+        page_shift_(p.page_shift),
+        token_end_(c.token_end),
+        lane8_(static_cast<int>(threadIdx.x) % 8) {}
+
+  // The page ids of the tile starting at token `tile_start` (none read past the chunk's end).
+  __device__ __forceinline__ TilePages<Cfg> fetch_pages(int tile_start) const {
+    TilePages<Cfg> pages;
+#pragma unroll
+    for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
+      const int pos = tile_start + token(pass);
+      pages.page[pass] = pos < token_end_ ? g_pages_[pos >> page_shift_] : 0;
+    }
+    return pages;
+  }
+
+  // Copies the tile starting at `tile_start` into `s_kv`.
+  __device__ __forceinline__ void load(uint32_t s_kv, int tile_start,
+                                       const TilePages<Cfg>& pages) const {
+#pragma unroll
+    for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
+      const int row = token(pass);
+      const int pos = tile_start + row;
+      const bool valid = pos < token_end_;
+      const int64_t slot = (static_cast<int64_t>(pages.page[pass]) << page_shift_) |
+                           (pos & ((1 << page_shift_) - 1));
+      const T* src = valid ? g_kv_ + slot * kDqk + lane8_ * 8 : g_kv_;
+      const uint32_t dst = s_kv + row * kRowBytes + ((lane8_ ^ (row & 7)) << 4);
+#pragma unroll
+      for (int k = 0; k < kRowChunks / 8; ++k) {
+        ptx::cp_async_cg_shared_global(dst + k * 128, valid ? src + k * 64 : src, valid ? 16 : 0);
+      }
+    }
+  }
+
+ private:
+  __device__ __forceinline__ int token(int pass) const {
+    return static_cast<int>(threadIdx.x) / 8 + pass * Cfg::kLoadTokensPerPass;
+  }
+
+  const T* g_kv_;
+  const int32_t* g_pages_;
+  int page_shift_;
+  int token_end_;
+  int lane8_;
+};
+
+}  // namespace mlakit::sm80

@@ -1,0 +1,32 @@
+// The device parameters of the sm80 decode kernel: RunArgs and Problem lowered once per call
+// into a compact struct passed by value (__grid_constant__).
+#pragma once
+
+#include <cstdint>
+
+#include "plan/plan.h"
+
+namespace mlakit::sm80 {
+
+struct DecodeParams {
+  const void* q;               // [b, s_q, h_q, 576] of T; row r = t * h_q + h of a request
+  const void* kv;              // [num_pages, page_size, 576] of T
+  const int32_t* block_table;  // [b, block_table_stride] page ids
+  int64_t block_table_stride;  // elements between rows of block_table
+  const float* sinks;          // [h_q] or nullptr
+  void* out;                   // [b, s_q, h_q, 512] of T
+  float* lse;                  // [b, s_q, h_q] or nullptr
+  plan::PlanView plan;         // metadata and partials in the workspace
+  plan::Schedule schedule;
+  int32_t batch;
+  int32_t h_q;
+  int32_t s_q;
+  int32_t rows;        // s_q * h_q
+  int32_t page_shift;  // log2(page_size): page sizes are powers of two
+  int32_t stages;      // KV pipeline depth, kMinStages..kMaxStages
+  int32_t causal;      // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
+  float scale_log2;    // softmax_scale * log2(e)
+  float scale;         // softmax_scale
+};
+
+}  // namespace mlakit::sm80

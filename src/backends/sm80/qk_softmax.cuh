@@ -1,0 +1,189 @@
+// Scores and online softmax of the sm80 decode kernel (the score layout of config.h: warp
+// (row group rg, token group tg) owns 16 rows x kSTokens tokens of each tile).
+//
+// S = Q K^T over 576 dims with mma.sync m16n8k16 (fp32 accumulate), fragments by ldmatrix from
+// the swizzled Q and KV tiles. Masking: tokens at or past the chunk's end, and with causal MTP
+// (s_q > 1) the positions a query token must not see. The running max of each row is shared by
+// the token groups through shared memory (tile_max), so all warps of a row group agree on it
+// bit for bit; P = exp2(S * scale * log2 e - max) goes to shared memory in the input dtype for the
+// P V product of any warp, and alpha (the rescale of O) with it. Fully masked rows keep max -inf
+// and produce P = 0, alpha = 0, never NaN.
+#pragma once
+
+#include <cmath>
+
+#include "backends/sm80/config.h"
+#include "backends/sm80/loads.cuh"
+#include "backends/sm80/mma.cuh"
+#include "backends/sm80/params.h"
+#include "kernels/common/numeric.cuh"
+#include "kernels/common/ptx.h"
+
+namespace mlakit::sm80 {
+
+// Byte offset of 16-byte chunk `chunk` (8 tokens) of row `row` in the [kRows][kBlockN] P tile.
+__device__ __forceinline__ uint32_t p_chunk_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row * kBlockN * 2 + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+// Softmax state of one thread in the score layout: rows rg * 16 + g and rg * 16 + g + 8. The
+// positions are recomputed from the thread index where used (registers are the scarce resource).
+template <typename Cfg>
+struct ScoreState {
+  float max[2];   // running row max, raw score units
+  float sum[2];   // this thread's share of the softmax denominator
+  int bound[2];   // tokens >= bound are masked, per row
+  int mask_from;  // first token that any row of the CTA masks (uniform over the CTA)
+
+  __device__ __forceinline__ int warp() const { return static_cast<int>(threadIdx.x) / 32; }
+  __device__ __forceinline__ int rg() const { return warp() / Cfg::kSColGroups; }
+  __device__ __forceinline__ int tg() const { return warp() % Cfg::kSColGroups; }
+  __device__ __forceinline__ int g() const { return static_cast<int>(threadIdx.x) % 32 / 4; }
+  __device__ __forceinline__ int q() const { return static_cast<int>(threadIdx.x) % 4; }
+  __device__ __forceinline__ int row(int e) const { return rg() * 16 + g() + 8 * e; }
+
+  __device__ __forceinline__ ScoreState(const DecodeParams& p, const plan::Chunk& c, int row0) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      max[e] = -INFINITY;
+      sum[e] = 0.0f;
+      const int r = row0 + row(e);  // row in the request
+      const int visible = p.causal ? c.seq_len - p.s_q + 1 + r / p.h_q : c.seq_len;
+      bound[e] = min(visible, c.token_end);
+    }
+    // Causal limits grow with the row; the first row of the tile has the smallest.
+    mask_from = min(p.causal ? c.seq_len - p.s_q + 1 + row0 / p.h_q : c.seq_len, c.token_end);
+  }
+};
+
+// acc = Q[rows of rg] K[tokens of tg]^T for the tile in s_kv.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void compute_scores(uint32_t s_q, uint32_t s_kv,
+                                               const ScoreState<Cfg>& st, int lane,
+                                               float (&acc)[Cfg::kSNTiles][4]) {
+  float sets[Cfg::kSKSplit][Cfg::kSNTiles][4];
+#pragma unroll
+  for (int set = 0; set < Cfg::kSKSplit; ++set) {
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sets[set][nt][k] = 0.0f;
+    }
+  }
+  // A (Q): lanes 0-15 give rows 0-15 at the low 8 dims of a k-step, lanes 16-31 the high 8.
+  const int a_row = st.rg() * 16 + lane % 16;
+  const uint32_t a_base = s_q + a_row * kRowBytes;
+  const int a_hi = lane / 16;
+  // B (K): x4 covers two n8 tiles (lanes 16-31: tokens 8-15), x2 one; lanes 8-15 the high dims.
+  const int b_row =
+      st.tg() * Cfg::kSTokens + (Cfg::kSNTiles == 1 ? lane % 8 : (lane / 16) * 8 + lane % 8);
+  const uint32_t b_base = s_kv + b_row * kRowBytes;
+  const int b_hi = (lane / 8) % 2;
+  const int x = lane & 7;  // == a_row & 7 == b_row & 7: the swizzle of these rows
+
+  // 36 k-steps of 16 dims, kSKSplit at a time (one per accumulator set).
+#pragma unroll 1
+  for (int step = 0; step < kKSteps; step += Cfg::kSKSplit) {
+#pragma unroll
+    for (int set = 0; set < Cfg::kSKSplit; ++set) {
+      const int kk = step + set;  // chunks 2 kk and 2 kk + 1; the swizzle flips the low 3 bits
+      uint32_t a[4];
+      ptx::ldmatrix_sync_x4(a, a_base + (((2 * kk + a_hi) ^ x) << 4));
+      const uint32_t b_chunk = ((2 * kk + b_hi) ^ x) << 4;
+      if constexpr (Cfg::kSNTiles == 1) {
+        uint32_t b[2];
+        ptx::ldmatrix_sync_x2(b, b_base + b_chunk);
+        mma_m16n8k16<T>(sets[set][0], a, b[0], b[1]);
+      } else {
+#pragma unroll
+        for (int np = 0; np < Cfg::kSNTiles / 2; ++np) {
+          uint32_t b[4];
+          ptx::ldmatrix_sync_x4(b, b_base + np * 16 * kRowBytes + b_chunk);
+          mma_m16n8k16<T>(sets[set][2 * np], a, b[0], b[1]);
+          mma_m16n8k16<T>(sets[set][2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float total = sets[0][nt][k];
+#pragma unroll
+      for (int set = 1; set < Cfg::kSKSplit; ++set) total += sets[set][nt][k];
+      acc[nt][k] = total;
+    }
+  }
+}
+
+// Masks the scores of the tile starting at token `tile_start` and publishes each row's max.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
+                                                     const ScoreState<Cfg>& st, int tile_start,
+                                                     SharedStorage<T, Cfg>& s) {
+  if (tile_start + kBlockN > st.mask_from) {
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int token = tile_start + st.tg() * Cfg::kSTokens + nt * 8 + 2 * st.q() + (k & 1);
+        if (token >= st.bound[k / 2]) acc[nt][k] = -INFINITY;
+      }
+    }
+  }
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tile_max[k / 2] = fmaxf(tile_max[k / 2], acc[nt][k]);
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], 1));
+    tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], 2));
+    if (st.q() == 0) s.tile_max[st.tg()][st.row(e)] = tile_max[e];
+  }
+}
+
+// After the barrier: the new row max, P (to shared memory) and alpha; updates the state.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void softmax_to_shared(float (&acc)[Cfg::kSNTiles][4],
+                                                  ScoreState<Cfg>& st, float scale_log2,
+                                                  SharedStorage<T, Cfg>& s) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int row = st.row(e);
+    float new_max = st.max[e];
+#pragma unroll
+    for (int t = 0; t < Cfg::kSColGroups; ++t) new_max = fmaxf(new_max, s.tile_max[t][row]);
+    // A row with nothing visible yet keeps max -inf: subtract 0 so that P is exp2(-inf) = 0.
+    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+    const float alpha = exp2f(fmaf(st.max[e], scale_log2, -max_scaled));
+    st.max[e] = new_max;
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+      for (int k = 2 * e; k < 2 * e + 2; ++k) {
+        acc[nt][k] = exp2f(fmaf(acc[nt][k], scale_log2, -max_scaled));
+        tile_sum += acc[nt][k];
+      }
+    }
+    st.sum[e] = st.sum[e] * alpha + tile_sum;
+    if (st.tg() == 0 && st.q() == 0) s.alpha[row] = alpha;
+  }
+  auto* s_p = reinterpret_cast<char*>(s.p);
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+    const int chunk = (st.tg() * Cfg::kSTokens) / 8 + nt;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = st.row(e);
+      *reinterpret_cast<uint32_t*>(s_p + p_chunk_offset(row, chunk) + 4 * st.q()) =
+          pack2<T>(acc[nt][2 * e], acc[nt][2 * e + 1]);
+    }
+  }
+}
+
+}  // namespace mlakit::sm80

@@ -1,0 +1,103 @@
+// Registry entry of the sm80 backend: the portable tensor-core decode kernel (mma.sync, cp.async)
+// with split-KV planned on the device and a combine kernel. Runs on sm_80 and newer.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+
+#include "backends/sm80/launch.h"
+#include "core/backend.h"
+#include "core/check.h"
+
+namespace mlakit {
+namespace {
+
+constexpr std::array<int32_t, 5> kPageSizes = {1, 16, 32, 64, 128};
+constexpr int32_t kMaxSq = 8;
+
+class Sm80Backend final : public Backend {
+ public:
+  explicit Sm80Backend(const sm80::Setup& setup) : setup_(setup) {}
+  std::string_view name() const override { return "sm80"; }
+  size_t workspace_bytes() const override { return setup_.layout.bytes; }
+  Status run(const RunArgs& args, void* workspace, size_t, Stream stream) const override {
+    return sm80::run(setup_, args, workspace, stream);
+  }
+
+ private:
+  sm80::Setup setup_;
+};
+
+Status available(const DeviceInfo& device) {
+  if (!device.present) return unsupported("no CUDA device (", device.error, ")");
+  if (device.sm_major < 8) {
+    return unsupported("backend sm80 needs compute capability 8.0 or newer; ", device.name,
+                       " is sm_", device.sm_major, device.sm_minor);
+  }
+  return Status::Ok();
+}
+
+Status can_run(const Problem& p, const DeviceInfo& device) {
+  if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kFP16) {
+    return unsupported("kv_dtype ", to_string(p.kv_dtype),
+                       " is not supported by backend sm80 (supported: bf16, fp16)");
+  }
+  if (p.sparse()) {
+    return unsupported("sparse attention (topk ", p.topk,
+                       ") is not supported by backend sm80 (supported: dense)");
+  }
+  if (p.s_q > kMaxSq) {
+    return unsupported("s_q ", p.s_q, " is not supported by backend sm80 (supported: 1..", kMaxSq,
+                       ")");
+  }
+  if (std::find(kPageSizes.begin(), kPageSizes.end(), p.page_size) == kPageSizes.end()) {
+    return unsupported("page_size ", p.page_size,
+                       " is not supported by backend sm80 (supported: 1, 16, 32, 64, 128)");
+  }
+  const sm80::DecodeKernel& kernel = sm80::select_kernel(p.kv_dtype, sm80::tile_for(p));
+  int smem_optin = 0;
+  if (cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return unsupported("backend sm80 could not read the shared-memory limit of ", device.name);
+  }
+  if (sm80::stages_for(kernel, static_cast<size_t>(smem_optin)) == 0) {
+    return unsupported("backend sm80 needs ",
+                       kernel.smem_fixed_bytes + sm80::kMinStages * sm80::kStageBytes,
+                       " bytes of shared memory per block for h_q * s_q = ", p.h_q * p.s_q, "; ",
+                       device.name, " allows ", smem_optin);
+  }
+  return Status::Ok();
+}
+
+std::vector<Tactic> tactics(const Problem&) {
+  return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
+}
+
+Status create(const Problem& problem, int tactic, const DeviceInfo& device,
+              std::unique_ptr<Backend>* out) {
+  sm80::Setup setup;
+  MLAKIT_RETURN_IF_ERROR(sm80::make_setup(problem, tactic, device, &setup));
+  *out = std::make_unique<Sm80Backend>(setup);
+  return Status::Ok();
+}
+
+}  // namespace
+
+const BackendEntry& sm80_backend_entry() {
+  static const BackendEntry entry{
+      .name = "sm80",
+      .summary = "portable tensor-core decode (mma.sync, cp.async), split-KV planned on the device",
+      .supports =
+          "q/kv/out bf16 or fp16; page size 1, 16, 32, 64, 128; h_q 1..128; s_q 1..8 causal or "
+          "not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: persistent, one-shot",
+      .device_memory = true,
+      .available = available,
+      .can_run = can_run,
+      .tactics = tactics,
+      .create = create,
+  };
+  return entry;
+}
+
+}  // namespace mlakit
