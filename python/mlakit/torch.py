@@ -16,6 +16,9 @@ import torch
 
 from . import _cache
 
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"mlakit.torch needs PyTorch 2.4 or newer, found {torch.__version__}")
+
 __all__ = ["decode"]
 
 _DEFAULT_SOFTMAX_SCALE = 576**-0.5
