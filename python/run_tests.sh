@@ -9,7 +9,8 @@
 # Environment:
 #   MLAKIT_CUDA_ARCHITECTURES  CUDA architectures to build (default 80: one, to keep CI short;
 #                              90a on an H100/H200)
-#   MLAKIT_VENV                the virtual environment (default python/.venv)
+#   MLAKIT_VENV                the virtual environment (default python/.venv); "system": no
+#                              environment, install into the python3 on PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '[python] %s\n' "$*" >&2; }
@@ -21,7 +22,7 @@ if [ "${1:-}" = "--offline" ]; then
 fi
 archs=${MLAKIT_CUDA_ARCHITECTURES:-80}
 venv=${MLAKIT_VENV:-python/.venv}
-case $venv in /*) ;; *) venv="$PWD/$venv" ;; esac
+case $venv in /* | system) ;; *) venv="$PWD/$venv" ;; esac
 
 # --- system packages the C++ build needs (Debian/Ubuntu), unless a carried .deps/ has them ----
 need_pkgs=()
@@ -41,15 +42,19 @@ fi
 command -v nvcc >/dev/null || { log "nvcc not found: install the CUDA toolkit (12.8 or newer)"; exit 1; }
 
 # --- the virtual environment and the package ----------------------------------------------------
-if [ ! -x "$venv/bin/python" ]; then
-  log "creating $venv"
-  if [ "$offline" = 1 ]; then
-    python3 -m venv --system-site-packages "$venv"
-  else
-    python3 -m venv "$venv"
+if [ "$venv" = system ]; then
+  py=$(command -v python3)
+else
+  if [ ! -x "$venv/bin/python" ]; then
+    log "creating $venv"
+    if [ "$offline" = 1 ]; then
+      python3 -m venv --system-site-packages "$venv"
+    else
+      python3 -m venv "$venv"
+    fi
   fi
+  py="$venv/bin/python"
 fi
-py="$venv/bin/python"
 build_args=(-C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$archs")
 start=$SECONDS
 if [ "$offline" = 1 ]; then
@@ -65,4 +70,4 @@ log "installed in $((SECONDS - start)) s"
 # --- tests (pytest's exit code 5, no tests collected, fails too) --------------------------------
 # From outside python/, so that `import mlakit` finds the installed package, not the sources.
 cd python/tests
-exec "$venv/bin/python" -m pytest -c ../pyproject.toml --rootdir .. -q "$@"
+exec "$py" -m pytest -c ../pyproject.toml --rootdir .. -q "$@"
