@@ -20,9 +20,11 @@ struct Chunk {
 template <typename F>
 __device__ __forceinline__ void for_each_chunk_of_part(const PlanView& view, int32_t part,
                                                        int32_t batch, F&& f) {
-  const PartMeta pm = view.parts[part];
-  const int32_t last = min(pm.end_request, batch - 1);
-  for (int32_t r = pm.begin_request; r <= last; ++r) {
+  for (int32_t r = view.parts[part].begin_request;; ++r) {
+    // Re-read each time (an L1 hit): nothing of the part stays in registers across chunks, where
+    // the main kernel needs them all.
+    const PartMeta pm = view.parts[part];
+    if (r > min(pm.end_request, batch - 1)) break;
     const RequestMeta rm = view.requests[r];
     const int32_t blocks = ceil_div(rm.seq_len, view.block_n);
     const int32_t begin = r == pm.begin_request ? pm.begin_block : 0;

@@ -77,6 +77,13 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ex2.approx.ftz.f32 d, a (sm_75): 2^a, relative error 2^-22; -inf gives +0.
+__device__ __forceinline__ float ex2_approx_ftz_f32(float a) {
+  float d;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(d) : "f"(a));
+  return d;
+}
+
 // cp.async.wait_group N for a runtime N in 0..3 (the immediate must be a constant).
 __device__ __forceinline__ void cp_async_wait_group_dynamic(int n) {
   switch (n) {
