@@ -6,10 +6,12 @@
 //            accumulators per thread). The two layouts differ on purpose: the score layout reads
 //            Q twice and K four times per tile, the output layout reads V twice; one layout for
 //            both would read 25% more shared memory, which bounds this kernel at h_q 128.
-//   TileM32: 32 query rows, 8 warps. Scores: 2 row groups x 4 token quarters; output: 8 column
-//            eighths of 64 (32 rows each). For 17..32 rows (h_q 32, or h_q 16 with s_q 2).
-//   TileM16: 16 query rows, 4 warps. Scores: 4 token quarters of 8; output: 4 column quarters of
-//            128. For h_q * s_q <= 16 (h_q 16 at tensor parallel 8), which must run at HBM speed.
+//   TileM32: 32 query rows, 8 warps. Scores: 2 row groups x 4 quarters of the 576 dims (split-K,
+//            Q in registers); output: 8 column eighths of 64 (32 rows each). For 17..32 rows
+//            (h_q 32, or h_q 16 with s_q 2).
+//   TileM16: 16 query rows, 4 warps. Scores: 4 quarters of the 576 dims (split-K); output: 4
+//            column quarters of 128. For h_q * s_q <= 16 (h_q 16 at tensor parallel 8), which
+//            must run at HBM speed.
 // Both: KV tiles of 32 tokens x 576, loaded once and used as K (576) and V (first 512).
 #pragma once
 
@@ -27,8 +29,8 @@ inline constexpr int kVChunks = kDv * 2 / 16;      // 64 chunks of V per token
 inline constexpr int kKSteps = kDqk / 16;          // 36 k-steps of 16 in Q K^T
 static_assert(kRowChunks % 8 == 0, "the swizzle permutes chunks within groups of 8");
 
-template <int kRows_, int kSRowGroups_, int kSColGroups_, int kSKSplit_, int kORowGroups_,
-          int kOColGroups_>
+template <int kRows_, int kSRowGroups_, int kSColGroups_, int kSKSplit_, bool kSplitK_,
+          int kORowGroups_, int kOColGroups_>
 struct TileConfig {
   static constexpr int kRows = kRows_;  // query rows per tile
   static constexpr int kWarps = kSRowGroups_ * kSColGroups_;
@@ -43,6 +45,14 @@ struct TileConfig {
   // Independent accumulator sets along k (summed at the end): the 36 k-steps would otherwise be
   // one chain of dependent mma per n8 tile, and the warp would wait on mma latency.
   static constexpr int kSKSplit = kSKSplit_;
+  // Split-K scores: warp (rg, kg) keeps its 16 rows x (576 / kSColGroups) dims of Q in registers
+  // (loaded once per chunk) and computes partial scores of all kBlockN tokens; the partials meet
+  // in shared memory, where warp (rg, tg) sums those of its kSTokens tokens. No Q is read from
+  // shared memory per tile (with the token split every score warp re-reads all of Q, 4x the
+  // tile's own bytes at 16 rows), and each warp runs kBlockN / 8 independent mma chains.
+  static constexpr bool kSplitK = kSplitK_;
+  static constexpr int kKStepsPerWarp = kKSteps / kSColGroups;
+  static constexpr int kScoreParts = kSplitK ? kWarps * (kBlockN / 8) * 32 * 4 : 4;  // floats
 
   // Output O += P V: warp (row group, column group) owns kORows x kOCols accumulators.
   static constexpr int kORowGroups = kORowGroups_;
@@ -64,11 +74,13 @@ struct TileConfig {
   static_assert(kBlockN % 16 == 0, "P V runs k-steps of 16 tokens");
   static_assert(kBlockN % kLoadTokensPerPass == 0 && kLoadPasses >= 1);
   static_assert(kKSteps % kSKSplit == 0, "the k-steps are dealt round-robin to the sets");
+  static_assert(!kSplitK || (kKSteps % kSColGroups == 0 && kSNTiles == 1 && kSKSplit == 1),
+                "split-K: whole k-steps per warp; one n8 tile of tokens per warp after the sum");
 };
 
-using TileM64 = TileConfig<64, /*S*/ 4, 2, /*k sets*/ 1, /*O*/ 2, 4>;
-using TileM32 = TileConfig<32, /*S*/ 2, 4, /*k sets*/ 4, /*O*/ 1, 8>;
-using TileM16 = TileConfig<16, /*S*/ 1, 4, /*k sets*/ 4, /*O*/ 1, 4>;
+using TileM64 = TileConfig<64, /*S*/ 4, 2, /*k sets*/ 2, /*split-K*/ false, /*O*/ 2, 4>;
+using TileM32 = TileConfig<32, /*S*/ 2, 4, /*k sets*/ 1, /*split-K*/ true, /*O*/ 1, 8>;
+using TileM16 = TileConfig<16, /*S*/ 1, 4, /*k sets*/ 1, /*split-K*/ true, /*O*/ 1, 4>;
 
 enum class TileKind : int32_t {
   kM16 = 0,
@@ -77,11 +89,12 @@ enum class TileKind : int32_t {
 };
 
 // KV pipeline depth: a runtime choice, as many stages as the device's shared memory holds (up to
-// kMaxStages). Decode is latency-bound on its KV loads: a CTA has (stages - 1) tiles in flight
-// while it computes one, and the loaded latency of a gathered tile is several microseconds
-// (measured, H100 and H200, 2026-11: 3 stages of the 16-row tile and 2 CTAs x 2 stages both ran
-// at 2 us per tile, 2.4 TB/s, on either GPU). sm_80 (163 KB) fits 2 stages of the 64-row tile and
-// 3 of the 16-row one; sm_90 (227 KB) 4 and 5.
+// kMaxStages): sm_80 (163 KB) fits 2 stages of the 64-row tile and 3 of the 16-row one, sm_90
+// (227 KB) 4 and 5. Measured (H100, 2026-11), depth matters less than expected: 3, 4 and 5
+// stages of the 16-row tile at h_q 16 ran within 5% of each other, and 2 CTAs x 2 stages per SM
+// the same; the kernel sits at about 75% of DRAM peak there, bound by something not yet
+// established (not instruction issue: ncu shows 0.15 issued warps per scheduler and cycle).
+// Deeper costs nothing where shared memory is otherwise unused.
 inline constexpr int kMinStages = 2;
 inline constexpr int kMaxStages = 5;
 inline constexpr uint32_t kStageBytes = kBlockN * kRowBytes;  // 36 KB
@@ -93,11 +106,12 @@ inline constexpr uint32_t kStageBytes = kBlockN * kRowBytes;  // 36 KB
 template <typename T, typename Cfg>
 struct alignas(128) SharedStorage {
   alignas(128) T q[Cfg::kRows * kDqk];
-  alignas(128) T p[Cfg::kRows * kBlockN];        // probabilities of the current tile
-  float tile_max[Cfg::kSColGroups][Cfg::kRows];  // per token group: row max of the tile
-  float row_sum[Cfg::kSColGroups][Cfg::kRows];   // per token group: softmax denominators
-  float alpha[Cfg::kRows];                       // rescale of O for the current tile
-  float row_scale[Cfg::kRows];                   // epilogue: 1 / sum (times the sink factor)
+  alignas(128) T p[Cfg::kRows * kBlockN];           // probabilities of the current tile
+  float tile_max[Cfg::kSColGroups][Cfg::kRows];     // per token group: row max of the tile
+  float row_sum[Cfg::kSColGroups][Cfg::kRows];      // per token group: softmax denominators
+  float alpha[Cfg::kRows];                          // rescale of O for the current tile
+  float row_scale[Cfg::kRows];                      // epilogue: 1 / sum (times the sink factor)
+  alignas(16) float score_parts[Cfg::kScoreParts];  // split-K: [warp][n8 tile][lane][4] partials
 
   static constexpr size_t smem_bytes(int stages) {
     return sizeof(SharedStorage) + static_cast<size_t>(stages) * kStageBytes;

@@ -5,12 +5,15 @@
 // Per chunk: the Q tile and the first stages - 1 KV tiles are copied (cp.async) into shared
 // memory; then for each KV tile of 32 tokens:
 //   wait for the tile, barrier, issue the copy of tile t + stages - 1    (loads.cuh)
-//   S = Q K^T, mask, per-row tile max to shared memory, barrier          (qk_softmax.cuh)
+//   S = Q K^T, mask, per-row tile max to shared memory, barrier          (qk_softmax.cuh,
+//       or with Q in registers and the dims split over warps             qk_split_k.cuh)
 //   new max, P and alpha to shared memory, barrier
 //   O = alpha * O + P V                                                  (pv.cuh)
 // and at the end the epilogue writes the output or a partial (epilogue.cuh). Every warp takes
 // both roles; the loads of the next tiles overlap the math of the current one.
-// Numbers: see docs/ and the DISABLED_Timing test in tests/gpu.
+// Numbers (H100 SXM, bf16, page 64, whole call, cold L2, 2026-11; DISABLED_Timing in tests/gpu):
+// h_q 16, b 64, L 4096: 128 us, 2.35 TB/s (the decode kernel alone at 75% of DRAM peak);
+// h_q 32: 134 us; h_q 64: 227 us; h_q 128: 376 us (one-shot), 194 TFLOP/s with mma.sync.
 #pragma once
 
 #include "backends/sm80/config.h"
@@ -20,6 +23,7 @@
 #include "backends/sm80/params.h"
 #include "backends/sm80/pv.cuh"
 #include "backends/sm80/qk_softmax.cuh"
+#include "backends/sm80/qk_split_k.cuh"
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
 #include "plan/work.cuh"
@@ -60,7 +64,8 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
   }
   TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
 
-  ScoreState<Cfg> st(p, c, row0);
+  ScoreState<Cfg> st;
+  QFragments<Cfg> qf;  // split-K configs: this warp's slice of Q, loaded with the first tile
   OutAccumulators<Cfg> o;
 #pragma unroll
   for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
@@ -87,8 +92,13 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
     float acc[Cfg::kSNTiles][4];
-    compute_scores<T, Cfg>(s_q, s_kv, st, lane, acc);
-    mask_and_publish_max<T, Cfg>(acc, st, c.token_begin + t * kBlockN, s);
+    if constexpr (Cfg::kSplitK) {
+      if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
+      compute_scores_split_k<T, Cfg>(qf, s_kv, s.score_parts, warp, lane, acc);
+    } else {
+      compute_scores<T, Cfg>(s_q, s_kv, st, lane, acc);
+    }
+    mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
     __syncthreads();  // tile_max complete
     softmax_to_shared<T, Cfg>(acc, st, p.scale_log2, s);
     __syncthreads();  // P and alpha complete

@@ -74,11 +74,14 @@ class KvLoader {
       const bool valid = pos < token_end_;
       const int64_t slot = (static_cast<int64_t>(pages.page[pass]) << page_shift_) |
                            (pos & ((1 << page_shift_) - 1));
-      const T* src = valid ? g_kv_ + slot * kDqk + lane8_ * 8 : g_kv_;
+      // Past the end the page id is 0 (fetch_pages): the address stays inside the cache, and
+      // src_bytes 0 reads nothing.
+      const T* src = g_kv_ + slot * kDqk + lane8_ * 8;
+      const int src_bytes = valid ? 16 : 0;
       const uint32_t dst = s_kv + row * kRowBytes + ((lane8_ ^ (row & 7)) << 4);
 #pragma unroll
       for (int k = 0; k < kRowChunks / 8; ++k) {
-        ptx::cp_async_cg_shared_global(dst + k * 128, valid ? src + k * 64 : src, valid ? 16 : 0);
+        ptx::cp_async_cg_shared_global(dst + k * 128, src + k * 64, src_bytes);
       }
     }
   }

@@ -25,15 +25,27 @@ __device__ __forceinline__ void accumulate_pv(const SharedStorage<T, Cfg>& s, ui
   const int o_chunk0 = (warp % Cfg::kOColGroups) * (Cfg::kOCols / 8);
   const int g = lane / 4;
 
+  float alpha[Cfg::kOMTiles][2];
+  bool rescale = false;
 #pragma unroll
   for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float alpha = s.alpha[o_row0 + mt * 16 + g + 8 * e];
+      alpha[mt][e] = s.alpha[o_row0 + mt * 16 + g + 8 * e];
+      rescale |= alpha[mt][e] != 1.0f;
+    }
+  }
+  // Once the row maxima settle, alpha is 1 for most tiles: skip the multiplications.
+  if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
-        o[mt][nt][2 * e] *= alpha;
-        o[mt][nt][2 * e + 1] *= alpha;
+    for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
+          o[mt][nt][2 * e] *= alpha[mt][e];
+          o[mt][nt][2 * e + 1] *= alpha[mt][e];
+        }
       }
     }
   }

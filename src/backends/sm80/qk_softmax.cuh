@@ -30,10 +30,8 @@ __device__ __forceinline__ uint32_t p_chunk_offset(int row, int chunk) {
 // positions are recomputed from the thread index where used (registers are the scarce resource).
 template <typename Cfg>
 struct ScoreState {
-  float max[2];   // running row max, raw score units
-  float sum[2];   // this thread's share of the softmax denominator
-  int bound[2];   // tokens >= bound are masked, per row
-  int mask_from;  // first token that any row of the CTA masks (uniform over the CTA)
+  float max[2];  // running row max, raw score units
+  float sum[2];  // this thread's share of the softmax denominator
 
   __device__ __forceinline__ int warp() const { return static_cast<int>(threadIdx.x) / 32; }
   __device__ __forceinline__ int rg() const { return warp() / Cfg::kSColGroups; }
@@ -42,19 +40,21 @@ struct ScoreState {
   __device__ __forceinline__ int q() const { return static_cast<int>(threadIdx.x) % 4; }
   __device__ __forceinline__ int row(int e) const { return rg() * 16 + g() + 8 * e; }
 
-  __device__ __forceinline__ ScoreState(const DecodeParams& p, const plan::Chunk& c, int row0) {
+  __device__ __forceinline__ ScoreState() {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       max[e] = -INFINITY;
       sum[e] = 0.0f;
-      const int r = row0 + row(e);  // row in the request
-      const int visible = p.causal ? c.seq_len - p.s_q + 1 + r / p.h_q : c.seq_len;
-      bound[e] = min(visible, c.token_end);
     }
-    // Causal limits grow with the row; the first row of the tile has the smallest.
-    mask_from = min(p.causal ? c.seq_len - p.s_q + 1 + row0 / p.h_q : c.seq_len, c.token_end);
   }
 };
+
+// Tokens at or past this bound are masked for query row r of the request: the chunk's end, and
+// with causal MTP the positions token r / h_q must not see. Recomputed where needed (the last
+// tiles of a chunk) rather than held in registers.
+__device__ __forceinline__ int visible_bound(const DecodeParams& p, const plan::Chunk& c, int r) {
+  return min(p.causal ? c.seq_len - p.s_q + 1 + r / p.h_q : c.seq_len, c.token_end);
+}
 
 // acc = Q[rows of rg] K[tokens of tg]^T for the tile in s_kv.
 template <typename T, typename Cfg>
@@ -120,15 +120,20 @@ __device__ __forceinline__ void compute_scores(uint32_t s_q, uint32_t s_kv,
 // Masks the scores of the tile starting at token `tile_start` and publishes each row's max.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
-                                                     const ScoreState<Cfg>& st, int tile_start,
+                                                     const ScoreState<Cfg>& st,
+                                                     const DecodeParams& p, const plan::Chunk& c,
+                                                     int row0, int tile_start,
                                                      SharedStorage<T, Cfg>& s) {
-  if (tile_start + kBlockN > st.mask_from) {
+  // Causal bounds grow with the row: the tile's first row has the smallest (uniform branch).
+  if (tile_start + kBlockN > visible_bound(p, c, row0)) {
+    const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
+                          visible_bound(p, c, row0 + st.row(1))};
 #pragma unroll
     for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int token = tile_start + st.tg() * Cfg::kSTokens + nt * 8 + 2 * st.q() + (k & 1);
-        if (token >= st.bound[k / 2]) acc[nt][k] = -INFINITY;
+        if (token >= bound[k / 2]) acc[nt][k] = -INFINITY;
       }
     }
   }
@@ -157,16 +162,19 @@ __device__ __forceinline__ void softmax_to_shared(float (&acc)[Cfg::kSNTiles][4]
     float new_max = st.max[e];
 #pragma unroll
     for (int t = 0; t < Cfg::kSColGroups; ++t) new_max = fmaxf(new_max, s.tile_max[t][row]);
-    // A row with nothing visible yet keeps max -inf: subtract 0 so that P is exp2(-inf) = 0.
+    // A row with nothing visible yet keeps max -inf: subtract 0 so that P is 2^-inf = 0. alpha is
+    // exactly 1 when the max did not move (the output warps then skip the rescale).
     const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-    const float alpha = exp2f(fmaf(st.max[e], scale_log2, -max_scaled));
+    const float alpha = new_max == st.max[e]
+                            ? 1.0f
+                            : ptx::ex2_approx_ftz_f32(fmaf(st.max[e], scale_log2, -max_scaled));
     st.max[e] = new_max;
     float tile_sum = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
 #pragma unroll
       for (int k = 2 * e; k < 2 * e + 2; ++k) {
-        acc[nt][k] = exp2f(fmaf(acc[nt][k], scale_log2, -max_scaled));
+        acc[nt][k] = ptx::ex2_approx_ftz_f32(fmaf(acc[nt][k], scale_log2, -max_scaled));
         tile_sum += acc[nt][k];
       }
     }
