@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "harness/timing.h"
@@ -18,33 +21,53 @@ TEST(Sm80Timing, DISABLED_Timing) {
   const DeviceInfo device = current_device();
   struct Shape {
     int h_q, s_q, batch, len;
+    bool skewed;  // request 0 is 32x longer than the others
   };
-  const Shape shapes[] = {{128, 1, 64, 4096}, {16, 1, 64, 4096}, {64, 1, 64, 4096},
-                          {32, 1, 64, 4096},  {128, 1, 1, 4096}, {128, 2, 32, 4096},
-                          {16, 2, 64, 4096},  {16, 1, 128, 8192}};
+  const Shape shapes[] = {
+      {128, 1, 64, 4096, false}, {16, 1, 64, 4096, false}, {64, 1, 64, 4096, false},
+      {32, 1, 64, 4096, false},  {128, 1, 1, 4096, false}, {16, 1, 1, 4096, false},
+      {128, 2, 32, 4096, false}, {16, 2, 64, 4096, false}, {16, 1, 128, 8192, false},
+      {128, 1, 64, 1024, true},  {16, 1, 64, 1024, true}};
   std::printf("%s, %d SMs\n", device.name.c_str(), device.sm_count);
-  for (const Shape& s : shapes) {
+  // MLAKIT_TIMING_SHAPES=0,4: only those entries of `shapes` (e.g. to profile one of them).
+  const char* only = std::getenv("MLAKIT_TIMING_SHAPES");
+  for (int index = 0; index < static_cast<int>(std::size(shapes)); ++index) {
+    const Shape& s = shapes[index];
+    if (only != nullptr &&
+        (std::string(",") + only + ",").find("," + std::to_string(index) + ",") ==
+            std::string::npos) {
+      continue;
+    }
     Problem p;
     p.h_q = s.h_q;
     p.s_q = s.s_q;
     p.page_size = 64;
     p.max_batch = s.batch;
-    p.max_seq_len = s.len;
-    const std::vector<int32_t> lens(s.batch, s.len);
+    p.max_seq_len = s.skewed ? 32 * s.len : s.len;
+    std::vector<int32_t> lens(s.batch, s.len);
+    if (s.skewed) lens[0] = 32 * s.len;
+    int64_t tokens = 0;
+    for (const int32_t len : lens) tokens += len;
     const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = 3, .magnitude = 0.25f});
-    const size_t kv_bytes = static_cast<size_t>(s.batch) * s.len * kDqk * 2;
+    const size_t kv_bytes = static_cast<size_t>(tokens) * kDqk * 2;
     const int copies = harness::cold_copies(kv_bytes, device.l2_bytes, size_t{8} << 30);
     std::vector<harness::DeviceInputs> inputs(copies);
     for (auto& d : inputs) MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &d));
-    const double flops = 2176.0 * s.h_q * s.s_q * s.batch * s.len;
-    for (int tactic = 0; tactic < 2; ++tactic) {
-      std::unique_ptr<Decoder> decoder;
-      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = "sm80", .tactic = tactic}, &decoder));
-      harness::Timing t;
-      MLAKIT_ASSERT_OK(harness::time_gpu(*decoder, inputs, {}, &t));
-      std::printf("h_q %3d s_q %d b %3d L %5d tactic %d: %8.1f us  %5.2f TB/s  %5.0f TFLOP/s\n",
-                  s.h_q, s.s_q, s.batch, s.len, tactic, t.median_us, kv_bytes / t.median_us * 1e-6,
-                  flops / t.median_us * 1e-6);
+    const double flops = 2176.0 * s.h_q * s.s_q * tokens;
+    // Small batches are launch-bound: time them with PDL as well.
+    for (const bool pdl : {false, true}) {
+      if (pdl && s.batch > 1) continue;
+      p.enable_pdl = pdl;
+      for (int tactic = 0; tactic < 2; ++tactic) {
+        std::unique_ptr<Decoder> decoder;
+        MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = "sm80", .tactic = tactic}, &decoder));
+        harness::Timing t;
+        MLAKIT_ASSERT_OK(harness::time_gpu(*decoder, inputs, {}, &t));
+        std::printf(
+            "h_q %3d s_q %d b %3d L %5d%s%s tactic %d: %8.1f us  %5.2f TB/s  %5.0f TFLOP/s\n",
+            s.h_q, s.s_q, s.batch, s.len, s.skewed ? " (one 32x)" : "", pdl ? " pdl" : "", tactic,
+            t.median_us, kv_bytes / t.median_us * 1e-6, flops / t.median_us * 1e-6);
+      }
     }
   }
 }
