@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The recorded GPU run: build, GPU tests, sanitizer, read bandwidth, autotuning of the standard
+# grid for h_q 128 and 16 (s_q 1, PDL on), and the grid on each single backend and on auto.
+# Usage on the GPU machine (no network; .deps carried): bench/run-device.sh OUTDIR
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: bench/run-device.sh OUTDIR}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+scripts/device-build.sh build-gpu 90a >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+B=build-gpu/mlakit
+ref=bench/reference/flashmla_h200.csv
+{
+  echo "# $(date -u +%F) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  ctest --test-dir build-gpu -L gpu 2>&1 | grep -E "tests passed|tests failed"
+  scripts/sanitize.sh 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY"
+  $B info --measure | tail -1
+} | tee "$out/summary.txt"
+for h in 128 16; do
+  $B tune --heads "$h" --pdl --cache "$out/tune.json" >"$out/tune-h$h.txt" 2>&1
+  tail -1 "$out/tune-h$h.txt"
+done
+$B bench --grid standard --heads 128,16 --pdl --backend sm80:0,sm80:1,auto --tune-cache "$out/tune.json" \
+  --reference "$ref" --json "$out/grid.json" >"$out/grid.txt" 2>&1
+python3 bench/auto_vs_best.py "$out/grid.json" | tee "$out/auto-vs-best.txt" | tail -1
