@@ -1,0 +1,128 @@
+// The autotuner on the GPU: `auto` gives the results of the backend it picked; tuning at Decoder
+// creation writes the cache; tuning refuses to run while the stream captures a graph, and the
+// captured call still works.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "harness/workload.h"
+#include "sm80_test_util.h"
+#include "tune/bucket.h"
+#include "tune/cache.h"
+
+namespace mlakit::testing {
+namespace {
+
+std::string temp_cache(const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("mlakit_tune_gpu_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove(path);
+  return path.string();
+}
+
+Problem small_problem() {
+  return Problem{.h_q = 16, .page_size = 64, .max_batch = 4, .max_seq_len = 700};
+}
+
+harness::HostInputs small_inputs(const Problem& p, uint64_t seed) {
+  return harness::make_inputs(p, std::vector<int32_t>{700, 1, 0, 333}, {.seed = seed});
+}
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+TEST(TuneGpu, AutoMatchesTheBackendItPicked) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Problem p = small_problem();
+  const harness::HostInputs in = small_inputs(p, 101);
+  harness::DeviceInputs dev;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &dev));
+  std::unique_ptr<Decoder> automatic, explicit_decoder;
+  MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = temp_cache("none.json")}, &automatic));
+  MLAKIT_ASSERT_OK(Decoder::create(p,
+                                   {.backend = std::string(automatic->backend_name(in.batch)),
+                                    .tactic = automatic->tactic(in.batch)},
+                                   &explicit_decoder));
+  Stream stream;
+  harness::DeviceBuffer ws(std::max<size_t>(automatic->workspace_bytes(), 256));
+  Output a, b, ref;
+  MLAKIT_ASSERT_OK(run_device(*automatic, in, dev, ws.get(), stream.s, &a));
+  MLAKIT_ASSERT_OK(run_device(*explicit_decoder, in, dev, ws.get(), stream.s, &b));
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+  EXPECT_TRUE(bitwise_equal(a, b));
+  EXPECT_TRUE(matches_reference(in, a, ref));
+}
+
+TEST(TuneGpu, TuningAtCreationFillsTheCacheAndAutoUsesIt) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Problem p = small_problem();
+  const std::string path = temp_cache("tuned.json");
+  std::unique_ptr<Decoder> tuned;
+  MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = path, .tune = true}, &tuned));
+  const tune::Cache cache =
+      tune::Cache::load(path, tune::current_metadata(current_device()), nullptr);
+  const std::string key =
+      tune::bucket_key(p, tune::batch_bucket(p.max_batch), tune::len_bucket(p.max_seq_len));
+  const tune::Entry* entry = cache.find(key);
+  ASSERT_NE(entry, nullptr) << "no entry " << key << "; notes: " << tuned->notes();
+  EXPECT_GT(entry->time_us, 0);
+  EXPECT_EQ(tuned->backend_name(p.max_batch), entry->backend);
+  EXPECT_EQ(tuned->tactic(p.max_batch), entry->tactic);
+  EXPECT_NE(tuned->notes().find("(cache)"), std::string::npos) << tuned->notes();
+
+  // A second decoder reads the entry without measuring.
+  std::unique_ptr<Decoder> again;
+  MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = path}, &again));
+  EXPECT_EQ(again->backend_name(p.max_batch), entry->backend);
+  EXPECT_EQ(again->tactic(p.max_batch), entry->tactic);
+}
+
+TEST(TuneGpu, NoTuningWhileTheStreamCapturesAndTheCapturedCallWorks) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Problem p = small_problem();
+  const harness::HostInputs in = small_inputs(p, 202);
+  harness::DeviceInputs dev;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &dev));
+  MLAKIT_ASSERT_OK(dev.poison(in));
+  const std::string path = temp_cache("capture.json");
+  Stream stream;
+
+  // Allocated before capture (no allocation while capturing); larger than any workspace of this
+  // small problem, checked below.
+  harness::DeviceBuffer ws(size_t{64} << 20);
+  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  std::unique_ptr<Decoder> decoder;
+  const Status created =
+      Decoder::create(p, {.tune_cache_path = path, .tune = true, .stream = stream.s}, &decoder);
+  Status ran = created;
+  if (created.ok() && decoder->workspace_bytes() <= ws.size()) {
+    ran = decoder->run(dev.args, ws.get(), decoder->workspace_bytes(), stream.s);
+  }
+  cudaGraph_t graph = nullptr;
+  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.s, &graph));
+  MLAKIT_ASSERT_OK(created);
+  MLAKIT_ASSERT_OK(ran);
+  ASSERT_LE(decoder->workspace_bytes(), ws.size());
+  EXPECT_NE(decoder->notes().find("tuning skipped"), std::string::npos) << decoder->notes();
+  EXPECT_FALSE(std::filesystem::exists(path)) << "nothing may be measured or written";
+
+  cudaGraphExec_t exec = nullptr;
+  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.s));
+  MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.s));
+  Output got, ref;
+  got.out.resize(in.out_bytes() / 2);
+  MLAKIT_ASSERT_OK(dev.download(in, got.out.data(), nullptr));
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+  EXPECT_TRUE(matches_reference(in, got, ref));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace mlakit::testing
