@@ -1,20 +1,27 @@
 // The plan kernels (one CTA each) and the workspace layout; see plan.h for the schedules.
 //
-// Persistent: three passes over the batch, each a block-wide scan: (1) the line position where
-// each request ends, (2) each request's first part, number of splits and first partial slot,
-// (3) per part, a binary search for its first and last block. O(batch / threads + log batch)
-// steps, so the plan stays a few microseconds at any batch size.
+// Both kernels read seq_lens once per pass and use only block-wide scans and reductions:
+//  - persistent: pass 1 sums the line length (and finds whether all requests cost the same);
+//    pass 2 scans each request's line position and writes its metadata and the part boundaries
+//    that fall inside it (each boundary lies in exactly one request, or past the line),
+//    O(batch / threads + parts) steps.
+//  - one-shot: the chunk length (one_shot.cuh), then each request's metadata.
+// The decode kernel waits for them. Planning in each decode CTA instead (one-shot) cost the CTAs
+// more than the wait saved: batch 8, h_q 16: 29.3 us against 25.3 (H200, 2026-11).
 #include <algorithm>
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cuda/functional>
 
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
+#include "plan/one_shot.cuh"
 #include "plan/plan.h"
 
 namespace mlakit::plan {
 namespace {
 
-constexpr int kPlanThreads = 512;
+constexpr int kPlanThreads = 256;
 constexpr size_t kAlign = 256;
 
 size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -32,129 +39,182 @@ __device__ __forceinline__ int32_t load_len(const PlanKernelParams& p, int32_t i
   return i < p.batch ? min(max(p.seq_lens[i], 0), p.max_len) : 0;
 }
 
-// Smallest request whose last block lies at or after line position x, and the first of its
-// blocks at or after x; (batch, 0) when x is past the end of the line.
-__device__ PartMeta find_block(const PlanKernelParams& p, int64_t x, int64_t line) {
-  if (x >= line) return {p.batch, 0, p.batch, 0};
-  int32_t lo = 0, hi = p.batch - 1;  // line_end[hi] > x
-  while (lo < hi) {
-    const int32_t mid = (lo + hi) / 2;
-    if (p.view.line_end[mid] > x) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  const int64_t blocks = ceil_div(p.view.requests[lo].seq_len, p.view.block_n);
-  const int64_t first_block_pos = p.view.line_end[lo] - blocks;
-  const int32_t block = static_cast<int32_t>(max(int64_t{0}, x - first_block_pos));
-  return {lo, block, lo, block};
+__device__ __forceinline__ OneShotInputs one_shot_inputs(const PlanKernelParams& p) {
+  return {.seq_lens = p.seq_lens,
+          .batch = p.batch,
+          .max_len = p.max_len,
+          .block_n = p.view.block_n,
+          .fixed_cost_blocks = p.fixed_cost_blocks,
+          .min_chunk_blocks = p.min_chunk_blocks,
+          .num_parts = p.view.num_parts,
+          .max_splits = p.view.max_splits};
 }
+
+// For requests of equal cost c and an even cut of `ideal` blocks per part: the part length at
+// most ideal + ideal / 16 that puts every boundary between requests (a multiple of c), or cuts
+// each request into k equal parts (c / k for a divisor k <= 8 of c; past 8 parts per request
+// one partial more or less no longer counts), else `ideal`.
+__device__ int64_t aligned_part(int64_t c, int64_t ideal) {
+  const int64_t limit = ideal + ideal / 16;
+  if (ideal >= c) {
+    const int64_t whole = c * ceil_div(ideal, c);
+    return whole <= limit ? whole : ideal;
+  }
+  for (int64_t k = min(c / ideal, int64_t{8}); k >= 1 && c / k <= limit; --k) {
+    if (c % k == 0) return c / k;
+  }
+  return ideal;
+}
+
+// Sum, smallest non-zero and largest of the request costs, in one block reduction.
+struct CostStats {
+  int64_t sum, min, max;
+};
+struct MergeCostStats {
+  __device__ CostStats operator()(const CostStats& a, const CostStats& b) const {
+    return {a.sum + b.sum, min(a.min, b.min), max(a.max, b.max)};
+  }
+};
 
 __global__ void __launch_bounds__(kPlanThreads) plan_persistent(const PlanKernelParams p) {
   using Scan = cub::BlockScan<int64_t, kPlanThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
+  using Reduce = cub::BlockReduce<CostStats, kPlanThreads>;
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } storage;
+  __shared__ int64_t s_line, s_per_part;
+  __shared__ int64_t s_end[kPlanThreads];     // pass 2: line end of each request of the round
+  __shared__ int32_t s_blocks[kPlanThreads];  // and its blocks
   const int32_t block_n = p.view.block_n;
+  const auto cost_of = [&](int32_t blocks) -> int64_t {
+    return blocks > 0 ? blocks + p.fixed_cost_blocks : 0;
+  };
 
   // seq_lens may be written by the previous kernel, and the previous call's kernels read the
   // metadata rewritten here.
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
 
-  // Pass 1: where each request ends on the line (its overhead, then its blocks).
-  int64_t line = 0;
+  // Pass 1: the line's length (each request's overhead, then its blocks), and the smallest and
+  // largest cost of a non-empty request.
+  CostStats stats{0, INT64_MAX, 0};
   for (int32_t base = 0; base < p.batch; base += kPlanThreads) {
-    const int32_t i = base + static_cast<int32_t>(threadIdx.x);
-    const int32_t blocks = ceil_div(load_len(p, i), block_n);
-    const int64_t cost = blocks > 0 ? blocks + p.fixed_cost_blocks : 0;
-    int64_t end = 0, total = 0;
-    Scan(scan_storage).InclusiveSum(cost, end, total);
+    const int64_t cost =
+        cost_of(ceil_div(load_len(p, base + static_cast<int32_t>(threadIdx.x)), block_n));
+    const CostStats round =
+        Reduce(storage.reduce)
+            .Reduce(CostStats{cost, cost > 0 ? cost : INT64_MAX, cost}, MergeCostStats{});
     __syncthreads();
-    if (i < p.batch) p.view.line_end[i] = line + end;
-    line += total;
+    stats = MergeCostStats{}(stats, round);  // valid in thread 0
   }
-  const int64_t per_part =
-      max(ceil_div<int64_t>(line, p.view.num_parts), int64_t{max(p.min_chunk_blocks, 1)});
+  const int64_t line = stats.sum, min_cost = stats.min, max_cost = stats.max;
+  // Equal costs: boundaries between requests, for at most 1/16 more per part. At batch 64, h_q 128
+  // (66 parts) the even cut (130 blocks per part, requests of 134) split every request in two, and
+  // the combine of their partials took 17 us of 365 (H200, 2026-11); 134 per part splits none.
+  if (threadIdx.x == 0) {
+    int64_t per_part =
+        max(ceil_div<int64_t>(line, p.view.num_parts), int64_t{max(p.min_chunk_blocks, 1)});
+    if (min_cost == max_cost) per_part = aligned_part(max_cost, per_part);
+    s_line = line;
+    s_per_part = per_part;
+  }
+  __syncthreads();
+  const int64_t line_length = s_line, per_part = s_per_part;
 
-  // Pass 2: each request's parts and partial slots (only requests with several chunks use slots).
-  int64_t slots_before = 0;
+  // Boundary q (q * per_part on the line) opens part q and closes part q - 1.
+  const auto write_boundary = [&](int64_t q, int32_t request, int32_t block) {
+    if (q < p.view.num_parts) {
+      p.view.parts[q].begin_request = request;
+      p.view.parts[q].begin_block = block;
+    }
+    if (q > 0) {
+      p.view.parts[q - 1].end_request = request;
+      p.view.parts[q - 1].end_block = block;
+    }
+  };
+
+  // Pass 2, by rounds of kPlanThreads requests: each request's parts and partial slots (only
+  // requests with several chunks use slots); then the boundaries that fall in the round's
+  // requests, spread over the threads (a lone request may hold every boundary), each finding its
+  // request by binary search over the round's line ends.
+  int64_t line_before = 0, slots_before = 0;
   for (int32_t base = 0; base < p.batch; base += kPlanThreads) {
     const int32_t i = base + static_cast<int32_t>(threadIdx.x);
     const int32_t len = load_len(p, i);
     const int32_t blocks = ceil_div(len, block_n);
+    int64_t end = 0, line_total = 0;
+    Scan(storage.scan).InclusiveSum(cost_of(blocks), end, line_total);
+    __syncthreads();
+    end += line_before;
+    const int64_t first_block_pos = end - blocks;
     int32_t first = 0, splits = 0;
     if (blocks > 0) {
-      const int64_t first_block_pos = p.view.line_end[i] - blocks;
       first = static_cast<int32_t>(first_block_pos / per_part);
       splits = static_cast<int32_t>((first_block_pos + blocks - 1) / per_part) - first + 1;
     }
-    int64_t offset = 0, total = 0;
-    Scan(scan_storage).ExclusiveSum(int64_t{splits > 1 ? splits : 0}, offset, total);
-    __syncthreads();
+    int64_t offset = 0, slots_total = 0;
+    Scan(storage.scan).ExclusiveSum(int64_t{splits > 1 ? splits : 0}, offset, slots_total);
     if (i < p.batch) {
       p.view.requests[i] = {.seq_len = len,
                             .num_splits = splits,
                             .first = first,
                             .split_offset = static_cast<int32_t>(slots_before + offset)};
     }
-    slots_before += total;
+    s_end[threadIdx.x] = end;
+    s_blocks[threadIdx.x] = blocks;
+    __syncthreads();
+    const int64_t round_end = line_before + line_total;
+    for (int64_t q = ceil_div(line_before, per_part) + threadIdx.x; q * per_part < round_end;
+         q += kPlanThreads) {
+      const int64_t x = q * per_part;
+      int32_t lo = 0, hi = kPlanThreads - 1;  // the first request of the round ending past x
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (s_end[mid] > x) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      write_boundary(q, base + lo,
+                     static_cast<int32_t>(max(int64_t{0}, x - (s_end[lo] - s_blocks[lo]))));
+    }
+    __syncthreads();  // s_end and s_blocks are rewritten by the next round
+    line_before = round_end;
+    slots_before += slots_total;
   }
-  __syncthreads();  // line_end and requests are read below by other threads
-
-  // Pass 3: each part's first and one-past-last block.
-  for (int32_t part = threadIdx.x; part < p.view.num_parts; part += kPlanThreads) {
-    const PartMeta begin = find_block(p, part * per_part, line);
-    const PartMeta end = find_block(p, (part + 1) * per_part, line);
-    p.view.parts[part] = {.begin_request = begin.begin_request,
-                          .begin_block = begin.begin_block,
-                          .end_request = end.begin_request,
-                          .end_block = end.begin_block};
+  // Boundaries at or past the end of the line: empty parts.
+  for (int64_t q = ceil_div(line_length, per_part) + threadIdx.x; q <= p.view.num_parts;
+       q += kPlanThreads) {
+    write_boundary(q, p.batch, 0);
   }
 }
 
 __global__ void __launch_bounds__(kPlanThreads) plan_one_shot(const PlanKernelParams p) {
+  using Planner = OneShotPlanner<kPlanThreads>;
   using Scan = cub::BlockScan<int64_t, kPlanThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ int32_t s_max_blocks;
-  const int32_t block_n = p.view.block_n;
+  __shared__ union {
+    typename Planner::TempStorage planner;
+    typename Scan::TempStorage scan;
+  } storage;
 
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
 
-  // Pass 1: total and largest number of blocks.
-  if (threadIdx.x == 0) s_max_blocks = 0;
-  __syncthreads();
-  int64_t total_blocks = 0;
-  for (int32_t base = 0; base < p.batch; base += kPlanThreads) {
-    const int32_t blocks = ceil_div(load_len(p, base + static_cast<int32_t>(threadIdx.x)), block_n);
-    atomicMax(&s_max_blocks, blocks);
-    int64_t prefix = 0, total = 0;
-    Scan(scan_storage).ExclusiveSum(int64_t{blocks}, prefix, total);
-    __syncthreads();
-    total_blocks += total;
-  }
-  const int64_t max_blocks = s_max_blocks;
-  // One chunk length for the batch: about num_parts chunks in all, at most max_splits per request.
-  const int64_t chunk = max(
-      max(int64_t{max(p.min_chunk_blocks, 1)}, ceil_div<int64_t>(total_blocks, p.view.num_parts)),
-      ceil_div<int64_t>(max_blocks, p.view.max_splits));
-
-  // Pass 2: per request, the splits (evened out: chunks of ceil(blocks / splits)) and slots.
+  const OneShotInputs in = one_shot_inputs(p);
+  const int64_t chunk = Planner::chunk_blocks(in, storage.planner);
   int64_t slots_before = 0;
   for (int32_t base = 0; base < p.batch; base += kPlanThreads) {
     const int32_t i = base + static_cast<int32_t>(threadIdx.x);
-    const int32_t len = load_len(p, i);
-    const int32_t blocks = ceil_div(len, block_n);
-    int32_t splits = static_cast<int32_t>(ceil_div<int64_t>(blocks, chunk));
-    const int32_t per_chunk = splits > 0 ? ceil_div(blocks, splits) : 0;
-    splits = per_chunk > 0 ? ceil_div(blocks, per_chunk) : 0;
+    const OneShotSplit split = one_shot_split(one_shot_blocks(in, i), chunk);
     int64_t offset = 0, total = 0;
-    Scan(scan_storage).ExclusiveSum(int64_t{splits > 1 ? splits : 0}, offset, total);
+    Scan(storage.scan).ExclusiveSum(int64_t{split.splits > 1 ? split.splits : 0}, offset, total);
     __syncthreads();
     if (i < p.batch) {
-      p.view.requests[i] = {.seq_len = len,
-                            .num_splits = splits,
-                            .first = per_chunk,
+      p.view.requests[i] = {.seq_len = one_shot_len(in, i),
+                            .num_splits = split.splits,
+                            .first = split.per_chunk,
                             .split_offset = static_cast<int32_t>(slots_before + offset)};
     }
     slots_before += total;
@@ -176,8 +236,6 @@ WorkspaceLayout workspace_layout(const PlanShape& s) {
   at += align_up(sizeof(RequestMeta) * s.max_batch);
   w.parts = at;
   if (persistent) at += align_up(sizeof(PartMeta) * s.num_parts);
-  w.line_end = at;
-  if (persistent) at += align_up(sizeof(int64_t) * s.max_batch);
   w.partial_lse = at;
   at += align_up(sizeof(float) * w.max_slots * s.rows);
   w.partial_out = at;
@@ -190,7 +248,6 @@ PlanView plan_view(const PlanShape& s, const WorkspaceLayout& w, void* workspace
   auto* base = static_cast<char*>(workspace);
   return {.requests = reinterpret_cast<RequestMeta*>(base + w.requests),
           .parts = reinterpret_cast<PartMeta*>(base + w.parts),
-          .line_end = reinterpret_cast<int64_t*>(base + w.line_end),
           .partial_lse = reinterpret_cast<float*>(base + w.partial_lse),
           .partial_out = reinterpret_cast<float*>(base + w.partial_out),
           .block_n = s.block_n,

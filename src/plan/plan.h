@@ -8,12 +8,14 @@
 //    the batch are laid on one line, request after request, in blocks of `block_n` tokens, each
 //    request preceded by `fixed_cost_blocks` of overhead (its Q load, epilogue and combine);
 //    part p takes the blocks whose line position falls in [p*Q, (p+1)*Q), Q = ceil(line / parts)
-//    (at least `min_chunk_blocks`). A part therefore owns a contiguous range of (request, block)
-//    work, and a request that spans several parts produces several partials (FlashMLA-style).
-//  - one-shot: a grid of `max_splits` CTAs per request (and query tile). The plan picks one chunk
-//    length for the batch so that about `num_parts` chunks exist (at least `min_chunk_blocks`
-//    blocks, and at most `max_splits` chunks per request); CTAs past their request's last chunk
-//    exit at once.
+//    (at least `min_chunk_blocks`; when all requests cost the same, rounded up by at most 1/16 so
+//    that boundaries fall between requests or cut each into equal parts). A part therefore owns a
+//    contiguous range of (request, block) work, and a request that spans several parts produces
+//    several partials (FlashMLA-style).
+//  - one-shot: a grid of `max_splits` CTAs per request (and query tile), CTA s * batch + r for
+//    chunk s of request r. One chunk length for the batch, priced by waves of `num_parts` CTAs
+//    (one_shot.cuh; at least `min_chunk_blocks` blocks, at most `max_splits` chunks per request);
+//    CTAs past their request's last chunk exit at once.
 // Either way a request with one chunk is written directly; a request with k > 1 chunks writes k
 // partials (fp32 out, natural-log LSE) into consecutive slots from `split_offset`, and the combine
 // kernel (kernels/common/combine.h) merges them. A request of length 0 has no chunk: the combine
@@ -68,15 +70,15 @@ struct PlanShape {
 // Workspace layout: byte offsets from the (256-aligned) workspace base; each region 256-aligned.
 //   requests     RequestMeta [max_batch]
 //   parts        PartMeta [num_parts]                 (persistent only)
-//   line_end     int64 [max_batch]                    (persistent only: plan scratch)
 //   partial_lse  float [max_slots, rows]              natural log, -inf for no visible token
 //   partial_out  float [max_slots, rows, 512]         normalized by its own softmax sum
 // max_slots bounds the partials of one call: at most 2 * (num_parts - 1) for the persistent
-// schedule (each part boundary splits at most one request) and 2 * num_parts for one-shot (only
-// requests longer than one chunk split, into fewer than 2 * len / chunk pieces), and never more
-// than max_batch * ceil(max_seq_len / block_n); 0 when no request can span two blocks.
+// schedule (each part boundary splits at most one request) and 2 * num_parts for one-shot (the
+// plan's rule L >= total / slots keeps it: only requests longer than a chunk split, into fewer
+// than 2 * len / L pieces; other chunk lengths are checked against it), and never more than
+// max_batch * ceil(max_seq_len / block_n); 0 when no request can span two blocks.
 struct WorkspaceLayout {
-  size_t requests = 0, parts = 0, line_end = 0, partial_lse = 0, partial_out = 0;
+  size_t requests = 0, parts = 0, partial_lse = 0, partial_out = 0;
   size_t bytes = 0;
   int64_t max_slots = 0;
 };
@@ -86,7 +88,6 @@ WorkspaceLayout workspace_layout(const PlanShape& shape);
 struct PlanView {
   RequestMeta* requests;  // [max_batch]
   PartMeta* parts;        // [num_parts]
-  int64_t* line_end;      // [max_batch]
   float* partial_lse;     // [max_slots, rows]
   float* partial_out;     // [max_slots, rows, 512]
   int32_t block_n;

@@ -1,18 +1,21 @@
 // Compile-time configuration of the sm80 decode kernel: tile sizes, warp layouts, pipeline depth
-// and the shared-memory layout. The kernel is written once against a TileConfig; two configs are
-// instantiated:
-//   TileM64: 64 query rows, 8 warps. Scores: 4 row groups x 2 token halves (16 x 16 per warp).
-//            Output: 2 row groups x 4 column quarters (32 rows x 128 columns per warp, 128 fp32
-//            accumulators per thread). The two layouts differ on purpose: the score layout reads
-//            Q twice and K four times per tile, the output layout reads V twice; one layout for
-//            both would read 25% more shared memory, which bounds this kernel at h_q 128.
-//   TileM32: 32 query rows, 8 warps. Scores: 2 row groups x 4 quarters of the 576 dims (split-K,
-//            Q in registers); output: 8 column eighths of 64 (32 rows each). For 17..32 rows
-//            (h_q 32, or h_q 16 with s_q 2).
-//   TileM16: 16 query rows, 4 warps. Scores: 4 quarters of the 576 dims (split-K); output: 4
-//            column quarters of 128. For h_q * s_q <= 16 (h_q 16 at tensor parallel 8), which
-//            must run at HBM speed.
-// Both: KV tiles of 32 tokens x 576, loaded once and used as K (576) and V (first 512).
+// and the shared-memory layout. The kernel is written once against a TileConfig; three configs
+// are instantiated, all with split-K scores (qk_split_k.cuh: a warp holds its rows of Q for a
+// share of the 576 dims in registers and computes partial scores for all 32 tokens of a tile):
+//   TileM64: 64 query rows, 8 warps. Scores: 4 row groups x 2 halves of the dims, 12 of a warp's
+//            18 k-steps of Q in registers (the 128 fp32 accumulators of O leave no room for all:
+//            with 18 the tile loop reloads 14 spilled registers per tile, and ran no faster).
+//            Output: 8 column eighths (64 rows x 64 columns per warp). Against the token-split
+//            scores it replaced (4 row groups x 2 token halves, Q and K from shared memory per
+//            k-step) it reads 40% less shared memory and ran 7% faster at h_q 128, batch 64
+//            (H200, 2026-11); the 8 column eighths read 20% less than 2 row groups x 4 quarters
+//            for P V and gained 2%.
+//   TileM32: 32 query rows, 8 warps. Scores: 2 row groups x 4 quarters of the dims; output: 8
+//            column eighths of 64 (32 rows each). For 17..32 rows (h_q 32, or h_q 16 with s_q 2).
+//   TileM16: 16 query rows, 4 warps. Scores: 4 quarters of the dims; output: 4 column quarters
+//            of 128. For h_q * s_q <= 16 (h_q 16 at tensor parallel 8), which must run at HBM
+//            speed.
+// All: KV tiles of 32 tokens x 576, loaded once and used as K (576) and V (first 512).
 #pragma once
 
 #include <cstddef>
@@ -29,30 +32,28 @@ inline constexpr int kVChunks = kDv * 2 / 16;      // 64 chunks of V per token
 inline constexpr int kKSteps = kDqk / 16;          // 36 k-steps of 16 in Q K^T
 static_assert(kRowChunks % 8 == 0, "the swizzle permutes chunks within groups of 8");
 
-template <int kRows_, int kSRowGroups_, int kSColGroups_, int kSKSplit_, bool kSplitK_,
-          int kORowGroups_, int kOColGroups_>
+template <int kRows_, int kSRowGroups_, int kSColGroups_, int kORowGroups_, int kOColGroups_,
+          int kQRegSteps_ = kKSteps>
 struct TileConfig {
   static constexpr int kRows = kRows_;  // query rows per tile
   static constexpr int kWarps = kSRowGroups_ * kSColGroups_;
   static constexpr int kThreads = 32 * kWarps;
 
-  // Scores S = Q K^T: warp (row group, token group) computes kSRows x kSTokens.
+  // Scores S = Q K^T, split-K: warp (rg, kg) keeps its 16 rows x (576 / kSColGroups) dims of Q
+  // in registers (loaded once per chunk) and computes partial scores of all kBlockN tokens; the
+  // partials meet in shared memory, where warp (rg, tg) sums those of its kSTokens tokens. With
+  // the token split every score warp re-read all of Q per tile, 4x the tile's own bytes at 16
+  // rows; here each warp runs kBlockN / 8 independent mma chains.
   static constexpr int kSRowGroups = kSRowGroups_;
   static constexpr int kSColGroups = kSColGroups_;
   static constexpr int kSRows = kRows / kSRowGroups;
   static constexpr int kSTokens = kBlockN / kSColGroups;
   static constexpr int kSNTiles = kSTokens / 8;
-  // Independent accumulator sets along k (summed at the end): the 36 k-steps would otherwise be
-  // one chain of dependent mma per n8 tile, and the warp would wait on mma latency.
-  static constexpr int kSKSplit = kSKSplit_;
-  // Split-K scores: warp (rg, kg) keeps its 16 rows x (576 / kSColGroups) dims of Q in registers
-  // (loaded once per chunk) and computes partial scores of all kBlockN tokens; the partials meet
-  // in shared memory, where warp (rg, tg) sums those of its kSTokens tokens. No Q is read from
-  // shared memory per tile (with the token split every score warp re-reads all of Q, 4x the
-  // tile's own bytes at 16 rows), and each warp runs kBlockN / 8 independent mma chains.
-  static constexpr bool kSplitK = kSplitK_;
   static constexpr int kKStepsPerWarp = kKSteps / kSColGroups;
-  static constexpr int kScoreParts = kSplitK ? kWarps * (kBlockN / 8) * 32 * 4 : 4;  // floats
+  // Of those, the first kQRegSteps are held in registers for the whole chunk, the rest read from
+  // shared memory per tile.
+  static constexpr int kQRegSteps = kQRegSteps_ < kKStepsPerWarp ? kQRegSteps_ : kKStepsPerWarp;
+  static constexpr int kScoreParts = kWarps * (kBlockN / 8) * 32 * 4;  // floats
 
   // Output O += P V: warp (row group, column group) owns kORows x kOCols accumulators.
   static constexpr int kORowGroups = kORowGroups_;
@@ -68,19 +69,17 @@ struct TileConfig {
 
   static_assert(kORowGroups_ * kOColGroups_ == kWarps, "both layouts use every warp");
   static_assert(kSRows == 16, "a score warp owns one m16 tile of rows");
-  static_assert(kSNTiles == 1 || kSNTiles % 2 == 0, "K fragments load as x2 or pairs of x4");
   static_assert(kORows % 16 == 0 && kOMTiles >= 1);
   static_assert(kONTiles % 2 == 0, "V fragments load two n8 tiles per ldmatrix.x4.trans");
   static_assert(kBlockN % 16 == 0, "P V runs k-steps of 16 tokens");
   static_assert(kBlockN % kLoadTokensPerPass == 0 && kLoadPasses >= 1);
-  static_assert(kKSteps % kSKSplit == 0, "the k-steps are dealt round-robin to the sets");
-  static_assert(!kSplitK || (kKSteps % kSColGroups == 0 && kSNTiles == 1 && kSKSplit == 1),
-                "split-K: whole k-steps per warp; one n8 tile of tokens per warp after the sum");
+  static_assert((kSColGroups == 1 || kSColGroups == 2 || kSColGroups == 4) && kKSteps % 4 == 0,
+                "kRun = 4 / kSColGroups of every 4 k-steps per warp (qk_split_k.cuh)");
 };
 
-using TileM64 = TileConfig<64, /*S*/ 4, 2, /*k sets*/ 2, /*split-K*/ false, /*O*/ 2, 4>;
-using TileM32 = TileConfig<32, /*S*/ 2, 4, /*k sets*/ 1, /*split-K*/ true, /*O*/ 1, 8>;
-using TileM16 = TileConfig<16, /*S*/ 1, 4, /*k sets*/ 1, /*split-K*/ true, /*O*/ 1, 4>;
+using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 12>;
+using TileM32 = TileConfig<32, /*S*/ 2, 4, /*O*/ 1, 8>;
+using TileM16 = TileConfig<16, /*S*/ 1, 4, /*O*/ 1, 4>;
 
 enum class TileKind : int32_t {
   kM16 = 0,
@@ -88,13 +87,10 @@ enum class TileKind : int32_t {
   kM64 = 2,
 };
 
-// KV pipeline depth: a runtime choice, as many stages as the device's shared memory holds (up to
-// kMaxStages): sm_80 (163 KB) fits 2 stages of the 64-row tile and 3 of the 16-row one, sm_90
-// (227 KB) 4 and 5. Measured (H100, 2026-11), depth matters less than expected: 3, 4 and 5
-// stages of the 16-row tile at h_q 16 ran within 5% of each other, and 2 CTAs x 2 stages per SM
-// the same; the kernel sits at about 75% of DRAM peak there, bound by something not yet
-// established (not instruction issue: ncu shows 0.15 issued warps per scheduler and cycle).
-// Deeper costs nothing where shared memory is otherwise unused.
+// KV pipeline depth: a runtime choice (launch.cc), as many stages as the shared memory of the
+// CTA's share of an SM holds, up to kMaxStages: sm_80 (163 KB) fits 2 stages of the 64-row tile,
+// sm_90 (227 KB) 3; the 16-row tile runs two CTAs of 2 stages per SM on sm_90 (5 for one CTA ran
+// 16% slower at h_q 16, batch 64: its 4 warps alone leave the SM idle on their latencies).
 inline constexpr int kMinStages = 2;
 inline constexpr int kMaxStages = 5;
 inline constexpr uint32_t kStageBytes = kBlockN * kRowBytes;  // 36 KB
@@ -106,12 +102,16 @@ inline constexpr uint32_t kStageBytes = kBlockN * kRowBytes;  // 36 KB
 template <typename T, typename Cfg>
 struct alignas(128) SharedStorage {
   alignas(128) T q[Cfg::kRows * kDqk];
-  alignas(128) T p[Cfg::kRows * kBlockN];           // probabilities of the current tile
-  float tile_max[Cfg::kSColGroups][Cfg::kRows];     // per token group: row max of the tile
-  float row_sum[Cfg::kSColGroups][Cfg::kRows];      // per token group: softmax denominators
-  float alpha[Cfg::kRows];                          // rescale of O for the current tile
-  float row_scale[Cfg::kRows];                      // epilogue: 1 / sum (times the sink factor)
-  alignas(16) float score_parts[Cfg::kScoreParts];  // split-K: [warp][n8 tile][lane][4] partials
+  // The split-K partials of a tile are consumed before its P is written, and P is consumed
+  // before the next tile's partials are written (barriers between each): one buffer for both.
+  union alignas(128) {
+    T p[Cfg::kRows * kBlockN];            // probabilities of the current tile
+    float score_parts[Cfg::kScoreParts];  // [warp][n8 tile][lane][4] partial scores
+  };
+  float tile_max[Cfg::kSColGroups][Cfg::kRows];  // per token group: row max of the tile
+  float row_sum[Cfg::kSColGroups][Cfg::kRows];   // per token group: softmax denominators
+  float alpha[Cfg::kRows];                       // rescale of O for the current tile
+  float row_scale[Cfg::kRows];                   // epilogue: 1 / sum (times the sink factor)
 
   static constexpr size_t smem_bytes(int stages) {
     return sizeof(SharedStorage) + static_cast<size_t>(stages) * kStageBytes;

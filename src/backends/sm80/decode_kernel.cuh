@@ -5,15 +5,18 @@
 // Per chunk: the Q tile and the first stages - 1 KV tiles are copied (cp.async) into shared
 // memory; then for each KV tile of 32 tokens:
 //   wait for the tile, barrier, issue the copy of tile t + stages - 1    (loads.cuh)
-//   S = Q K^T, mask, per-row tile max to shared memory, barrier          (qk_softmax.cuh,
-//       or with Q in registers and the dims split over warps             qk_split_k.cuh)
+//   S = Q K^T, Q in registers, dims split over warps; partials summed   (qk_split_k.cuh)
+//       through shared memory, barrier
+//   mask, per-row tile max to shared memory, barrier                     (qk_softmax.cuh)
 //   new max, P and alpha to shared memory, barrier
 //   O = alpha * O + P V                                                  (pv.cuh)
 // and at the end the epilogue writes the output or a partial (epilogue.cuh). Every warp takes
 // both roles; the loads of the next tiles overlap the math of the current one.
-// Numbers (H100 SXM, bf16, page 64, whole call, cold L2, 2026-11; DISABLED_Timing in tests/gpu):
-// h_q 16, b 64, L 4096: 128 us, 2.35 TB/s (the decode kernel alone at 75% of DRAM peak);
-// h_q 32: 134 us; h_q 64: 227 us; h_q 128: 376 us (one-shot), 194 TFLOP/s with mma.sync.
+// Numbers (H200, bf16, page 64, L 4096, whole call with PDL, cold L2, 2026-11; mlakit bench and
+// DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 86.5 us, 3.52 TB/s (the decode kernel alone
+// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 342 us, 214 TFLOP/s, the
+// 64-row tile latency-bound (ncu: tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
+// ldmatrix results); h_q 128, b 1: 24.2 us (one-shot). docs/sm80-decode.md has the log.
 #pragma once
 
 #include "backends/sm80/config.h"
@@ -30,9 +33,10 @@
 
 namespace mlakit::sm80 {
 
+// q_loaded: the Q tile's copies were issued already (not committed: they travel with tile 0).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStorage<T, Cfg>& s,
-                                              int m_tile, const plan::Chunk& c) {
+                                              int m_tile, const plan::Chunk& c, bool q_loaded) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int row0 = m_tile * Cfg::kRows;
   const uint32_t s_q = ptx::smem_u32(s.q);
@@ -40,8 +44,7 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
   const int stages = p.stages;
 
   // The previous chunk's epilogue ended with a barrier after its last reads of q and kv.
-  load_q<T, Cfg>(s_q, static_cast<const T*>(p.q) + (int64_t{c.request} * p.rows + row0) * kDqk,
-                 min(Cfg::kRows, p.rows - row0));
+  if (!q_loaded) load_q<T, Cfg>(s_q, p, c.request, row0);
   KvLoader<T, Cfg> loader(p, c);
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
   // Prologue: tiles 0 .. stages - 2, one commit group each (the Q tile travels with tile 0). All
@@ -63,9 +66,8 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     }
   }
   TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
-
   ScoreState<Cfg> st;
-  QFragments<Cfg> qf;  // split-K configs: this warp's slice of Q, loaded with the first tile
+  QFragments<Cfg> qf;  // this warp's slice of Q, loaded with the first tile
   OutAccumulators<Cfg> o;
 #pragma unroll
   for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
@@ -92,12 +94,8 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
     float acc[Cfg::kSNTiles][4];
-    if constexpr (Cfg::kSplitK) {
-      if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
-      compute_scores_split_k<T, Cfg>(qf, s_kv, s.score_parts, warp, lane, acc);
-    } else {
-      compute_scores<T, Cfg>(s_q, s_kv, st, lane, acc);
-    }
+    if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
+    compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
     mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
     __syncthreads();  // tile_max complete
     softmax_to_shared<T, Cfg>(acc, st, p.scale_log2, s);
@@ -113,21 +111,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<T, Cfg>*>(smem_raw);
-  // Everything below reads the plan, the caller's inputs or the workspace: wait for the plan
-  // kernel (and, through it, everything before). The combine kernel may start its launch now; it
-  // waits for this grid before reading anything.
+  // Query tiles vary fastest over the grid: the CTAs of one chunk (or part) are scheduled
+  // together, and the ones with work before one-shot CTAs past their request's chunks. With the
+  // query tile on blockIdx.y, the idle one-shot CTAs of tile 0 went to the SMs before the
+  // working ones of tile 1 (batch 8, h_q 128: about 1 us more in the decode kernel).
+  const int32_t m_tiles = (p.rows + Cfg::kRows - 1) / Cfg::kRows;
+  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
+  const int32_t cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  // One-shot CTAs of split 0 (they always have work if their request has any) load their Q tile
+  // while the plan kernel runs: the caller's inputs are final, since this grid launched only
+  // once the plan kernel had passed its own griddepcontrol.wait, and the plan writes no Q.
+  const bool q_loaded = p.schedule == plan::Schedule::kOneShot && cta < p.batch;
+  if (q_loaded) load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
+  // Everything else reads the plan: wait for the plan kernel (and, through it, everything
+  // before). The combine kernel may start its launch now; it waits for this grid before reading
+  // anything.
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
-  const int m_tile = static_cast<int>(blockIdx.y);
-  if (p.schedule == plan::Schedule::kPersistent) {
-    plan::for_each_chunk_of_part(
-        p.plan, static_cast<int32_t>(blockIdx.x), p.batch,
-        [&](const plan::Chunk& c) { process_chunk<T, Cfg>(p, s, m_tile, c); });
-  } else {
-    plan::Chunk c;
-    const int32_t split = static_cast<int32_t>(blockIdx.x) % p.plan.max_splits;
-    const int32_t request = static_cast<int32_t>(blockIdx.x) / p.plan.max_splits;
-    if (plan::one_shot_chunk(p.plan, split, request, &c)) process_chunk<T, Cfg>(p, s, m_tile, c);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch);
+  plan::Chunk c;
+  bool first = true;
+  while (chunks.next(&c)) {
+    process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
+    first = false;
+  }
+  if (q_loaded && first) {
+    // The request has no chunk: the Q copies must land before the CTA exits.
+    ptx::cp_async_commit_group();
+    ptx::cp_async_wait_group<0>();
   }
 }
 

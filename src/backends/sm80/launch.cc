@@ -14,10 +14,12 @@ namespace {
 // Partition constants, in blocks of kBlockN tokens. fixed_cost_blocks: what one more chunk costs
 // beyond its tokens (the Q load, pipeline fill, the partial's write and its combine read);
 // min_chunk_blocks: the smallest part worth a CTA. Measured on an H200 (2026-11), whole call:
-//  - 16 rows: {8, 4} instead of {3, 2} took batch 1, L 4096 from 24 to 20 us (fewer partials to
+//  - 16 rows: fixed 8 instead of 3 took batch 1, L 4096 from 24 to 20 us (fewer partials to
 //    combine) and changed batch 64 / 128 and a skewed batch by 1-4%.
-//  - 64 rows: {6, 4}; {6, 2} and {12, 8} were no better at batch 1 and 64 (h_q 128), {12, 8} 9%
-//    slower on a skewed batch.
+//  - 64 rows: fixed 6; 12 was 9% slower on a skewed batch.
+//  - min_chunk 2 rather than 4: batch 1, L 4096, one-shot, h_q 16 13.7 us instead of 16.0, h_q
+//    128 24.1 instead of 27.0 (more CTAs for a lone request); 8 cost 5 to 9 us there; batch 8
+//    and 64 do not reach the minimum.
 //  - 32 rows: in between, not tuned.
 struct PartitionConstants {
   int32_t fixed_cost_blocks;
@@ -26,15 +28,25 @@ struct PartitionConstants {
 
 PartitionConstants partition_constants(TileKind tile) {
   switch (tile) {
-    case TileKind::kM16: return {.fixed_cost_blocks = 8, .min_chunk_blocks = 4};
+    case TileKind::kM16: return {.fixed_cost_blocks = 8, .min_chunk_blocks = 2};
     case TileKind::kM32: return {.fixed_cost_blocks = 4, .min_chunk_blocks = 2};
-    case TileKind::kM64: return {.fixed_cost_blocks = 6, .min_chunk_blocks = 4};
+    case TileKind::kM64: return {.fixed_cost_blocks = 6, .min_chunk_blocks = 2};
   }
-  return {.fixed_cost_blocks = 6, .min_chunk_blocks = 4};
+  return {.fixed_cost_blocks = 6, .min_chunk_blocks = 2};
 }
 
-// Combine CTAs (128 threads) per SM: 16 fill an SM's 2048 threads.
-constexpr int32_t kCombineCtasPerSm = 16;
+// Shared memory for one of `ctas` CTAs per SM.
+Status smem_per_cta(const DeviceInfo& device, int ctas, size_t* bytes) {
+  int optin = 0, per_sm = 0, reserved = 0;
+  MLAKIT_CUDA_RETURN(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device));
+  MLAKIT_CUDA_RETURN(
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device.device));
+  MLAKIT_CUDA_RETURN(
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device.device));
+  *bytes = std::min<size_t>(optin, per_sm / ctas - reserved);
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -64,10 +76,21 @@ int stages_for(const DecodeKernel& kernel, size_t smem_optin) {
 Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup) {
   const TileKind tile = tile_for(p);
   const DecodeKernel& kernel = select_kernel(p.kv_dtype, tile);
-  int smem_optin = 0;
-  MLAKIT_CUDA_RETURN(
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device));
-  const int stages = stages_for(kernel, static_cast<size_t>(smem_optin));
+  // The 16-row tile runs two CTAs per SM where each still gets kMinStages (sm_90: 2 stages each
+  // instead of one CTA of 5): its 4 warps leave the SM idle on their own latencies. h_q 16,
+  // L 4096, whole call, persistent: batch 64 87.0 us instead of 101.3, batch 8 22.8 instead of
+  // 26.0 (H200, 2026-11). Larger tiles, and devices where two do not fit, take the deepest
+  // pipeline one CTA allows.
+  size_t smem = 0;
+  int stages = 0;
+  if (tile == TileKind::kM16) {
+    MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 2, &smem));
+    stages = stages_for(kernel, smem);
+  }
+  if (stages == 0) {
+    MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 1, &smem));
+    stages = stages_for(kernel, smem);
+  }
   int ctas_per_sm = 0;
   if (stages > 0) MLAKIT_RETURN_IF_ERROR(kernel.prepare(stages, &ctas_per_sm));
   if (ctas_per_sm < 1) {
@@ -78,6 +101,14 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   const int32_t rows = p.h_q * p.s_q;
   const int32_t m_tiles = plan::ceil_div(rows, kernel.rows);
   const PartitionConstants constants = partition_constants(tile);
+  // CTAs per query tile: enough for every SM, but no more than the largest batch can give work
+  // (parts of min_chunk_blocks), so that a small batch does not launch CTAs that only exit.
+  const int64_t max_line = int64_t{p.max_batch} * (plan::ceil_div<int64_t>(p.max_seq_len, kBlockN) +
+                                                   constants.fixed_cost_blocks);
+  const int32_t num_parts = static_cast<int32_t>(
+      std::clamp<int64_t>(std::min<int64_t>(device.sm_count * ctas_per_sm / m_tiles,
+                                            max_line / constants.min_chunk_blocks),
+                          1, INT32_MAX));
   setup->problem = p;
   setup->kernel = &kernel;
   setup->m_tiles = m_tiles;
@@ -87,18 +118,19 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
       .block_n = kBlockN,
       .fixed_cost_blocks = constants.fixed_cost_blocks,
       .min_chunk_blocks = constants.min_chunk_blocks,
-      .num_parts = std::max(1, device.sm_count * ctas_per_sm / m_tiles),
+      .num_parts = num_parts,
       .max_batch = p.max_batch,
       .max_seq_len = p.max_seq_len,
       .rows = rows,
   };
   setup->layout = plan::workspace_layout(setup->shape);
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
-  setup->combine_ctas = kCombineCtasPerSm * device.sm_count;
+  setup->sm_count = device.sm_count;
   return Status::Ok();
 }
 
-Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream) {
+Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream,
+           unsigned launches) {
   const Problem& p = setup.problem;
   const plan::PlanShape& shape = setup.shape;
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
@@ -107,8 +139,10 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   // Lengths past what the block table can address are clamped: the kernels never read past it.
   const int32_t max_len =
       static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size));
-  MLAKIT_RETURN_IF_ERROR(
-      plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
+  if (launches & kLaunchPlan) {
+    MLAKIT_RETURN_IF_ERROR(
+        plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
+  }
 
   const DecodeParams params{
       .q = a.q,
@@ -130,20 +164,25 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
       .scale_log2 = a.softmax_scale * 1.4426950408889634f,
       .scale = a.softmax_scale,
   };
-  const dim3 grid(static_cast<unsigned>(one_shot ? max_splits * a.batch : shape.num_parts),
-                  static_cast<unsigned>(setup.m_tiles));
-  MLAKIT_RETURN_IF_ERROR(setup.kernel->launch(params, grid, stream, setup.pdl));
+  if (launches & kLaunchDecode) {
+    const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
+    const dim3 grid(static_cast<unsigned>(ctas));
+    MLAKIT_RETURN_IF_ERROR(setup.kernel->launch(params, grid, stream, setup.pdl));
+  }
 
-  const CombineParams combine{.requests = view.requests,
-                              .partial_lse = view.partial_lse,
-                              .partial_out = view.partial_out,
-                              .sinks = params.sinks,
-                              .out = a.out,
-                              .lse = params.lse,
-                              .batch = a.batch,
-                              .rows = shape.rows,
-                              .h_q = p.h_q};
-  return launch_combine(combine, p.out_dtype, setup.combine_ctas, stream, setup.pdl);
+  if (launches & kLaunchCombine) {
+    const CombineParams combine{.requests = view.requests,
+                                .partial_lse = view.partial_lse,
+                                .partial_out = view.partial_out,
+                                .sinks = params.sinks,
+                                .out = a.out,
+                                .lse = params.lse,
+                                .batch = a.batch,
+                                .rows = shape.rows,
+                                .h_q = p.h_q};
+    MLAKIT_RETURN_IF_ERROR(launch_combine(combine, p.out_dtype, setup.sm_count, stream, setup.pdl));
+  }
+  return Status::Ok();
 }
 
 }  // namespace mlakit::sm80

@@ -48,15 +48,26 @@ struct Setup {
   int32_t stages = kMinStages;
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
-  bool pdl = false;          // programmatic dependent launch (enable_pdl on sm_90+)
-  int32_t combine_ctas = 1;  // grid of the combine kernel
+  bool pdl = false;      // programmatic dependent launch (enable_pdl on sm_90+)
+  int32_t sm_count = 1;  // sizes the combine kernel's grid
 };
 
 // Prepares the kernel (shared-memory limit, occupancy) and sizes plan and workspace for the
 // device's SM count. tactic: 0 persistent, 1 one-shot.
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
 
+// The three launches of a run, as bits of `launches` in run(): all of them for a call; one alone
+// to time it apart (the decode kernel alone reads the plan that an earlier run of the same
+// lengths left in the workspace, the combine kernel alone that run's partials).
+enum Launches : unsigned {
+  kLaunchPlan = 1,
+  kLaunchDecode = 2,
+  kLaunchCombine = 4,
+  kLaunchAll = 7,
+};
+
 // Plan, decode and combine on `stream`. Host work only; nothing is read from device memory.
-Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream);
+Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream,
+           unsigned launches = kLaunchAll);
 
 }  // namespace mlakit::sm80

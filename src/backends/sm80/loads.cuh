@@ -19,10 +19,12 @@ __device__ __forceinline__ uint32_t row_chunk_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Query rows [row0, row0 + kRows) of a request; rows past the request's last are zero-filled.
+// Query rows [row0, row0 + kRows) of request `request`; rows past its last are zero-filled.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void load_q(uint32_t s_q, const T* g_q, int valid_rows) {
+__device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int request, int row0) {
   static_assert(Cfg::kRows * kRowChunks % Cfg::kThreads == 0);
+  const T* g_q = static_cast<const T*>(p.q) + (int64_t{request} * p.rows + row0) * kDqk;
+  const int valid_rows = min(Cfg::kRows, p.rows - row0);
 #pragma unroll
   for (int k = 0; k < Cfg::kRows * kRowChunks / Cfg::kThreads; ++k) {
     const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);

@@ -1,8 +1,6 @@
-// Scores and online softmax of the sm80 decode kernel (the score layout of config.h: warp
-// (row group rg, token group tg) owns 16 rows x kSTokens tokens of each tile).
-//
-// S = Q K^T over 576 dims with mma.sync m16n8k16 (fp32 accumulate), fragments by ldmatrix from
-// the swizzled Q and KV tiles. Masking: tokens at or past the chunk's end, and with causal MTP
+// Masking and online softmax of the sm80 decode kernel, on the scores that qk_split_k.cuh leaves
+// in the score layout of config.h: warp (row group rg, token group tg) owns 16 rows x kSTokens
+// tokens of each tile. Masking: tokens at or past the chunk's end, and with causal MTP
 // (s_q > 1) the positions a query token must not see. The running max of each row is shared by
 // the token groups through shared memory (tile_max), so all warps of a row group agree on it
 // bit for bit; P = exp2(S * scale * log2 e - max) goes to shared memory in the input dtype for the
@@ -54,67 +52,6 @@ struct ScoreState {
 // tiles of a chunk) rather than held in registers.
 __device__ __forceinline__ int visible_bound(const DecodeParams& p, const plan::Chunk& c, int r) {
   return min(p.causal ? c.seq_len - p.s_q + 1 + r / p.h_q : c.seq_len, c.token_end);
-}
-
-// acc = Q[rows of rg] K[tokens of tg]^T for the tile in s_kv.
-template <typename T, typename Cfg>
-__device__ __forceinline__ void compute_scores(uint32_t s_q, uint32_t s_kv,
-                                               const ScoreState<Cfg>& st, int lane,
-                                               float (&acc)[Cfg::kSNTiles][4]) {
-  float sets[Cfg::kSKSplit][Cfg::kSNTiles][4];
-#pragma unroll
-  for (int set = 0; set < Cfg::kSKSplit; ++set) {
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) sets[set][nt][k] = 0.0f;
-    }
-  }
-  // A (Q): lanes 0-15 give rows 0-15 at the low 8 dims of a k-step, lanes 16-31 the high 8.
-  const int a_row = st.rg() * 16 + lane % 16;
-  const uint32_t a_base = s_q + a_row * kRowBytes;
-  const int a_hi = lane / 16;
-  // B (K): x4 covers two n8 tiles (lanes 16-31: tokens 8-15), x2 one; lanes 8-15 the high dims.
-  const int b_row =
-      st.tg() * Cfg::kSTokens + (Cfg::kSNTiles == 1 ? lane % 8 : (lane / 16) * 8 + lane % 8);
-  const uint32_t b_base = s_kv + b_row * kRowBytes;
-  const int b_hi = (lane / 8) % 2;
-  const int x = lane & 7;  // == a_row & 7 == b_row & 7: the swizzle of these rows
-
-  // 36 k-steps of 16 dims, kSKSplit at a time (one per accumulator set).
-#pragma unroll 1
-  for (int step = 0; step < kKSteps; step += Cfg::kSKSplit) {
-#pragma unroll
-    for (int set = 0; set < Cfg::kSKSplit; ++set) {
-      const int kk = step + set;  // chunks 2 kk and 2 kk + 1; the swizzle flips the low 3 bits
-      uint32_t a[4];
-      ptx::ldmatrix_sync_x4(a, a_base + (((2 * kk + a_hi) ^ x) << 4));
-      const uint32_t b_chunk = ((2 * kk + b_hi) ^ x) << 4;
-      if constexpr (Cfg::kSNTiles == 1) {
-        uint32_t b[2];
-        ptx::ldmatrix_sync_x2(b, b_base + b_chunk);
-        mma_m16n8k16<T>(sets[set][0], a, b[0], b[1]);
-      } else {
-#pragma unroll
-        for (int np = 0; np < Cfg::kSNTiles / 2; ++np) {
-          uint32_t b[4];
-          ptx::ldmatrix_sync_x4(b, b_base + np * 16 * kRowBytes + b_chunk);
-          mma_m16n8k16<T>(sets[set][2 * np], a, b[0], b[1]);
-          mma_m16n8k16<T>(sets[set][2 * np + 1], a, b[2], b[3]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float total = sets[0][nt][k];
-#pragma unroll
-      for (int set = 1; set < Cfg::kSKSplit; ++set) total += sets[set][nt][k];
-      acc[nt][k] = total;
-    }
-  }
 }
 
 // Masks the scores of the tile starting at token `tile_start` and publishes each row's max.

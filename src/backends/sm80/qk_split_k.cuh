@@ -1,12 +1,17 @@
-// Split-K scores of the sm80 decode kernel (configs with kSplitK: the 16- and 32-row tiles).
+// Split-K scores S = Q K^T of the sm80 decode kernel (mma.sync m16n8k16, fp32 accumulate).
 //
-// Warp (rg, kg) holds Q rows rg * 16 .. + 16, dims [kg, kg + 1) * 576 / kSColGroups as mma A
-// fragments in registers for the whole chunk, and computes their partial scores against all
-// kBlockN tokens of a tile (kBlockN / 8 independent accumulator chains, K fragments by ldmatrix).
-// The partials go to shared memory as [warp][n8 tile][lane][4] floats (one 16-byte store per
-// lane and tile: no bank conflicts); after a barrier, warp (rg, tg) sums, in a fixed order, the
-// partials of n8 tile tg from the warps of its row group. The result is exactly the fragment the
-// token-split layout computes, so masking and softmax (qk_softmax.cuh) are shared.
+// Warp (rg, kg) holds Q rows rg * 16 .. + 16 at its share of the 576 dims as mma A fragments in
+// registers for the whole chunk, and computes their partial scores against all kBlockN tokens of
+// a tile (kBlockN / 8 independent accumulator chains, K fragments by ldmatrix): per k-step two
+// ldmatrix.x4 for four mma, and no Q read from shared memory per tile. The partials go to shared
+// memory as [warp][n8 tile][lane][4] floats (one 16-byte store per lane and tile: no bank
+// conflicts); after a barrier, warp (rg, tg) sums, in a fixed order, the partials of its kSNTiles
+// n8 tiles from the warps of its row group. The result is exactly the fragment the token-split
+// layout computes, so masking and softmax (qk_softmax.cuh) are shared.
+//
+// The k-steps of warp kg are kk = 4 * (i / kRun) + kRun * kg + i % kRun for i < kKStepsPerWarp
+// (kRun = 4 / kSColGroups consecutive k-steps out of every 4): the swizzled chunk of a k-step is
+// then a per-lane register plus a compile-time offset, so the unrolled loop computes no address.
 #pragma once
 
 #include "backends/sm80/config.h"
@@ -17,7 +22,23 @@
 namespace mlakit::sm80 {
 
 template <typename Cfg>
-using QFragments = uint32_t[Cfg::kKStepsPerWarp][4];
+using QFragments = uint32_t[Cfg::kQRegSteps][4];
+
+// Byte offsets of the k-steps of warp kg for a lane reading chunk parity `hi` of rows with
+// swizzle x: offset(i) = (i / kRun) * 128 + lane_offset[i % kRun].
+template <typename Cfg>
+struct KStepOffsets {
+  static constexpr int kRun = 4 / Cfg::kSColGroups;
+  uint32_t lane_offset[kRun];
+
+  __device__ __forceinline__ KStepOffsets(int kg, int hi, int x) {
+#pragma unroll
+    for (int j = 0; j < kRun; ++j) lane_offset[j] = ((2 * (kRun * kg + j) + hi) ^ x) << 4;
+  }
+  __device__ __forceinline__ uint32_t operator()(int i) const {
+    return (i / kRun) * 128 + lane_offset[i % kRun];
+  }
+};
 
 // Loads this warp's Q fragments from the Q tile (call once the tile is in shared memory).
 template <typename Cfg>
@@ -26,18 +47,16 @@ __device__ __forceinline__ void load_q_fragments(uint32_t s_q, int warp, int lan
   const int rg = warp / Cfg::kSColGroups, kg = warp % Cfg::kSColGroups;
   const int row = rg * 16 + lane % 16;  // lanes 16-31: the high 8 dims of each k-step
   const uint32_t base = s_q + row * kRowBytes;
+  const KStepOffsets<Cfg> offset(kg, lane / 16, row & 7);
 #pragma unroll
-  for (int ks = 0; ks < Cfg::kKStepsPerWarp; ++ks) {
-    const int kk = kg * Cfg::kKStepsPerWarp + ks;
-    ptx::ldmatrix_sync_x4(qf[ks], base + (((2 * kk + lane / 16) ^ (row & 7)) << 4));
-  }
+  for (int i = 0; i < Cfg::kQRegSteps; ++i) ptx::ldmatrix_sync_x4(qf[i], base + offset(i));
 }
 
-// acc = the warp's scores for n8 tile tg of the tile in s_kv (after a barrier inside).
+// acc = the warp's scores for its n8 tiles of the tile in s_kv (after a barrier inside).
 template <typename T, typename Cfg>
-__device__ __forceinline__ void compute_scores_split_k(const QFragments<Cfg>& qf, uint32_t s_kv,
-                                                       float* score_parts, int warp, int lane,
-                                                       float (&acc)[1][4]) {
+__device__ __forceinline__ void compute_scores_split_k(const QFragments<Cfg>& qf, uint32_t s_q,
+                                                       uint32_t s_kv, float* score_parts, int warp,
+                                                       int lane, float (&acc)[Cfg::kSNTiles][4]) {
   constexpr int kNTiles = kBlockN / 8;
   const int rg = warp / Cfg::kSColGroups, kg = warp % Cfg::kSColGroups;
   float part[kNTiles][4];
@@ -49,18 +68,29 @@ __device__ __forceinline__ void compute_scores_split_k(const QFragments<Cfg>& qf
   // B (K): x4 covers two n8 tiles: lanes 0-7 tokens 0-7, low dims; 8-15 tokens 0-7, high dims;
   // 16-23 and 24-31 the same for tokens 8-15.
   const int b_row = (lane / 16) * 8 + lane % 8;
-  const int b_hi = (lane / 8) % 2;
   const uint32_t b_base = s_kv + b_row * kRowBytes;
+  const KStepOffsets<Cfg> offset(kg, (lane / 8) % 2, lane & 7);
+  // Q k-steps past kQRegSteps come from shared memory (rows as in load_q_fragments).
+  const uint32_t a_base = s_q + (rg * 16 + lane % 16) * kRowBytes;
+  const KStepOffsets<Cfg> a_offset(kg, lane / 16, lane & 7);
+  // ptxas interleaves the ldmatrix of each k-step with the mma of the previous one, and no
+  // deeper: source-level buffers of one or two k-steps ahead compiled to the same SASS (the 64-row
+  // tile's 255 registers leave no room for more; ncu there: 36% of stalls wait on ldmatrix).
 #pragma unroll
-  for (int ks = 0; ks < Cfg::kKStepsPerWarp; ++ks) {
-    const int kk = kg * Cfg::kKStepsPerWarp + ks;
-    const uint32_t b_chunk = ((2 * kk + b_hi) ^ (lane & 7)) << 4;
+  for (int i = 0; i < Cfg::kKStepsPerWarp; ++i) {
+    uint32_t a[4];
+    if (i < Cfg::kQRegSteps) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) a[k] = qf[i < Cfg::kQRegSteps ? i : 0][k];
+    } else {
+      ptx::ldmatrix_sync_x4(a, a_base + a_offset(i));
+    }
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
-      ptx::ldmatrix_sync_x4(b, b_base + np * 16 * kRowBytes + b_chunk);
-      mma_m16n8k16<T>(part[2 * np], qf[ks], b[0], b[1]);
-      mma_m16n8k16<T>(part[2 * np + 1], qf[ks], b[2], b[3]);
+      ptx::ldmatrix_sync_x4(b, b_base + np * 16 * kRowBytes + offset(i));
+      mma_m16n8k16<T>(part[2 * np], a, b[0], b[1]);
+      mma_m16n8k16<T>(part[2 * np + 1], a, b[2], b[3]);
     }
   }
 #pragma unroll
@@ -69,18 +99,21 @@ __device__ __forceinline__ void compute_scores_split_k(const QFragments<Cfg>& qf
         make_float4(part[nt][0], part[nt][1], part[nt][2], part[nt][3]);
   }
   __syncthreads();    // all partials of the tile are in shared memory
-  const int tg = kg;  // after the sum, warp (rg, tg) owns n8 tile tg
+  const int tg = kg;  // after the sum, warp (rg, tg) owns n8 tiles tg * kSNTiles ..
 #pragma unroll
-  for (int k = 0; k < 4; ++k) acc[0][k] = 0.0f;
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
 #pragma unroll
-  for (int from = 0; from < Cfg::kSColGroups; ++from) {
-    const int src = rg * Cfg::kSColGroups + from;
-    const float4 v =
-        *reinterpret_cast<const float4*>(score_parts + ((src * kNTiles + tg) * 32 + lane) * 4);
-    acc[0][0] += v.x;
-    acc[0][1] += v.y;
-    acc[0][2] += v.z;
-    acc[0][3] += v.w;
+    for (int k = 0; k < 4; ++k) acc[nt][k] = 0.0f;
+#pragma unroll
+    for (int from = 0; from < Cfg::kSColGroups; ++from) {
+      const int src = rg * Cfg::kSColGroups + from;
+      const float4 v = *reinterpret_cast<const float4*>(
+          score_parts + ((src * kNTiles + tg * Cfg::kSNTiles + nt) * 32 + lane) * 4);
+      acc[nt][0] += v.x;
+      acc[nt][1] += v.y;
+      acc[nt][2] += v.z;
+      acc[nt][3] += v.w;
+    }
   }
 }
 

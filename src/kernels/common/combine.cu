@@ -1,11 +1,20 @@
-// The combine kernel (combine.h). A grid of at most `max_ctas` CTAs of 128 threads walks the
-// (request, row) pairs of the batch; a CTA skips the rows of requests with one chunk (the main
-// kernel wrote them). For a split row, warp 0 computes the LSE over the row's partials (max, then
-// sum of exp) and stages the weights exp(lse_partial - lse) in shared memory; then each thread
-// sums one float4 of the 512 columns over the partials, several loads in flight. Two barriers
-// per row: with many rows of few partials (batch 64, h_q 128) the per-row overhead is what
-// counts; a variant with 512 threads per row and block-wide reductions was 2 us faster at batch
-// 1 and 44 us slower at batch 64 (H200, 2026-11). Empty requests get zeros and -inf.
+// The combine kernel (combine.h). A grid-stride loop over the (request, row) pairs of the batch;
+// a CTA skips the rows of requests with one chunk (the main kernel wrote them) and writes zeros
+// and -inf for empty requests. For a split row, each of the CTA's 128 x kSplitLanes threads owns
+// one float4 of the 512 columns and one residue class of the splits (split s goes to split lane
+// s % kSplitLanes):
+//   1. every warp computes the row's LSE itself, in one pass over the partial LSEs (online max
+//      and sum, lanes over splits), so no barrier and no shared memory stand between the LSEs
+//      and the partial outputs;
+//   2. each thread sums w_s * out_s over its splits, eight loads in flight, the weight
+//      w_s = exp(lse_s - lse) from a broadcast load of lse_s (an L1 hit after step 1);
+//   3. with several split lanes, the sums meet in shared memory and the first 128 threads add
+//      them in a fixed order (the result does not depend on timing) and write the row.
+// kSplitLanes 1 serves many rows (batch 8, h_q 128: 1024 rows of 8 splits), 4 and 8 few rows of
+// many splits (batch 1: a whole GPU of partials for one request), where one lane per column would
+// wait for k / 8 load round trips in sequence. A single pass merging LSEs and outputs online
+// (running max, rescaled sums) was 1 to 2 us slower than these two (H200, 2026-11: batch 1,
+// h_q 16: 4.9 us against 3.2).
 #include <algorithm>
 #include <cmath>
 
@@ -17,14 +26,21 @@
 namespace mlakit {
 namespace {
 
-constexpr int kThreads = kDv / 4;  // one float4 of each row per thread
-constexpr int kWindow = 1024;      // partials per pass (weights staged in shared memory)
-static_assert(kThreads == 128);
+constexpr int kColumnThreads = kDv / 4;  // one float4 of each row per thread
+static_assert(kColumnThreads == 128);
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) combine_partials(const CombineParams p) {
-  __shared__ float s_weight[kWindow];
-  __shared__ float s_lse, s_scale;
+// CTAs per SM the kernel is compiled for (and launched with): 1024 threads, up to 64 registers
+// each (eight float4 loads in flight per thread).
+template <int kSplitLanes>
+inline constexpr int kCtasPerSm = 1024 / (kColumnThreads * kSplitLanes);
+
+template <typename T, int kSplitLanes>
+__global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplitLanes>)
+    combine_partials(const CombineParams p) {
+  __shared__ float4 s_sum[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads];
+  const int column = static_cast<int>(threadIdx.x) % kColumnThreads;
+  const int split_lane = static_cast<int>(threadIdx.x) / kColumnThreads;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
   // Partials and metadata come from the previous kernels.
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
@@ -35,80 +51,96 @@ __global__ void __launch_bounds__(kThreads) combine_partials(const CombineParams
     const plan::RequestMeta rm = p.requests[request];
     const int32_t splits = rm.num_splits;
     if (splits == 1) continue;  // uniform over the CTA
+    const int64_t stride = p.rows;
     const float* g_lse = p.partial_lse + int64_t{rm.split_offset} * p.rows + row;
 
-    if (threadIdx.x < 32) {
-      float lse = -INFINITY;
-      float max_lse = -INFINITY;
-      for (int32_t s = threadIdx.x; s < splits; s += 32) {
-        max_lse = fmaxf(max_lse, g_lse[int64_t{s} * p.rows]);
-      }
-      max_lse = warp_max(max_lse);
-      if (max_lse != -INFINITY) {
-        float sum = 0.0f;
-        for (int32_t s = threadIdx.x; s < splits; s += 32) {
-          sum += exp2f((g_lse[int64_t{s} * p.rows] - max_lse) * kLog2e);
-        }
-        lse = max_lse + logf(warp_sum(sum));
-        for (int32_t s = threadIdx.x; s < min(splits, kWindow); s += 32) {
-          s_weight[s] = exp2f((g_lse[int64_t{s} * p.rows] - lse) * kLog2e);
-        }
-      }
-      if (threadIdx.x == 0) {
-        // out *= exp(lse) / (exp(lse) + exp(sink)); rows with no visible token stay 0.
-        s_lse = lse;
-        s_scale = p.sinks != nullptr && lse != -INFINITY
-                      ? 1.0f / (1.0f + expf(p.sinks[row % p.h_q] - lse))
-                      : 1.0f;
-        if (p.lse != nullptr) p.lse[item] = lse;
-      }
+    // 1. LSE over the splits (-inf for an empty request or a row with no visible token).
+    float max_lse = -INFINITY, sum = 0.0f;
+    for (int32_t s = lane; s < splits; s += 32) {
+      const float l = g_lse[s * stride];
+      const float m = fmaxf(max_lse, l);
+      if (m != -INFINITY) sum = sum * exp2f((max_lse - m) * kLog2e) + exp2f((l - m) * kLog2e);
+      max_lse = m;
     }
-    __syncthreads();
-    const float lse = s_lse, scale = s_scale;
+    const float row_max = warp_max(max_lse);
+    sum = max_lse == -INFINITY ? 0.0f : sum * exp2f((max_lse - row_max) * kLog2e);
+    sum = warp_sum(sum);
+    const float lse = row_max == -INFINITY ? -INFINITY : row_max + logf(sum);
 
+    // 2. This thread's share of the weighted sum.
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (lse != -INFINITY) {
-      const int64_t split_stride = int64_t{p.rows} * kDv;
       const float* g_out =
-          p.partial_out + (int64_t{rm.split_offset} * p.rows + row) * kDv + 4 * threadIdx.x;
-      for (int32_t base = 0; base < splits; base += kWindow) {
-        if (base > 0) {  // past the first window (over 1024 partials): stage the next weights
-          __syncthreads();
-          for (int32_t s = threadIdx.x; s < min(splits - base, kWindow); s += kThreads) {
-            s_weight[s] = exp2f((g_lse[int64_t{base + s} * p.rows] - lse) * kLog2e);
-          }
-          __syncthreads();
-        }
-        const int32_t n = min(kWindow, splits - base);
+          p.partial_out + (int64_t{rm.split_offset} * p.rows + row) * kDv + 4 * column;
 #pragma unroll 8
-        for (int32_t s = 0; s < n; ++s) {
-          const float w = s_weight[s];
-          const float4 v =
-              __ldcs(reinterpret_cast<const float4*>(g_out + (base + s) * split_stride));
-          acc.x += w * v.x;
-          acc.y += w * v.y;
-          acc.z += w * v.z;
-          acc.w += w * v.w;
-        }
+      for (int32_t s = split_lane; s < splits; s += kSplitLanes) {
+        const float w = exp2f((g_lse[s * stride] - lse) * kLog2e);
+        const float4 v = __ldcs(reinterpret_cast<const float4*>(g_out + s * stride * kDv));
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
       }
     }
-    T* g_dst = static_cast<T*>(p.out) + item * kDv + 4 * threadIdx.x;
-    *reinterpret_cast<uint2*>(g_dst) = {pack2<T>(acc.x * scale, acc.y * scale),
-                                        pack2<T>(acc.z * scale, acc.w * scale)};
-    __syncthreads();  // s_lse, s_scale and s_weight are rewritten for the next row
+    if constexpr (kSplitLanes > 1) {
+      // 3. The split lanes' sums, added in split-lane order.
+      s_sum[split_lane][column] = acc;
+      __syncthreads();
+      if (split_lane == 0) {
+#pragma unroll
+        for (int l = 1; l < kSplitLanes; ++l) {
+          const float4 v = s_sum[l][column];
+          acc.x += v.x;
+          acc.y += v.y;
+          acc.z += v.z;
+          acc.w += v.w;
+        }
+      }
+      __syncthreads();  // s_sum is rewritten for the next row
+    }
+    if (split_lane == 0) {
+      // out *= exp(lse) / (exp(lse) + exp(sink)); rows with no visible token stay 0.
+      const float scale = p.sinks != nullptr && lse != -INFINITY
+                              ? 1.0f / (1.0f + expf(p.sinks[row % p.h_q] - lse))
+                              : 1.0f;
+      if (p.lse != nullptr && threadIdx.x == 0) p.lse[item] = lse;
+      T* g_dst = static_cast<T*>(p.out) + item * kDv + 4 * column;
+      *reinterpret_cast<uint2*>(g_dst) = {pack2<T>(acc.x * scale, acc.y * scale),
+                                          pack2<T>(acc.z * scale, acc.w * scale)};
+    }
   }
+}
+
+template <typename T, int kSplitLanes>
+Status launch_with(const CombineParams& params, int32_t sm_count, cudaStream_t stream, bool pdl) {
+  // Enough CTAs to fill every SM; each loops over the rows.
+  const int64_t items = int64_t{params.batch} * params.rows;
+  const int64_t max_ctas = int64_t{sm_count} * kCtasPerSm<kSplitLanes>;
+  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(items, 1, max_ctas)));
+  MLAKIT_CUDA_RETURN(pdl::launch(combine_partials<T, kSplitLanes>, grid,
+                                 dim3(kColumnThreads * kSplitLanes), 0, stream, pdl, params));
+  return Status::Ok();
+}
+
+template <typename T>
+Status launch_for(const CombineParams& params, int32_t sm_count, cudaStream_t stream, bool pdl) {
+  // More split lanes when the rows are too few to fill the GPU at one CTA of 128 threads each:
+  // eight up to one row per SM, four up to two. Batch 1, h_q 128 (128 rows of 64 partials), whole
+  // call, one-shot: 24.2 us with eight against 25.8 with four (though the combine alone, replayed
+  // back to back, was 0.3 us slower). Batch 8, h_q 128 (1024 rows of 8 partials): the combine
+  // took 9 us with four lanes against 4.5 with one (H200, 2026-11).
+  const int64_t rows = int64_t{params.batch} * params.rows;
+  if (rows <= sm_count) return launch_with<T, 8>(params, sm_count, stream, pdl);
+  if (rows < 2 * int64_t{sm_count}) return launch_with<T, 4>(params, sm_count, stream, pdl);
+  return launch_with<T, 1>(params, sm_count, stream, pdl);
 }
 
 }  // namespace
 
-Status launch_combine(const CombineParams& params, DType out_dtype, int32_t max_ctas,
+Status launch_combine(const CombineParams& params, DType out_dtype, int32_t sm_count,
                       cudaStream_t stream, bool pdl) {
-  const int64_t items = int64_t{params.batch} * params.rows;
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(items, max_ctas))));
-  auto* kernel =
-      out_dtype == DType::kBF16 ? combine_partials<__nv_bfloat16> : combine_partials<__half>;
-  MLAKIT_CUDA_RETURN(pdl::launch(kernel, grid, dim3(kThreads), 0, stream, pdl, params));
-  return Status::Ok();
+  return out_dtype == DType::kBF16 ? launch_for<__nv_bfloat16>(params, sm_count, stream, pdl)
+                                   : launch_for<__half>(params, sm_count, stream, pdl);
 }
 
 }  // namespace mlakit

@@ -25,9 +25,9 @@ struct CombineParams {
   int32_t h_q;
 };
 
-// Launches the combine kernel on `stream` with at most `max_ctas` CTAs of 128 threads (a few per
-// SM: the CTAs loop over the rows); pdl: programmatic stream serialization (sm_90+).
-Status launch_combine(const CombineParams& params, DType out_dtype, int32_t max_ctas,
+// Launches the combine kernel on `stream`, sized for `sm_count` SMs (the CTAs loop over the
+// rows); pdl: programmatic stream serialization (sm_90+).
+Status launch_combine(const CombineParams& params, DType out_dtype, int32_t sm_count,
                       cudaStream_t stream, bool pdl);
 
 }  // namespace mlakit
