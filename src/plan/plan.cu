@@ -7,7 +7,7 @@
 //    O(batch / threads + parts) steps.
 //  - one-shot: the chunk length (one_shot.cuh), then each request's metadata.
 // The decode kernel waits for them. Planning in each decode CTA instead (one-shot) cost the CTAs
-// more than the wait saved: batch 8, h_q 16: 29.3 us against 25.3 (H200, 2026-11).
+// more than the wait saved: batch 8, h_q 16: 29.3 us against 23.1 (H200, 2026-11).
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>

@@ -14,9 +14,9 @@
 // both roles; the loads of the next tiles overlap the math of the current one.
 // Numbers (H200, bf16, page 64, L 4096, whole call with PDL, cold L2, 2026-11; mlakit bench and
 // DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 86.5 us, 3.52 TB/s (the decode kernel alone
-// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 342 us, 214 TFLOP/s, the
+// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 342 us, 213 TFLOP/s, the
 // 64-row tile latency-bound (ncu: tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
-// ldmatrix results); h_q 128, b 1: 24.2 us (one-shot). docs/sm80-decode.md has the log.
+// ldmatrix results); h_q 128, b 1: 24.1 us (one-shot). docs/sm80-decode.md has the log.
 #pragma once
 
 #include "backends/sm80/config.h"

@@ -72,7 +72,7 @@ Status can_run(const Problem& p, const DeviceInfo& device) {
 
 // Persistent is the default: on a skewed batch (64 requests, one 32x the rest) it was 5.9x faster
 // than one-shot at h_q 128 and 3.6x at h_q 16, and on uniform batches (L 4096, batch 1, 8, 64)
-// within 2% of one-shot at h_q 16 and at most 7% slower at h_q 128 (batch 1 and 8; H200,
+// within 2% of one-shot at h_q 16 and at most 8% slower at h_q 128 (batch 1 and 8; H200,
 // 2026-11). The tuner picks per bucket.
 std::vector<Tactic> tactics(const Problem&) {
   return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
