@@ -3,6 +3,7 @@ streams, torch.compile(fullgraph=True), CUDA graph capture and replay with chang
 the compat shims on the argument sets their originals document. Skipped without a GPU."""
 
 import math
+import os
 
 import pytest
 
@@ -139,6 +140,43 @@ def test_lse_and_sinks():
     assert_close(out, want)
     assert lse.dtype == torch.float32 and lse.shape == (3, 2, 16)
     assert_lse_close(lse, want_lse)
+
+
+def test_cupy_arrays():
+    """CuPy arrays go in without copies (DLPack) and the output is a new CuPy array."""
+    cupy = pytest.importorskip("cupy")
+    q, kv, table, lens = make_case(b=3, s_q=1, h_q=16, page_size=64, seq_lens=[0, 70, 900],
+                                   dtype=torch.float16)  # fmt: skip
+    torch.cuda.synchronize()
+    cq, ckv, ctable, clens = (cupy.from_dlpack(t) for t in (q, kv, table, lens))
+    assert cq.data.ptr == q.data_ptr(), "from_dlpack must be a view"
+    decoder = make_decoder(q, kv, table)
+    out = decoder.run(cq, ckv, ctable, clens)
+    assert isinstance(out, cupy.ndarray) and out.dtype == cupy.float16
+    assert out.shape == (3, 1, 16, 512)
+    cupy.cuda.runtime.deviceSynchronize()
+    assert_close(torch.from_dlpack(out), reference(q, kv, table, lens)[0])
+
+
+def test_jax_arrays_with_out():
+    """JAX arrays go in through DLPack; JAX arrays are immutable and mlakit allocates nothing for
+    them, so the output and the workspace are given (PyTorch) arrays, written in place."""
+    # JAX would otherwise take 75% of the GPU's memory for itself, starving the other tests.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    q, kv, table, lens = make_case(b=2, s_q=2, h_q=32, page_size=64, seq_lens=[5, 333])
+    torch.cuda.synchronize()
+    try:
+        jq, jkv, jtable, jlens = (jax.dlpack.from_dlpack(t) for t in (q, kv, table, lens))
+    except Exception as e:  # a JAX without a CUDA backend cannot take CUDA arrays
+        pytest.skip(f"JAX cannot import CUDA arrays here: {e}")
+    decoder = make_decoder(q, kv, table)
+    out = torch.full((2, 2, 32, 512), float("nan"), dtype=q.dtype, device=DEVICE)
+    workspace = torch.empty(max(decoder.workspace_bytes, 256), dtype=torch.uint8, device=DEVICE)
+    got = decoder.run(jq, jkv, jtable, jlens, out=out, workspace=workspace)
+    assert got is out
+    torch.cuda.synchronize()
+    assert_close(out, reference(q, kv, table, lens)[0])
 
 
 def test_out_and_lse_in_place():
