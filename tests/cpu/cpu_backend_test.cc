@@ -1,7 +1,7 @@
 // Tests of the cpu backend, the oracle every GPU backend is checked against: its output against the
 // independent float64 reference of naive_reference.h over every dtype, layout and feature; the
-// storage conversions it relies on (src/core/numeric.h); its checks of the data in host memory;
-// and the C API over it.
+// checks of the data in host memory. The conversions are in numeric_test.cc, the C API in
+// c_api_test.cc.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "cpu_run.h"
 #include "harness/workload.h"
 #include "mlakit/mlakit.h"
-#include "mlakit/mlakit_c.h"
 #include "naive_reference.h"
 
 namespace mlakit_test {
@@ -34,44 +34,6 @@ using mlakit::harness::HostInputs;
 
 constexpr int kDv = mlakit::kDv;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// A seed of its own for every test case (FNV-1a of the full test name), so that no two cases see
-// the same inputs and a failure reproduces.
-uint64_t case_seed() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  return h;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Running the cpu backend and comparing with the reference
-// ---------------------------------------------------------------------------------------------
-
-struct CpuRun {
-  Status status;
-  std::vector<uint8_t> out;  // [b, s_q, h_q, 512] of out_dtype
-  std::vector<float> lse;    // [b, s_q, h_q]
-};
-
-// Runs the cpu backend on `in` through the public API, with out and lse poisoned with NaN first.
-// `edit` may change the arguments (e.g. pass scales by pointer) before the run.
-CpuRun run_cpu(const HostInputs& in, const std::function<void(RunArgs&)>& edit = {}) {
-  CpuRun r;
-  std::unique_ptr<Decoder> decoder;
-  r.status = Decoder::create(in.problem, {.backend = "cpu"}, &decoder);
-  if (!r.status.ok()) return r;
-  r.out.resize(in.out_bytes());
-  mlakit::harness::fill_nan(r.out.data(),
-                            in.out_bytes() / mlakit::dtype_bytes(in.problem.out_dtype),
-                            in.problem.out_dtype);
-  r.lse.assign(in.lse_count(), std::numeric_limits<float>::quiet_NaN());
-  RunArgs args = in.args(r.out.data(), r.lse.data());
-  if (edit) edit(args);
-  r.status = decoder->run(args, nullptr, 0, nullptr);
-  return r;
-}
 
 double decode_out(const std::vector<uint8_t>& out, int64_t k, DType dtype) {
   uint16_t bits;
@@ -476,158 +438,6 @@ TEST(CpuDataChecks, TopkLensOutOfRange) {
   HostInputs in = small_sparse(case_seed());
   in.topk_lens[1] = 9;
   EXPECT_TRUE(is_invalid(run_cpu(in).status, "topk_lens[1]", "9"));
-}
-
-// ---------------------------------------------------------------------------------------------
-// The C API
-// ---------------------------------------------------------------------------------------------
-
-static_assert(MLAKIT_BF16 == static_cast<int>(DType::kBF16) &&
-              MLAKIT_FP16 == static_cast<int>(DType::kFP16) &&
-              MLAKIT_FP8_E4M3 == static_cast<int>(DType::kFP8E4M3) &&
-              MLAKIT_FP32 == static_cast<int>(DType::kFP32));
-static_assert(MLAKIT_KV_DENSE == static_cast<int>(KvLayout::kDense) &&
-              MLAKIT_KV_FP8_BLOCKWISE == static_cast<int>(KvLayout::kFp8Blockwise));
-
-mlakit_problem_t to_c(const Problem& p) {
-  mlakit_problem_t c;
-  mlakit_problem_init(&c);
-  c.h_q = p.h_q, c.s_q = p.s_q, c.page_size = p.page_size, c.max_batch = p.max_batch;
-  c.max_seq_len = p.max_seq_len, c.q_dtype = static_cast<int32_t>(p.q_dtype);
-  c.kv_dtype = static_cast<int32_t>(p.kv_dtype), c.out_dtype = static_cast<int32_t>(p.out_dtype);
-  c.kv_layout = static_cast<int32_t>(p.kv_layout), c.causal = p.causal;
-  c.has_sinks = p.has_sinks, c.topk = p.topk, c.return_lse = p.return_lse;
-  return c;
-}
-
-TEST(CApi, InitGivesTheCppDefaults) {
-  mlakit_problem_t c;
-  mlakit_problem_init(&c);
-  const Problem p;
-  EXPECT_EQ(c.h_q, p.h_q);
-  EXPECT_EQ(c.s_q, p.s_q);
-  EXPECT_EQ(c.d_qk, 576);
-  EXPECT_EQ(c.d_v, 512);
-  EXPECT_EQ(c.page_size, p.page_size);
-  EXPECT_EQ(c.q_dtype, MLAKIT_BF16);
-  EXPECT_EQ(c.kv_layout, MLAKIT_KV_DENSE);
-  EXPECT_EQ(c.causal, 1);
-  mlakit_run_args_t a;
-  mlakit_run_args_init(&a);
-  EXPECT_EQ(a.softmax_scale, mlakit::kDefaultSoftmaxScale);
-  EXPECT_TRUE(std::isnan(a.q_scale) && std::isnan(a.k_scale));
-  EXPECT_EQ(a.q, nullptr);
-  EXPECT_EQ(a.q_scale_ptr, nullptr);
-}
-
-struct CApiCase {
-  const char* name;
-  Problem problem;
-};
-
-void PrintTo(const CApiCase& c, std::ostream* os) { *os << c.name; }
-
-class CApiTest : public ::testing::TestWithParam<CApiCase> {};
-
-TEST_P(CApiTest, RunMatchesCppApi) {
-  const Problem p = GetParam().problem;
-  const HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{0, 17, 90},
-                                                     {.seed = case_seed(), .topk_lens = true});
-  const CpuRun cpp = run_cpu(in);
-  ASSERT_TRUE(cpp.status.ok()) << cpp.status.to_string();
-
-  const mlakit_problem_t cp = to_c(p);
-  mlakit_decoder_t* decoder = nullptr;
-  ASSERT_EQ(mlakit_decoder_create(&cp, "cpu", &decoder), 0) << mlakit_last_error();
-  const std::unique_ptr<mlakit_decoder_t, void (*)(mlakit_decoder_t*)> owner(
-      decoder, mlakit_decoder_destroy);
-  EXPECT_STREQ(mlakit_last_error(), "");
-  EXPECT_STREQ(mlakit_decoder_backend(decoder), "cpu");
-  EXPECT_EQ(mlakit_decoder_workspace_bytes(decoder), 0u);
-
-  std::vector<uint8_t> out(in.out_bytes(), 0xff);  // NaN in bf16 and fp16
-  std::vector<float> lse(in.lse_count(), NAN);
-  const RunArgs a = in.args(out.data(), lse.data());
-  mlakit_run_args_t ca;
-  mlakit_run_args_init(&ca);
-  ca.batch = a.batch, ca.q = a.q, ca.kv_cache = a.kv_cache, ca.num_pages = a.num_pages;
-  ca.block_table = a.block_table, ca.block_table_stride = a.block_table_stride;
-  ca.seq_lens = a.seq_lens, ca.indices = a.indices, ca.topk_lens = a.topk_lens;
-  ca.sinks = a.sinks, ca.out = a.out, ca.lse = a.lse, ca.softmax_scale = a.softmax_scale;
-  ca.q_scale = a.q_scale, ca.k_scale = a.k_scale;
-  ASSERT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 0) << mlakit_last_error();
-
-  EXPECT_EQ(out, cpp.out);
-  if (p.return_lse) {
-    EXPECT_EQ(std::memcmp(lse.data(), cpp.lse.data(), lse.size() * sizeof(float)), 0);
-  }
-}
-
-// Outside the macro, which would split the braced lists at their commas.
-const CApiCase kCApiCases[] = {
-    {"bf16_sinks_lse",
-     {.h_q = 8,
-      .s_q = 2,
-      .page_size = 16,
-      .max_batch = 3,
-      .max_seq_len = 128,
-      .has_sinks = true,
-      .return_lse = true}},
-    {"fp8_q_fp8",
-     {.h_q = 4,
-      .page_size = 32,
-      .max_batch = 3,
-      .max_seq_len = 128,
-      .q_dtype = DType::kFP8E4M3,
-      .kv_dtype = DType::kFP8E4M3}},
-    {"blockwise_sparse",
-     {.h_q = 4,
-      .s_q = 2,
-      .page_size = 64,
-      .max_batch = 3,
-      .max_seq_len = 128,
-      .kv_dtype = DType::kFP8E4M3,
-      .kv_layout = KvLayout::kFp8Blockwise,
-      .topk = 16,
-      .return_lse = true}},
-};
-
-INSTANTIATE_TEST_SUITE_P(Cpu, CApiTest, ::testing::ValuesIn(kCApiCases),
-                         [](const auto& info) { return std::string(info.param.name); });
-
-TEST(CApi, BadProblemReturnsInvalidArgumentNamingIt) {
-  mlakit_problem_t p;
-  mlakit_problem_init(&p);
-  p.h_q = 0;
-  mlakit_decoder_t* decoder = nullptr;
-  EXPECT_EQ(mlakit_decoder_create(&p, "cpu", &decoder), 1);
-  EXPECT_EQ(decoder, nullptr);
-  EXPECT_NE(std::string(mlakit_last_error()).find("heads"), std::string::npos)
-      << mlakit_last_error();
-
-  mlakit_problem_init(&p);
-  EXPECT_EQ(mlakit_decoder_create(&p, "nope", &decoder), 1);
-  EXPECT_NE(std::string(mlakit_last_error()).find("backend"), std::string::npos);
-  EXPECT_EQ(mlakit_decoder_create(nullptr, "cpu", &decoder), 1);
-  EXPECT_NE(std::string(mlakit_last_error()).find("problem"), std::string::npos);
-}
-
-TEST(CApi, BadRunArgsReturnInvalidArgumentNamingThem) {
-  mlakit_problem_t p;
-  mlakit_problem_init(&p);
-  p.h_q = 4, p.max_seq_len = 64;
-  mlakit_decoder_t* decoder = nullptr;
-  ASSERT_EQ(mlakit_decoder_create(&p, "cpu", &decoder), 0) << mlakit_last_error();
-  const std::unique_ptr<mlakit_decoder_t, void (*)(mlakit_decoder_t*)> owner(
-      decoder, mlakit_decoder_destroy);
-  mlakit_run_args_t a;
-  mlakit_run_args_init(&a);
-  a.batch = 1;  // q is null
-  EXPECT_EQ(mlakit_decoder_run(decoder, &a, nullptr, 0, nullptr), 1);
-  EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: q:", 0), 0u)
-      << mlakit_last_error();
-  EXPECT_EQ(mlakit_decoder_run(decoder, nullptr, nullptr, 0, nullptr), 1);
-  EXPECT_NE(std::string(mlakit_last_error()).find("args"), std::string::npos);
 }
 
 }  // namespace
