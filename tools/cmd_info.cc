@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "peaks.h"
 
@@ -9,8 +10,13 @@ void add_info_command(CLI::App& app, int* exit_code) {
   auto* cmd =
       app.add_subcommand("info", "the device found (or not), the backends and what each supports");
   static bool measure = false;
+  static SweepFlags problem_flags;
   cmd->add_flag("--measure", measure, "measure the read-only HBM bandwidth of the GPU");
-  cmd->callback([exit_code] {
+  add_sweep_flags(cmd, &problem_flags);
+  cmd->footer(
+      "With problem flags (--heads, --page-size, --dtype, ...): whether each backend can run that "
+      "problem, and why not.");
+  cmd->callback([cmd, exit_code] {
     std::printf("mlakit %s\n", std::string(version()).c_str());
     const DeviceInfo d = current_device();
     if (d.present) {
@@ -27,6 +33,26 @@ void add_info_command(CLI::App& app, int* exit_code) {
       if (!b.available) std::printf("        why not: %s\n", b.unavailable_reason.c_str());
       std::printf("        memory: %s\n        supports: %s\n", b.device_memory ? "device" : "host",
                   b.supports.c_str());
+    }
+    // count_all() counts the subcommand itself once, plus each option given.
+    if (cmd->count_all() > static_cast<size_t>(measure ? 2 : 1)) {
+      SweepFlags f = problem_flags;
+      if (f.batch.empty()) f.batch = {1};
+      if (f.seq_len.empty()) f.seq_len = {4096};
+      std::vector<Case> cases;
+      if (const Status st = make_cases(f, &cases); !st.ok()) {
+        std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+        *exit_code = 2;
+        return;
+      }
+      for (const Case& c : cases) {
+        std::printf("\n%s:\n", describe(c.problem).c_str());
+        for (const BackendInfo& b : list_backends()) {
+          const Status st = can_run(b.name, c.problem);
+          std::printf("  %-5s %s\n", b.name.c_str(),
+                      st.ok() ? "can run it" : ("cannot: " + st.message()).c_str());
+        }
+      }
     }
     if (measure) {
       if (!d.present) {
