@@ -7,11 +7,21 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# --- system packages (Debian/Ubuntu) -----------------------------------------------------------
+# --- system packages (Debian/Ubuntu), for what is not already there ----------------------------
+# A header found in the system include paths or in a carried .deps/ (scripts/carry-deps.sh)
+# counts as installed.
+have_header() {
+  for dir in /usr/include /usr/local/include "$PWD/.deps/include"; do
+    [ -f "$dir/$1" ] && return 0
+  done
+  return 1
+}
 need_pkgs=()
-for pkg in ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
-done
+command -v ninja >/dev/null || need_pkgs+=(ninja-build)
+command -v g++ >/dev/null || need_pkgs+=(g++)
+have_header gtest/gtest.h || need_pkgs+=(libgtest-dev)
+have_header nlohmann/json.hpp || need_pkgs+=(nlohmann-json3-dev)
+have_header CLI/CLI.hpp || need_pkgs+=(libcli11-dev)
 if ((${#need_pkgs[@]})); then
   if ! command -v apt-get >/dev/null; then
     log "missing packages ${need_pkgs[*]} and no apt-get: install them by hand"; exit 1
@@ -43,7 +53,8 @@ fi
 command -v nvcc >/dev/null || { log "nvcc not found: install the CUDA toolkit (12.8 or newer)"; exit 1; }
 
 # --- configure and build -------------------------------------------------------------------------
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >build.configure.log 2>&1 ||
+prefix=(); [ -d .deps/include ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" "$@" >build.configure.log 2>&1 ||
   { cat build.configure.log; exit 1; }
 cmake --build build
 log "built build/mlakit and the tests"
