@@ -6,8 +6,10 @@
 //    that fall inside it (each boundary lies in exactly one request, or past the line),
 //    O(batch / threads + parts) steps.
 //  - one-shot: the chunk length (one_shot.cuh), then each request's metadata.
-// The decode kernel waits for them. Planning in each decode CTA instead (one-shot) cost the CTAs
-// more than the wait saved: batch 8, h_q 16: 29.3 us against 23.1 (H200, 2026-11).
+// The decode kernel waits for them. The persistent schedule is planned inside the decode kernel
+// instead (part_plan.cuh) unless the batch may be large (launch.cc). Planning in each decode CTA
+// (one-shot) cost the CTAs more than the wait saved: batch 8, h_q 16: 29.3 us against 23.1 (H200,
+// 2026-11).
 #include <algorithm>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -16,6 +18,7 @@
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
 #include "plan/one_shot.cuh"
+#include "plan/part_plan.cuh"
 #include "plan/plan.h"
 
 namespace mlakit::plan {
@@ -48,22 +51,6 @@ __device__ __forceinline__ OneShotInputs one_shot_inputs(const PlanKernelParams&
           .min_chunk_blocks = p.min_chunk_blocks,
           .num_parts = p.view.num_parts,
           .max_splits = p.view.max_splits};
-}
-
-// For requests of equal cost c and an even cut of `ideal` blocks per part: the part length at
-// most ideal + ideal / 16 that puts every boundary between requests (a multiple of c), or cuts
-// each request into k equal parts (c / k for a divisor k <= 8 of c; past 8 parts per request
-// one partial more or less no longer counts), else `ideal`.
-__device__ int64_t aligned_part(int64_t c, int64_t ideal) {
-  const int64_t limit = ideal + ideal / 16;
-  if (ideal >= c) {
-    const int64_t whole = c * ceil_div(ideal, c);
-    return whole <= limit ? whole : ideal;
-  }
-  for (int64_t k = min(c / ideal, int64_t{8}); k >= 1 && c / k <= limit; --k) {
-    if (c % k == 0) return c / k;
-  }
-  return ideal;
 }
 
 // Sum, smallest non-zero and largest of the request costs, in one block reduction.
@@ -115,7 +102,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_persistent(const PlanKernel
   if (threadIdx.x == 0) {
     int64_t per_part =
         max(ceil_div<int64_t>(line, p.view.num_parts), int64_t{max(p.min_chunk_blocks, 1)});
-    if (min_cost == max_cost) per_part = aligned_part(max_cost, per_part);
+    if (min_cost == max_cost) per_part = aligned_part<int64_t>(max_cost, per_part);
     s_line = line;
     s_per_part = per_part;
   }

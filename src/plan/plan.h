@@ -1,7 +1,9 @@
 // Split-KV planning, shared by the GPU backends: how the KV tokens of a batch are cut into chunks,
 // which CTA handles which chunk, where partial results go in the workspace, and the tiny kernel
 // that computes all of it on the device from `seq_lens` (so that `run` never reads device memory
-// from the host and a replayed CUDA graph re-plans for the new lengths).
+// from the host and a replayed CUDA graph re-plans for the new lengths). The persistent schedule
+// is computed inside the decode kernel instead, each CTA its own part (part_plan.cuh), unless the
+// batch may be large.
 //
 // Two schedules (the backends' tactics):
 //  - persistent: a grid of `num_parts` CTAs per query tile (sized to the SM count). The tokens of
@@ -41,7 +43,8 @@ enum class Schedule : int32_t {
   kOneShot = 1,
 };
 
-// Per request, written by the plan kernel. 16 bytes: one vector load.
+// Per request, written by the plan kernel (or, persistent with the plan in the decode kernel, by
+// its CTA 0: part_plan.cuh). 16 bytes: one vector load.
 struct alignas(16) RequestMeta {
   int32_t seq_len;       // clamped to [0, max_len]
   int32_t num_splits;    // chunks: 0 (empty request), 1 (written directly) or more (partials)
@@ -53,6 +56,16 @@ struct alignas(16) RequestMeta {
 struct alignas(16) PartMeta {
   int32_t begin_request, begin_block;
   int32_t end_request, end_block;  // end_request == batch: to the end of the batch
+};
+
+// One persistent part as the decode kernel's CTAs keep it (in shared memory; plan/part_plan.cuh):
+// blocks [begin, end) in (request, block) order, and the partial slot of its chunk of the first and
+// of the last request (-1: the chunk is the whole request). Every request in between lies wholly in
+// the part, so it is written directly.
+struct PartPlan {
+  int32_t begin_request, begin_block;
+  int32_t end_request, end_block;  // end_request == batch: to the end of the batch
+  int32_t begin_slot, end_slot;
 };
 
 // The static facts a plan depends on (fixed at Decoder creation).

@@ -1,7 +1,9 @@
-// Device side of the plan: the chunks of work one CTA handles, read from the metadata that the
-// plan kernel wrote (plan.h). Call only after pdl::griddepcontrol_wait().
+// Device side of the plan: the chunks of work one CTA handles (plan.h): one-shot, read from the
+// metadata that the plan kernel wrote; persistent, from the CTA's PartPlan (part_plan.cuh) in
+// shared memory. Call only after pdl::griddepcontrol_wait().
 #pragma once
 
+#include "plan/part_plan.cuh"
 #include "plan/plan.h"
 
 namespace mlakit::plan {
@@ -22,13 +24,18 @@ struct Chunk {
 // One loop serves both schedules, so a kernel inlines its chunk code once.
 class ChunkIterator {
  public:
+  // part: persistent, this CTA's part (shared memory); seq_lens and max_len: the inputs.
   __device__ __forceinline__ ChunkIterator(const PlanView& view, Schedule schedule, int32_t cta,
-                                           int32_t batch)
+                                           int32_t batch, const PartPlan* part,
+                                           const int32_t* seq_lens, int32_t max_len)
       : view_(view),
+        part_(part),
+        seq_lens_(seq_lens),
         cta_(cta),
         batch_(batch),
+        max_len_(max_len),
         one_shot_(schedule == Schedule::kOneShot),
-        request_(one_shot_ ? 0 : view.parts[cta].begin_request) {}
+        request_(one_shot_ ? 0 : part->begin_request) {}
 
   // The next chunk into *chunk; false when there is none.
   __device__ __forceinline__ bool next(Chunk* chunk) {
@@ -46,30 +53,36 @@ class ChunkIterator {
       return true;
     }
     for (;; ++request_) {
-      // Re-read each time (an L1 hit): nothing of the part stays in registers across chunks,
-      // where the main kernel needs them all.
-      const PartMeta pm = view_.parts[cta_];
+      // Re-read each time (shared memory, and seq_lens from L1): nothing of the part stays in
+      // registers across chunks, where the main kernel needs them all. Only the part's first and
+      // last request can be split; every request in between is written directly.
+      const PartPlan pp = *part_;
       const int32_t r = request_;
-      if (r > min(pm.end_request, batch_ - 1)) return false;
-      const RequestMeta rm = view_.requests[r];
-      const int32_t blocks = ceil_div(rm.seq_len, view_.block_n);
-      const int32_t begin = r == pm.begin_request ? pm.begin_block : 0;
-      const int32_t end = r == pm.end_request ? pm.end_block : blocks;
+      if (r > min(pp.end_request, batch_ - 1)) return false;
+      const int32_t seq_len = clamped_len(seq_lens_, r, batch_, max_len_);
+      const int32_t blocks = ceil_div(seq_len, view_.block_n);
+      const int32_t begin = r == pp.begin_request ? pp.begin_block : 0;
+      const int32_t end = r == pp.end_request ? pp.end_block : blocks;
       if (begin >= end) continue;
       ++request_;
       *chunk = Chunk{.request = r,
-                     .seq_len = rm.seq_len,
+                     .seq_len = seq_len,
                      .token_begin = begin * view_.block_n,
-                     .token_end = min(end * view_.block_n, rm.seq_len),
-                     .slot = rm.num_splits > 1 ? rm.split_offset + (cta_ - rm.first) : -1};
+                     .token_end = min(end * view_.block_n, seq_len),
+                     .slot = r == pp.begin_request ? pp.begin_slot
+                             : r == pp.end_request ? pp.end_slot
+                                                   : -1};
       return true;
     }
   }
 
  private:
   const PlanView& view_;
+  const PartPlan* part_;
+  const int32_t* seq_lens_;
   int32_t cta_;
   int32_t batch_;
+  int32_t max_len_;
   bool one_shot_;
   int32_t request_;  // persistent: the next request to look at; one-shot: chunks handed out
 };

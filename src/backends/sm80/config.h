@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "mlakit/mlakit.h"
+#include "plan/plan.h"
 
 namespace mlakit::sm80 {
 
@@ -112,6 +113,7 @@ struct alignas(128) SharedStorage {
   float row_sum[Cfg::kSColGroups][Cfg::kRows];   // per token group: softmax denominators
   float alpha[Cfg::kRows];                       // rescale of O for the current tile
   float row_scale[Cfg::kRows];                   // epilogue: 1 / sum (times the sink factor)
+  plan::PartPlan part;                           // persistent: this CTA's part
 
   static constexpr size_t smem_bytes(int stages) {
     return sizeof(SharedStorage) + static_cast<size_t>(stages) * kStageBytes;

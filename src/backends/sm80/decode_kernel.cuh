@@ -13,10 +13,10 @@
 // and at the end the epilogue writes the output or a partial (epilogue.cuh). Every warp takes
 // both roles; the loads of the next tiles overlap the math of the current one.
 // Numbers (H200, bf16, page 64, L 4096, whole call with PDL, cold L2, 2026-11; mlakit bench and
-// DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 86.5 us, 3.52 TB/s (the decode kernel alone
+// DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 83.5-84.8 us, 3.6 TB/s (the decode kernel alone
 // 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 342 us, 213 TFLOP/s, the
 // 64-row tile latency-bound (ncu: tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
-// ldmatrix results); h_q 128, b 1: 24.1 us (one-shot). docs/sm80-decode.md has the log.
+// ldmatrix results); h_q 128, b 1: 24.1 us (persistent). docs/sm80-decode.md has the log.
 #pragma once
 
 #include "backends/sm80/config.h"
@@ -123,12 +123,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // once the plan kernel had passed its own griddepcontrol.wait, and the plan writes no Q.
   const bool q_loaded = p.schedule == plan::Schedule::kOneShot && cta < p.batch;
   if (q_loaded) load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
-  // Everything else reads the plan: wait for the plan kernel (and, through it, everything
-  // before). The combine kernel may start its launch now; it waits for this grid before reading
-  // anything.
+  // Everything else reads seq_lens or the plan: wait for the previous kernel (the plan kernel,
+  // or, when this grid plans itself, the caller's kernels and the previous call's combine, which
+  // reads the RequestMeta written here). The combine kernel may start its launch now; it waits
+  // for this grid before reading anything.
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch);
+  if (p.schedule == plan::Schedule::kPersistent) {
+    // One warp plans this CTA's part; CTA 0 also writes every request's metadata for the
+    // combine kernel.
+    if (threadIdx.x < 32) {
+      plan::PartPlan pp;
+      if (p.inline_plan) {
+        const plan::InlinePlanInputs in{.seq_lens = p.seq_lens,
+                                        .batch = p.batch,
+                                        .max_len = p.max_len,
+                                        .block_n = p.plan.block_n,
+                                        .fixed_cost_blocks = p.fixed_cost_blocks,
+                                        .min_chunk_blocks = p.min_chunk_blocks,
+                                        .num_parts = p.plan.num_parts};
+        pp = plan::plan_part_in_warp(in, cta, blockIdx.x == 0 ? p.plan.requests : nullptr);
+      } else {
+        pp = plan::part_plan_from_meta(p.plan, cta, p.batch);
+      }
+      if (threadIdx.x == 0) s.part = pp;
+    }
+    __syncthreads();
+  }
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   bool first = true;
   while (chunks.next(&c)) {

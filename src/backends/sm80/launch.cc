@@ -124,6 +124,13 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
       .rows = rows,
   };
   setup->layout = plan::workspace_layout(setup->shape);
+  // Persistent: each decode CTA plans its own part (plan/part_plan.cuh) and no plan kernel runs,
+  // unless the batch may be large: every CTA's one warp passes over the whole batch (32 requests
+  // per step), which past 512 requests would cost more than the plan kernel's 256-thread scans
+  // (estimated, not measured); and its 32-bit arithmetic needs the line (with the 1/16 rounding
+  // of aligned parts and the boundaries up to num_parts) to fit.
+  setup->inline_plan = setup->shape.schedule == plan::Schedule::kPersistent && p.max_batch <= 512 &&
+                       4 * max_line + num_parts < INT32_MAX;
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
   setup->sm_count = device.sm_count;
   return Status::Ok();
@@ -139,7 +146,7 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   // Lengths past what the block table can address are clamped: the kernels never read past it.
   const int32_t max_len =
       static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size));
-  if (launches & kLaunchPlan) {
+  if ((launches & kLaunchPlan) && !setup.inline_plan) {
     MLAKIT_RETURN_IF_ERROR(
         plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
   }
@@ -154,6 +161,11 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
       .lse = p.return_lse ? a.lse : nullptr,
       .plan = view,
       .schedule = shape.schedule,
+      .seq_lens = a.seq_lens,
+      .max_len = max_len,
+      .inline_plan = setup.inline_plan ? 1 : 0,
+      .fixed_cost_blocks = shape.fixed_cost_blocks,
+      .min_chunk_blocks = shape.min_chunk_blocks,
       .batch = a.batch,
       .h_q = p.h_q,
       .s_q = p.s_q,

@@ -48,8 +48,9 @@ struct Setup {
   int32_t stages = kMinStages;
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
-  bool pdl = false;      // programmatic dependent launch (enable_pdl on sm_90+)
-  int32_t sm_count = 1;  // sizes the combine kernel's grid
+  bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel (launch.cc)
+  bool pdl = false;          // programmatic dependent launch (enable_pdl on sm_90+)
+  int32_t sm_count = 1;      // sizes the combine kernel's grid
 };
 
 // Prepares the kernel (shared-memory limit, occupancy) and sizes plan and workspace for the

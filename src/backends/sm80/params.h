@@ -18,6 +18,11 @@ struct DecodeParams {
   float* lse;                  // [b, s_q, h_q] or nullptr
   plan::PlanView plan;         // metadata and partials in the workspace
   plan::Schedule schedule;
+  const int32_t* seq_lens;    // [b]
+  int32_t max_len;            // lengths are clamped to [0, max_len]
+  int32_t inline_plan;        // 1: persistent, each CTA plans its part (plan/part_plan.cuh)
+  int32_t fixed_cost_blocks;  // inline_plan: the plan shape's partition constants
+  int32_t min_chunk_blocks;
   int32_t batch;
   int32_t h_q;
   int32_t s_q;

@@ -1,0 +1,165 @@
+// Persistent schedule (plan.h), planned inside the decode kernel: one warp of each CTA computes
+// its own part's range of (request, block) work and the partial slots of the two requests it may
+// share with other parts, from seq_lens alone; one CTA also writes every request's RequestMeta
+// for the combine kernel (which runs after the decode grid completes). Same arithmetic as the
+// plan kernel (plan.cu), in 32 bits (the caller checks at Decoder creation that the line fits),
+// so the partition and the slots are identical.
+//
+// Why: the separate plan kernel sat on the critical path of every call (about 3.4 us at h_q 16,
+// b 64: its launch, its pass over seq_lens, then the decode kernel's reads of what it wrote).
+// Here a CTA pays one warp's pass over seq_lens (one load per lane per 32 requests, from L2) and
+// a few warp scans; pass 2 stops at the round holding the part's end. The one-shot attempt that
+// was slower (docs/sm80-decode.md, log item 13) priced up to 67 candidate chunk lengths in every
+// CTA with block-wide barriers; nothing of that here.
+#pragma once
+
+#include "plan/plan.h"
+
+namespace mlakit::plan {
+
+// For requests of equal cost c and an even cut of `ideal` blocks per part: the part length at
+// most ideal + ideal / 16 that puts every boundary between requests (a multiple of c), or cuts
+// each request into k equal parts (c / k for a divisor k <= 8 of c; past 8 parts per request
+// one partial more or less no longer counts), else `ideal`. I: int64_t in the plan kernel, int32_t
+// in the decode kernel (same values when they fit).
+template <typename I>
+__host__ __device__ inline I aligned_part(I c, I ideal) {
+  const I limit = ideal + ideal / 16;
+  if (ideal >= c) {
+    const I whole = c * ceil_div(ideal, c);
+    return whole <= limit ? whole : ideal;
+  }
+  for (I k = c / ideal < I{8} ? c / ideal : I{8}; k >= 1 && c / k <= limit; --k) {
+    if (c % k == 0) return c / k;
+  }
+  return ideal;
+}
+
+struct InlinePlanInputs {
+  const int32_t* seq_lens;  // [batch]
+  int32_t batch;
+  int32_t max_len;  // lengths are clamped to [0, max_len]
+  int32_t block_n;
+  int32_t fixed_cost_blocks;
+  int32_t min_chunk_blocks;
+  int32_t num_parts;
+};
+
+__device__ __forceinline__ int32_t clamped_len(const int32_t* seq_lens, int32_t i, int32_t batch,
+                                               int32_t max_len) {
+  return i < batch ? min(max(seq_lens[i], 0), max_len) : 0;
+}
+
+// Part `part` of the persistent plan. Called by all 32 lanes of one warp (all get the result);
+// `requests` non-null: also writes RequestMeta [batch] (then the whole batch is scanned).
+__device__ inline PartPlan plan_part_in_warp(const InlinePlanInputs& in, int32_t part,
+                                             RequestMeta* requests) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
+  const auto cost_of = [&](int32_t blocks) {
+    return blocks > 0 ? blocks + in.fixed_cost_blocks : 0;
+  };
+
+  // Pass 1: the line's length, the smallest non-empty and the largest request cost.
+  int32_t line = 0, min_cost = INT32_MAX, max_cost = 0;
+  for (int32_t base = 0; base < in.batch; base += 32) {
+    const int32_t cost =
+        cost_of(ceil_div(clamped_len(in.seq_lens, base + lane, in.batch, in.max_len), in.block_n));
+    line += __reduce_add_sync(kAll, cost);
+    min_cost = min(min_cost, __reduce_min_sync(kAll, cost > 0 ? cost : INT32_MAX));
+    max_cost = max(max_cost, __reduce_max_sync(kAll, cost));
+  }
+  int32_t per_part = max(ceil_div(line, in.num_parts), max(in.min_chunk_blocks, 1));
+  if (min_cost == max_cost) per_part = aligned_part(max_cost, per_part);
+
+  // Pass 2: line positions and partial slots by warp scans, 32 requests a round; the part's
+  // boundaries x (begin, end) lie in the first request whose line end is past x.
+  const int32_t x_begin = part * per_part, x_end = x_begin + per_part;
+  PartPlan pp{.begin_request = in.batch,
+              .begin_block = 0,
+              .end_request = in.batch,
+              .end_block = 0,
+              .begin_slot = -1,
+              .end_slot = -1};
+  bool have_begin = false, have_end = false;
+  int32_t line_before = 0, slots_before = 0;
+  for (int32_t base = 0; base < in.batch; base += 32) {
+    const int32_t i = base + lane;
+    const int32_t len = clamped_len(in.seq_lens, i, in.batch, in.max_len);
+    const int32_t blocks = ceil_div(len, in.block_n);
+    int32_t end = cost_of(blocks);
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int32_t v = __shfl_up_sync(kAll, end, d);
+      if (lane >= d) end += v;
+    }
+    const int32_t round_line = __shfl_sync(kAll, end, 31);
+    end += line_before;
+    const int32_t first_block_pos = end - blocks;
+    int32_t first = 0, splits = 0;
+    if (blocks > 0) {
+      first = first_block_pos / per_part;
+      splits = (first_block_pos + blocks - 1) / per_part - first + 1;
+    }
+    const int32_t own_slots = splits > 1 ? splits : 0;
+    int32_t slots_to = own_slots;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int32_t v = __shfl_up_sync(kAll, slots_to, d);
+      if (lane >= d) slots_to += v;
+    }
+    const int32_t round_slots = __shfl_sync(kAll, slots_to, 31);
+    const int32_t split_offset = slots_before + slots_to - own_slots;
+    if (requests != nullptr && i < in.batch) {
+      requests[i] = {
+          .seq_len = len, .num_splits = splits, .first = first, .split_offset = split_offset};
+    }
+    const int32_t slot = splits > 1 ? split_offset + (part - first) : -1;
+    if (!have_begin) {
+      const unsigned hit = __ballot_sync(kAll, end > x_begin);
+      if (hit != 0) {
+        const int j = __ffs(hit) - 1;
+        pp.begin_request = base + j;
+        pp.begin_block = max(0, x_begin - __shfl_sync(kAll, first_block_pos, j));
+        pp.begin_slot = __shfl_sync(kAll, slot, j);
+        have_begin = true;
+      }
+    }
+    if (!have_end) {
+      const unsigned hit = __ballot_sync(kAll, end > x_end);
+      if (hit != 0) {
+        const int j = __ffs(hit) - 1;
+        pp.end_request = base + j;
+        pp.end_block = max(0, x_end - __shfl_sync(kAll, first_block_pos, j));
+        pp.end_slot = __shfl_sync(kAll, slot, j);
+        have_end = true;
+      }
+    }
+    if (have_end && requests == nullptr) break;
+    line_before += round_line;
+    slots_before += round_slots;
+  }
+  return pp;
+}
+
+// The same from the metadata the plan kernel wrote (batches planned by the plan kernel).
+__device__ __forceinline__ PartPlan part_plan_from_meta(const PlanView& view, int32_t part,
+                                                        int32_t batch) {
+  const PartMeta pm = view.parts[part];
+  PartPlan pp{.begin_request = pm.begin_request,
+              .begin_block = pm.begin_block,
+              .end_request = pm.end_request,
+              .end_block = pm.end_block,
+              .begin_slot = -1,
+              .end_slot = -1};
+  const auto slot_of = [&](int32_t r) {
+    if (r >= batch) return -1;
+    const RequestMeta rm = view.requests[r];
+    return rm.num_splits > 1 ? rm.split_offset + (part - rm.first) : -1;
+  };
+  pp.begin_slot = slot_of(pm.begin_request);
+  pp.end_slot = slot_of(pm.end_request);
+  return pp;
+}
+
+}  // namespace mlakit::plan
