@@ -113,12 +113,11 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
 
 // The heuristic: the first backend, in the registry's order of preference, that takes memory
 // where this machine's data lives and can run the problem, with that backend's default tactic.
-// Measured basis (H200, 2026-11-21, bench/results/2026-11-21-h200-sm80/tune-h*.txt and
-// docs/sm80-decode.md): on uniform batches sm80's one-shot tactic wins 24 of the 34 standard-grid
-// buckets of h_q 128 and 16 by 0.1-14% (median 1.7%), persistent the other 10 by up to 2.4%; on
-// skewed batches (one request 32x longer) persistent is 3.6-5.9x faster. Sequence lengths live on
-// the device, so without a measurement the skew is unknown: the default is the persistent tactic,
-// whose worst case is a few percent.
+// Measured basis (H200, 2026-11-21, bench/results/2026-11-21-h200-sm80/tune.json): over the 34
+// standard-grid buckets of h_q 128 and 16 on uniform batches, sm80's persistent tactic wins 22
+// (by up to 20%), one-shot 12 (by a median 2.2%, at most 10.5%); on skewed batches (one request
+// 32x longer) persistent is 3.6-5.9x faster (docs/sm80-decode.md). Sequence lengths live on the
+// device, so the heuristic cannot see skew: it takes the persistent default.
 Choice heuristic(const Problem& problem, int, const DeviceInfo& device) {
   for (const BackendEntry* entry : backend_registry()) {
     if (entry->device_memory != device.present) continue;
