@@ -14,15 +14,6 @@
 namespace mlakit_test {
 namespace {
 
-using mlakit::Decoder;
-using mlakit::DType;
-using mlakit::KvLayout;
-using mlakit::Problem;
-using mlakit::RunArgs;
-using mlakit::Status;
-using mlakit::StatusCode;
-using mlakit::harness::HostInputs;
-
 static_assert(MLAKIT_BF16 == static_cast<int>(DType::kBF16) &&
               MLAKIT_FP16 == static_cast<int>(DType::kFP16) &&
               MLAKIT_FP8_E4M3 == static_cast<int>(DType::kFP8E4M3) &&

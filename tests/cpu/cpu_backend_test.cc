@@ -23,15 +23,6 @@
 namespace mlakit_test {
 namespace {
 
-using mlakit::Decoder;
-using mlakit::DType;
-using mlakit::KvLayout;
-using mlakit::Problem;
-using mlakit::RunArgs;
-using mlakit::Status;
-using mlakit::StatusCode;
-using mlakit::harness::HostInputs;
-
 constexpr int kDv = mlakit::kDv;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 

@@ -15,6 +15,16 @@
 
 namespace mlakit_test {
 
+// The names every CPU test uses.
+using mlakit::Decoder;
+using mlakit::DType;
+using mlakit::KvLayout;
+using mlakit::Problem;
+using mlakit::RunArgs;
+using mlakit::Status;
+using mlakit::StatusCode;
+using mlakit::harness::HostInputs;
+
 // A seed of its own for every test case (FNV-1a of the full test name), so that no two cases see
 // the same inputs and a failure reproduces.
 inline uint64_t case_seed() {
