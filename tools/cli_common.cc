@@ -178,21 +178,45 @@ Status reference_for(const harness::HostInputs& in, int k, Reference* ref) {
   return cpu->run(args, nullptr, 0, nullptr);
 }
 
+namespace {
+
+// Compares an output (out_dtype bits, and lse when the problem returns it) with the reference.
+Verdict judge(const harness::HostInputs& in, const Reference& ref, const std::vector<uint8_t>& out,
+              const std::vector<float>& lse) {
+  const Problem& p = in.problem;
+  Verdict v;
+  v.cmp =
+      harness::compare(p, ref.k, out.data(), ref.out.data(), p.return_lse ? lse.data() : nullptr,
+                       p.return_lse ? ref.lse.data() : nullptr);
+  v.unwritten = harness::compare(p, in.batch, out.data(), out.data(), nullptr, nullptr).nonfinite;
+  const harness::Tolerance tol = harness::default_tolerance(p);
+  v.ok = v.cmp.passes(tol.rtol, tol.atol, tol.lse_atol) && v.unwritten == 0;
+  return v;
+}
+
+}  // namespace
+
 Status verify_device(const Decoder& decoder, const harness::HostInputs& in,
                      const harness::DeviceInputs& dev, const Reference& ref, Verdict* v) {
-  const Problem& p = in.problem;
   harness::DeviceBuffer ws(std::max<size_t>(decoder.workspace_bytes(), 256));
   MLAKIT_RETURN_IF_ERROR(dev.poison(in));
   MLAKIT_RETURN_IF_ERROR(decoder.run(dev.args, ws.get(), decoder.workspace_bytes(), nullptr));
   std::vector<uint8_t> out(in.out_bytes());
   std::vector<float> lse(in.lse_count());
-  MLAKIT_RETURN_IF_ERROR(dev.download(in, out.data(), p.return_lse ? lse.data() : nullptr));
-  v->cmp =
-      harness::compare(p, ref.k, out.data(), ref.out.data(), p.return_lse ? lse.data() : nullptr,
-                       p.return_lse ? ref.lse.data() : nullptr);
-  v->unwritten = harness::compare(p, in.batch, out.data(), out.data(), nullptr, nullptr).nonfinite;
-  const harness::Tolerance tol = harness::default_tolerance(p);
-  v->ok = v->cmp.passes(tol.rtol, tol.atol, tol.lse_atol) && v->unwritten == 0;
+  MLAKIT_RETURN_IF_ERROR(
+      dev.download(in, out.data(), in.problem.return_lse ? lse.data() : nullptr));
+  *v = judge(in, ref, out, lse);
+  return Status::Ok();
+}
+
+Status verify_host(const Decoder& decoder, const harness::HostInputs& in, const Reference& ref,
+                   Verdict* v) {
+  std::vector<uint8_t> out(in.out_bytes());
+  std::vector<float> lse(in.lse_count());
+  harness::fill_nan(out.data(), out.size() / dtype_bytes(in.problem.out_dtype),
+                    in.problem.out_dtype);
+  MLAKIT_RETURN_IF_ERROR(decoder.run(in.args(out.data(), lse.data()), nullptr, 0, nullptr));
+  *v = judge(in, ref, out, lse);
   return Status::Ok();
 }
 

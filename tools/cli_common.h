@@ -67,5 +67,8 @@ struct Verdict {
 // Poisons the device output, runs `decoder` once on `device` inputs, and compares.
 Status verify_device(const Decoder& decoder, const harness::HostInputs& inputs,
                      const harness::DeviceInputs& device, const Reference& ref, Verdict* verdict);
+// The same for a backend taking host memory, on `inputs` themselves.
+Status verify_host(const Decoder& decoder, const harness::HostInputs& inputs, const Reference& ref,
+                   Verdict* verdict);
 
 }  // namespace mlakit::tools

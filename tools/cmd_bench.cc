@@ -74,11 +74,9 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
   }
 
   // Device: verify first (poisoned output, one uncaptured run), then time.
-  const size_t input_bytes = in.kv.size() + in.q.size() + in.out_bytes();
-  const int copies =
-      harness::cold_copies(input_bytes, device.l2_bytes, device.global_mem_bytes / 3);
-  std::vector<harness::DeviceInputs> dev(copies);
-  for (auto& d : dev) MLAKIT_RETURN_IF_ERROR(harness::DeviceInputs::upload(in, &d));
+  std::vector<harness::DeviceInputs> dev;
+  MLAKIT_RETURN_IF_ERROR(
+      harness::upload_cold_copies(in, device.l2_bytes, device.global_mem_bytes / 3, &dev));
 
   if (!f.no_verify) {
     const int k = std::min(c.batch, std::max(1, f.verify_requests));

@@ -49,18 +49,7 @@ int run_check(CheckFlags& f) {
           st = harness::DeviceInputs::upload(in, &dev);
           if (st.ok()) st = verify_device(*decoder, in, dev, ref, &v);
         } else {
-          std::vector<uint8_t> out(in.out_bytes());
-          std::vector<float> lse(in.lse_count());
-          harness::fill_nan(out.data(), out.size() / dtype_bytes(c.problem.out_dtype),
-                            c.problem.out_dtype);
-          st = decoder->run(in.args(out.data(), lse.data()), nullptr, 0, nullptr);
-          if (st.ok()) {
-            v.cmp = harness::compare(c.problem, c.batch, out.data(), ref.out.data(),
-                                     c.problem.return_lse ? lse.data() : nullptr,
-                                     c.problem.return_lse ? ref.lse.data() : nullptr);
-            const harness::Tolerance tol = harness::default_tolerance(c.problem);
-            v.ok = v.cmp.passes(tol.rtol, tol.atol, tol.lse_atol);
-          }
+          st = verify_host(*decoder, in, ref, &v);
         }
       }
       if (!st.ok()) {

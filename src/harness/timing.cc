@@ -46,6 +46,15 @@ int cold_copies(size_t bytes_per_run, size_t l2_bytes, size_t max_total_bytes) {
   return static_cast<int>(copies);
 }
 
+Status upload_cold_copies(const HostInputs& host, size_t l2_bytes, size_t max_total_bytes,
+                          std::vector<DeviceInputs>* copies) {
+  const size_t per_run = host.kv.size() + host.q.size() + host.out_bytes();
+  copies->clear();
+  copies->resize(cold_copies(per_run, l2_bytes, max_total_bytes));
+  for (DeviceInputs& d : *copies) MLAKIT_RETURN_IF_ERROR(DeviceInputs::upload(host, &d));
+  return Status::Ok();
+}
+
 Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
                 const TimingOptions& options, Timing* timing) {
   GraphRun g;

@@ -24,6 +24,10 @@ struct Timing {
 // Number of input copies whose rotation keeps L2 cold for `bytes` of input per run.
 int cold_copies(size_t bytes_per_run, size_t l2_bytes, size_t max_total_bytes);
 
+// Uploads cold_copies(...) copies of `host` (q, cache and out bytes per run) to the device.
+Status upload_cold_copies(const HostInputs& host, size_t l2_bytes, size_t max_total_bytes,
+                          std::vector<DeviceInputs>* copies);
+
 // Times decoder.run over `copies` (each a full set of device inputs) on a fresh stream.
 Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
                 const TimingOptions& options, Timing* timing);

@@ -15,28 +15,10 @@
 #include <cub/block/block_reduce.cuh>
 #include <cuda/functional>
 
+#include "plan/inputs.cuh"
 #include "plan/plan.h"
 
 namespace mlakit::plan {
-
-// What one-shot planning reads: the lengths and the static shape.
-struct OneShotInputs {
-  const int32_t* seq_lens;  // [batch]
-  int32_t batch;
-  int32_t max_len;  // lengths are clamped to [0, max_len]
-  int32_t block_n;
-  int32_t fixed_cost_blocks;
-  int32_t min_chunk_blocks;
-  int32_t num_parts;
-  int32_t max_splits;
-};
-
-__device__ __forceinline__ int32_t one_shot_len(const OneShotInputs& in, int32_t i) {
-  return i < in.batch ? min(max(in.seq_lens[i], 0), in.max_len) : 0;
-}
-__device__ __forceinline__ int32_t one_shot_blocks(const OneShotInputs& in, int32_t i) {
-  return ceil_div(one_shot_len(in, i), in.block_n);
-}
 
 // Splits of a request of `blocks` blocks for chunk length `chunk`, evened out (chunks of
 // ceil(blocks / splits) blocks): 0 for an empty request.
@@ -69,11 +51,11 @@ class OneShotPlanner {
   };
 
   // The chunk length in blocks (at least 1). Called by all threads; all get the same value.
-  __device__ static int64_t chunk_blocks(const OneShotInputs& in, TempStorage& tmp) {
+  __device__ static int64_t chunk_blocks(const PlanInputs& in, TempStorage& tmp) {
     const int tid = static_cast<int>(threadIdx.x);
     int64_t total_blocks = 0, max_blocks = 0;
     for (int32_t base = 0; base < in.batch; base += kThreads) {
-      const int64_t blocks = one_shot_blocks(in, base + tid);
+      const int64_t blocks = request_blocks(in, base + tid);
       const int64_t sum = Reduce(tmp.cub.reduce).Sum(blocks);
       __syncthreads();
       const int64_t largest = Reduce(tmp.cub.reduce).Reduce(blocks, cuda::maximum<>{});
@@ -106,7 +88,7 @@ class OneShotPlanner {
     };
     for (int32_t pair = tid; pair < (candidates + 1) * in.batch; pair += kThreads) {
       const int32_t c = pair / in.batch;
-      const int32_t n = ceil_div(one_shot_blocks(in, pair - c * in.batch), chunk_of(c));
+      const int32_t n = ceil_div(request_blocks(in, pair - c * in.batch), chunk_of(c));
       if (n > 0) atomicAdd(&tmp.chunks[c], n);
       if (n > 1) atomicAdd(&tmp.slots[c], n);
     }

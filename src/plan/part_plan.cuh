@@ -13,6 +13,7 @@
 // CTA with block-wide barriers; nothing of that here.
 #pragma once
 
+#include "plan/inputs.cuh"
 #include "plan/plan.h"
 
 namespace mlakit::plan {
@@ -35,24 +36,9 @@ __host__ __device__ inline I aligned_part(I c, I ideal) {
   return ideal;
 }
 
-struct InlinePlanInputs {
-  const int32_t* seq_lens;  // [batch]
-  int32_t batch;
-  int32_t max_len;  // lengths are clamped to [0, max_len]
-  int32_t block_n;
-  int32_t fixed_cost_blocks;
-  int32_t min_chunk_blocks;
-  int32_t num_parts;
-};
-
-__device__ __forceinline__ int32_t clamped_len(const int32_t* seq_lens, int32_t i, int32_t batch,
-                                               int32_t max_len) {
-  return i < batch ? min(max(seq_lens[i], 0), max_len) : 0;
-}
-
 // Part `part` of the persistent plan. Called by all 32 lanes of one warp (all get the result);
 // `requests` non-null: also writes RequestMeta [batch] (then the whole batch is scanned).
-__device__ inline PartPlan plan_part_in_warp(const InlinePlanInputs& in, int32_t part,
+__device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
                                              RequestMeta* requests) {
   constexpr unsigned kAll = 0xffffffffu;
   const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
@@ -63,8 +49,7 @@ __device__ inline PartPlan plan_part_in_warp(const InlinePlanInputs& in, int32_t
   // Pass 1: the line's length, the smallest non-empty and the largest request cost.
   int32_t line = 0, min_cost = INT32_MAX, max_cost = 0;
   for (int32_t base = 0; base < in.batch; base += 32) {
-    const int32_t cost =
-        cost_of(ceil_div(clamped_len(in.seq_lens, base + lane, in.batch, in.max_len), in.block_n));
+    const int32_t cost = cost_of(ceil_div(clamped_len(in, base + lane), in.block_n));
     line += __reduce_add_sync(kAll, cost);
     min_cost = min(min_cost, __reduce_min_sync(kAll, cost > 0 ? cost : INT32_MAX));
     max_cost = max(max_cost, __reduce_max_sync(kAll, cost));
@@ -85,7 +70,7 @@ __device__ inline PartPlan plan_part_in_warp(const InlinePlanInputs& in, int32_t
   int32_t line_before = 0, slots_before = 0;
   for (int32_t base = 0; base < in.batch; base += 32) {
     const int32_t i = base + lane;
-    const int32_t len = clamped_len(in.seq_lens, i, in.batch, in.max_len);
+    const int32_t len = clamped_len(in, i);
     const int32_t blocks = ceil_div(len, in.block_n);
     int32_t end = cost_of(blocks);
 #pragma unroll

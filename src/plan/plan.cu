@@ -39,10 +39,10 @@ struct PlanKernelParams {
 };
 
 __device__ __forceinline__ int32_t load_len(const PlanKernelParams& p, int32_t i) {
-  return i < p.batch ? min(max(p.seq_lens[i], 0), p.max_len) : 0;
+  return clamped_len(p.seq_lens, i, p.batch, p.max_len);
 }
 
-__device__ __forceinline__ OneShotInputs one_shot_inputs(const PlanKernelParams& p) {
+__device__ __forceinline__ PlanInputs plan_inputs(const PlanKernelParams& p) {
   return {.seq_lens = p.seq_lens,
           .batch = p.batch,
           .max_len = p.max_len,
@@ -189,17 +189,17 @@ __global__ void __launch_bounds__(kPlanThreads) plan_one_shot(const PlanKernelPa
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
 
-  const OneShotInputs in = one_shot_inputs(p);
+  const PlanInputs in = plan_inputs(p);
   const int64_t chunk = Planner::chunk_blocks(in, storage.planner);
   int64_t slots_before = 0;
   for (int32_t base = 0; base < p.batch; base += kPlanThreads) {
     const int32_t i = base + static_cast<int32_t>(threadIdx.x);
-    const OneShotSplit split = one_shot_split(one_shot_blocks(in, i), chunk);
+    const OneShotSplit split = one_shot_split(request_blocks(in, i), chunk);
     int64_t offset = 0, total = 0;
     Scan(storage.scan).ExclusiveSum(int64_t{split.splits > 1 ? split.splits : 0}, offset, total);
     __syncthreads();
     if (i < p.batch) {
-      p.view.requests[i] = {.seq_len = one_shot_len(in, i),
+      p.view.requests[i] = {.seq_len = clamped_len(in, i),
                             .num_splits = split.splits,
                             .first = split.per_chunk,
                             .split_offset = static_cast<int32_t>(slots_before + offset)};

@@ -73,10 +73,8 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
   wopt.poison = false;
   const std::vector<int32_t> lens(batch, len);
   const harness::HostInputs host = harness::make_inputs(p, lens, wopt);
-  const size_t per_run = host.kv.size() + host.q.size() + host.out_bytes();
-  const int copies = harness::cold_copies(per_run, device.l2_bytes, limit);
-  std::vector<harness::DeviceInputs> dev(copies);
-  for (auto& d : dev) MLAKIT_RETURN_IF_ERROR(harness::DeviceInputs::upload(host, &d));
+  std::vector<harness::DeviceInputs> dev;
+  MLAKIT_RETURN_IF_ERROR(harness::upload_cold_copies(host, device.l2_bytes, limit, &dev));
 
   for (const Candidate& c : cands) {
     Measurement m{.candidate = c};

@@ -73,15 +73,9 @@ TEST(Sm80Timing, DISABLED_Breakdown) {
   std::printf("%s, %d SMs\n", device.name.c_str(), device.sm_count);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  // MLAKIT_TIMING_SHAPES=0,4: only those entries of `shapes` (e.g. to profile one of them).
-  const char* only = std::getenv("MLAKIT_TIMING_SHAPES");
   for (int index = 0; index < static_cast<int>(std::size(shapes)); ++index) {
     const Shape& s = shapes[index];
-    if (only != nullptr &&
-        (std::string(",") + only + ",").find("," + std::to_string(index) + ",") ==
-            std::string::npos) {
-      continue;
-    }
+    if (!timing_shape_selected(index)) continue;
     Problem p;
     p.h_q = s.h_q;
     p.page_size = 64;

@@ -1,6 +1,7 @@
 #include "sm80_test_util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -118,6 +119,13 @@ Status run_device(const Decoder& decoder, const harness::HostInputs& in,
     return ::testing::AssertionFailure() << "lse differs";
   }
   return ::testing::AssertionSuccess();
+}
+
+bool timing_shape_selected(int index) {
+  const char* only = std::getenv("MLAKIT_TIMING_SHAPES");
+  return only == nullptr ||
+         (std::string(",") + only + ",").find("," + std::to_string(index) + ",") !=
+             std::string::npos;
 }
 
 }  // namespace mlakit::testing

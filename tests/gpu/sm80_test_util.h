@@ -73,6 +73,10 @@ Status run_device(const Decoder& decoder, const harness::HostInputs& in,
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
                                              const Output& ref);
 
+// For the disabled timing tests: MLAKIT_TIMING_SHAPES=0,4 selects entries of their shape lists
+// (e.g. to profile one of them); unset selects all.
+bool timing_shape_selected(int index);
+
 // Bitwise equality of two outputs.
 ::testing::AssertionResult bitwise_equal(const Output& a, const Output& b);
 

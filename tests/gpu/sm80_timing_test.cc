@@ -29,15 +29,9 @@ TEST(Sm80Timing, DISABLED_Timing) {
       {128, 2, 32, 4096, false}, {16, 2, 64, 4096, false}, {16, 1, 128, 8192, false},
       {128, 1, 64, 1024, true},  {16, 1, 64, 1024, true}};
   std::printf("%s, %d SMs\n", device.name.c_str(), device.sm_count);
-  // MLAKIT_TIMING_SHAPES=0,4: only those entries of `shapes` (e.g. to profile one of them).
-  const char* only = std::getenv("MLAKIT_TIMING_SHAPES");
   for (int index = 0; index < static_cast<int>(std::size(shapes)); ++index) {
     const Shape& s = shapes[index];
-    if (only != nullptr &&
-        (std::string(",") + only + ",").find("," + std::to_string(index) + ",") ==
-            std::string::npos) {
-      continue;
-    }
+    if (!timing_shape_selected(index)) continue;
     Problem p;
     p.h_q = s.h_q;
     p.s_q = s.s_q;
