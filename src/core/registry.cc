@@ -6,12 +6,18 @@
 namespace mlakit {
 
 const BackendEntry& cpu_backend_entry();
+#ifdef MLAKIT_WITH_SM90
+const BackendEntry& sm90_backend_entry();
+#endif
 #ifdef MLAKIT_WITH_SM80
 const BackendEntry& sm80_backend_entry();
 #endif
 
 std::span<const BackendEntry* const> backend_registry() {
   static const auto entries = std::to_array<const BackendEntry*>({
+#ifdef MLAKIT_WITH_SM90
+      &sm90_backend_entry(),
+#endif
 #ifdef MLAKIT_WITH_SM80
       &sm80_backend_entry(),
 #endif

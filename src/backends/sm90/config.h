@@ -1,0 +1,60 @@
+// Compile-time configuration of the sm90 decode kernel: tile sizes, thread roles and the
+// shared-memory plan (docs/sm90-decode.md).
+//
+// One CTA computes a tile of 64 query rows ((token, head) pairs of one request) against 64-token
+// KV blocks. 384 threads: two consumer warpgroups and one producer warpgroup, of which one
+// warp works (ptxas sizes registers per warpgroup: a lone producer warp costs as much).
+//  - producer warp: one lane issues the TMA copies (Q tile once per chunk, then each KV block)
+//    into a ring of kStages stages, completing on mbarriers; the warp reads the block table.
+//  - consumer warpgroup w (0, 1): S = Q K^T for tokens 32w..32w+31 of the block (wgmma m64n32);
+//    the row maxima meet through shared memory; P (bf16/fp16) goes to shared memory; then
+//    O[:, 256w..256w+255] += P V over all 64 tokens (wgmma m64n256, 128 fp32 registers).
+// Shared memory, all operand tiles in 1024-byte atoms with the 128-byte swizzle that TMA writes
+// and wgmma reads: Q 64 x 576 (9 column chunks of 64 x 64), kStages KV blocks 64 x 576, P 64 x 64,
+// then the barriers and the row exchange. 226 KB of the 227 KB an sm_90 CTA may have.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mlakit/mlakit.h"
+#include "plan/plan.h"
+
+namespace mlakit::sm90 {
+
+inline constexpr int kRows = 64;                   // query rows per tile (wgmma M)
+inline constexpr int kBlockN = 64;                 // KV tokens per block
+inline constexpr int kChunkElems = 64;             // elements per swizzled 128-byte row
+inline constexpr int kQkChunks = kDqk / 64;        // 9 column chunks of Q and K
+inline constexpr int kChunkBytes = 64 * 128;       // one column chunk of 64 rows: 8 KB
+inline constexpr int kTileBytes = kQkChunks * kChunkBytes;  // 72 KB: 64 rows x 576
+inline constexpr int kStages = 2;
+inline constexpr int kConsumerThreads = 256;       // two warpgroups
+inline constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
+// Registers per thread after setmaxnreg: the producer gives up what the consumers' 128 fp32
+// accumulators of O need (128 x 24 + 256 x 240 <= 64K).
+inline constexpr int kProducerRegisters = 24;
+inline constexpr int kConsumerRegisters = 240;
+inline constexpr int kTokensPerWarpgroup = kBlockN / 2;  // S columns of one warpgroup
+inline constexpr int kColsPerWarpgroup = kDv / 2;        // O columns of one warpgroup
+static_assert(kDqk % 64 == 0 && kDv % 128 == 0);
+
+// Barriers and the exchange between the consumer warpgroups, after the operand tiles.
+struct SmallStorage {
+  uint64_t full[kStages];   // KV block landed (producer arrive + TMA bytes)
+  uint64_t empty[kStages];  // both consumer warpgroups done with the stage
+  uint64_t q_full;          // Q tile landed
+  uint64_t q_empty;         // both consumer warpgroups done with Q
+  float red_max[2][kRows];  // per warpgroup: row max of its 32 scores of the block
+  float red_sum[2][kRows];  // per warpgroup: softmax denominators at the epilogue
+  plan::PartPlan part;      // persistent: this CTA's part
+};
+
+inline constexpr size_t kQOffset = 0;
+inline constexpr size_t kKvOffset = kQOffset + kTileBytes;
+inline constexpr size_t kPOffset = kKvOffset + size_t{kStages} * kTileBytes;
+inline constexpr size_t kSmallOffset = kPOffset + kChunkBytes;
+// The dynamic allocation: the layout above from a 1024-aligned base inside it.
+inline constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+
+}  // namespace mlakit::sm90

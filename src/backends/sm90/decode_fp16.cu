@@ -1,0 +1,13 @@
+// Explicit instantiation of the sm90 decode kernel: fp16 q/kv/out.
+#include "backends/sm90/decode_kernel.cuh"
+#include "backends/sm90/launch.h"
+
+namespace mlakit::sm90 {
+
+const DecodeKernel& decode_kernel_fp16() {
+  static constexpr DecodeKernel kEntry{.prepare = prepare_decode<__half>,
+                                       .launch = launch_decode<__half>};
+  return kEntry;
+}
+
+}  // namespace mlakit::sm90

@@ -1,0 +1,394 @@
+// The sm90 MLA decode kernel (config.h has the roles and the shared-memory plan; the schedule is
+// in docs/sm90-decode.md). Per chunk of one request's tokens (src/plan/work.cuh):
+//   producer lane:  wait q_empty, TMA the Q tile (9 boxes) onto q_full; per 64-token block: wait
+//                   empty[stage], TMA the block (9 boxes per page, one or two pages) onto
+//                   full[stage] with its byte count.
+//   consumer warpgroup w, per block:
+//     wait full[stage]; S = Q K_w^T (36 wgmma m64n32k16); mask; row max to shared memory;
+//     named barrier 1 (256 threads); new max, P = exp2(S - max), O *= alpha; P to shared memory;
+//     on the request's last block, zero the V rows past its length (pages hold anything there);
+//     fence.proxy.async; named barrier 2; O_w += P V_w (4 wgmma m64n256k16); arrive empty[stage].
+//   epilogue: denominators meet through shared memory; the output or a partial is written.
+#pragma once
+
+#include <cuda/ptx>
+
+#include "backends/sm90/config.h"
+#include "backends/sm90/params.h"
+#include "backends/sm90/wgmma.cuh"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/numeric.cuh"
+#include "kernels/common/pdl.h"
+#include "kernels/common/ptx.h"
+#include "plan/work.cuh"
+
+namespace mlakit::sm90 {
+
+#ifdef MLAKIT_SM90_WGMMA
+
+struct Smem {
+  uint8_t* q;
+  uint8_t* kv;
+  uint8_t* p;
+  SmallStorage* small;
+};
+
+__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void arrive(uint64_t* bar) {
+  (void)cuda::ptx::mbarrier_arrive(bar);
+}
+
+// bar.sync id, 256: the two consumer warpgroups only (id 0 is __syncthreads).
+__device__ __forceinline__ void consumer_barrier(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, int32_t col,
+                                            int32_t row, uint64_t* bar) {
+  const int32_t coords[2] = {col, row};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
+                                  coords, bar);
+}
+
+// The producer warp: walks the same chunks as the consumers and keeps the stages full.
+__device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, int m_tile,
+                                        int32_t cta) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  SmallStorage& sm = *s.small;
+  const int page_size = 1 << p.page_shift;
+  const bool two_pages = page_size < kBlockN;  // page 32: two pages per block
+  const int32_t row0 = m_tile * kRows;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  while (chunks.next(&c)) {
+    if (lane == 0) {
+      wait_parity(&sm.q_empty, (n_chunk & 1) ^ 1);
+      (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                 cuda::ptx::space_shared, &sm.q_full, kTileBytes);
+      for (int j = 0; j < kQkChunks; ++j) {
+        tma_load_2d(s.q + j * kChunkBytes, &p.q_map, j * kChunkElems, c.request * p.rows + row0,
+                    &sm.q_full);
+      }
+    }
+    ++n_chunk;
+    const int32_t* table = p.block_table + c.request * p.block_table_stride;
+    const int32_t first_page = c.token_begin >> p.page_shift;
+    const int32_t last_page = (c.token_end - 1) >> p.page_shift;
+    int32_t window = -1, ids = 0;
+    for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
+      // The page ids of the chunk, 32 at a time, one per lane. A block's pages share a window:
+      // with page 32 its first page is even.
+      const int32_t page = (tok0 >> p.page_shift) - first_page;
+      if (page / 32 != window) {
+        window = page / 32;
+        const int32_t at = first_page + window * 32 + lane;
+        ids = at <= last_page ? table[at] : 0;
+      }
+      const int32_t id0 = __shfl_sync(0xffffffffu, ids, page % 32);
+      const int32_t id1 = __shfl_sync(0xffffffffu, ids, (page + 1) % 32);
+      if (lane == 0) {
+        const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+        wait_parity(&sm.empty[stage], phase ^ 1);
+        // With two pages the second is loaded only when the chunk reaches it (past the length
+        // the block table may hold anything); its rows are then masked and zeroed as V.
+        const bool second = two_pages && tok0 + page_size < c.token_end;
+        const uint32_t bytes = two_pages && !second ? kTileBytes / 2 : kTileBytes;
+        (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                   cuda::ptx::space_shared, &sm.full[stage], bytes);
+        uint8_t* dst = s.kv + stage * kTileBytes;
+        const int32_t row = (id0 << p.page_shift) + (tok0 & (page_size - 1));
+        for (int j = 0; j < kQkChunks; ++j) {
+          tma_load_2d(dst + j * kChunkBytes, &p.kv_map, j * kChunkElems, row, &sm.full[stage]);
+        }
+        if (second) {
+          for (int j = 0; j < kQkChunks; ++j) {
+            tma_load_2d(dst + j * kChunkBytes + kChunkBytes / 2, &p.kv_map, j * kChunkElems,
+                        id1 << p.page_shift, &sm.full[stage]);
+          }
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// Byte offset of element (row, col) of a 64-column chunk in the 128-byte swizzle.
+__device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
+  return row * 128 + ((((col_bytes >> 4) ^ row) & 7) << 4) + (col_bytes & 15);
+}
+
+template <typename T>
+__device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, int m_tile,
+                                        int32_t cta) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid / 128;  // token half of S, column half of O
+  const int t = tid % 128;
+  const int lane = t % 32;
+  const int row_a = (t / 32) * 16 + lane / 4;  // the thread's rows: row_a and row_a + 8
+  SmallStorage& sm = *s.small;
+  const uint32_t q_addr = ptx::smem_u32(s.q), kv_addr = ptx::smem_u32(s.kv),
+                 p_addr = ptx::smem_u32(s.p);
+  const int32_t row0 = m_tile * kRows;
+  const float scale_log2 = p.scale_log2;
+
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  while (chunks.next(&c)) {
+    // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
+    int32_t limit[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t r = row0 + row_a + 8 * e;
+      const int32_t sq = min(r / p.h_q, p.s_q - 1);
+      limit[e] = min(c.token_end, p.causal ? c.seq_len - (p.s_q - 1 - sq) : c.seq_len);
+    }
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    wait_parity(&sm.q_full, n_chunk & 1);
+    ++n_chunk;
+
+#pragma unroll 1
+    for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
+      const uint32_t stage = n_block % kStages;
+      const uint32_t kv_stage = kv_addr + stage * kTileBytes;
+      wait_parity(&sm.full[stage], (n_block / kStages) & 1);
+
+      // S = Q K^T over this warpgroup's 32 tokens.
+      float sc[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kQkChunks; ++j) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint64_t da = smem_desc_sw128(q_addr + j * kChunkBytes + kk * 32, 0, 1024);
+          const uint64_t db = smem_desc_sw128(
+              kv_stage + j * kChunkBytes + wg * kTokensPerWarpgroup * 128 + kk * 32, 0, 1024);
+          wgmma_m64n32k16<T>(sc, da, db, (j | kk) != 0 ? 1 : 0);
+        }
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      fence_accumulators(sc);
+      const bool last = tok0 + kBlockN >= c.token_end;
+      if (last && t == 0) arrive(&sm.q_empty);  // this warpgroup is done with Q
+
+      // Mask and row max of this warpgroup's 32 columns.
+      const int32_t tok_base = tok0 + wg * kTokensPerWarpgroup + 2 * (lane % 4);
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int e = (i / 2) % 2;
+        const int32_t tok = tok_base + 8 * (i / 4) + (i % 2);
+        if (tok >= limit[e]) sc[i] = -INFINITY;
+        mx[e] = fmaxf(mx[e], sc[i]);
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+        if (lane % 4 == 0) sm.red_max[wg][row_a + 8 * e] = mx[e];
+      }
+      consumer_barrier(1);
+
+      float ms[2], alpha[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = row_a + 8 * e;
+        const float m_new = fmaxf(m[e], fmaxf(sm.red_max[0][row], sm.red_max[1][row]));
+        ms[e] = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+        alpha[e] = ptx::ex2_approx_ftz_f32(m[e] * scale_log2 - ms[e]);
+        m[e] = m_new;
+      }
+      float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int i = 0; i < 16; i += 2) {
+        const int e = (i / 2) % 2;
+        const float p0 = ptx::ex2_approx_ftz_f32(sc[i] * scale_log2 - ms[e]);
+        const float p1 = ptx::ex2_approx_ftz_f32(sc[i + 1] * scale_log2 - ms[e]);
+        sum[e] += p0 + p1;
+        const int row = row_a + 8 * e;
+        const int col = wg * kTokensPerWarpgroup + 8 * (i / 4) + 2 * (lane % 4);
+        const uint32_t v = pack2<T>(p0, p1);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_addr + swizzled(row, 2 * col)), "r"(v)
+                     : "memory");
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l[e] = l[e] * alpha[e] + sum[e];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+
+      // Past the request's length the page holds anything (NaN in the tests): P is 0 there but
+      // 0 * NaN is not, so this warpgroup zeroes its columns of V in those rows.
+      const int32_t valid = c.token_end - tok0;
+      if (valid < kBlockN) {
+        const int n = (kBlockN - valid) * 32;  // 16-byte pieces: rows x 4 chunks x 8
+        for (int idx = t; idx < n; idx += 128) {
+          const int row = valid + idx / 32;
+          const int chunk = wg * 4 + (idx % 32) / 8;
+          const uint32_t at = kv_stage + chunk * kChunkBytes + row * 128 + (idx % 8) * 16;
+          asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+        }
+      }
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P and zeros, for wgmma
+      consumer_barrier(2);
+
+      // O_w += P V_w: P 64 x 64 tokens (K-major); V_w tokens x 256 columns, MN-major: column
+      // blocks of 64 are 8 KB apart (lbo), 8-token groups 1 KB (sbo).
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t da = smem_desc_sw128(p_addr + kk * 32, 0, 1024);
+        const uint64_t db =
+            smem_desc_sw128(kv_stage + wg * 4 * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
+        wgmma_m64n256k16_tb<T>(o, da, db, 1);
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      fence_accumulators(o);
+      if (t == 0) arrive(&sm.empty[stage]);
+    }
+
+    // Epilogue: the two warpgroups' denominators, then LSE and the scale of each row.
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
+      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
+      if (lane % 4 == 0) sm.red_sum[wg][row_a + 8 * e] = l[e];
+    }
+    consumer_barrier(1);
+    const bool direct = c.slot < 0;
+    float scale[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = row_a + 8 * e;
+      const int32_t r = row0 + row;
+      const float total = sm.red_sum[0][row] + sm.red_sum[1][row];
+      const bool any = total > 0.0f;
+      const float lse = any ? (m[e] * scale_log2 + log2f(total)) * kLn2 : -INFINITY;
+      scale[e] = any ? 1.0f / total : 0.0f;
+      if (r < p.rows) {
+        if (direct && p.sinks != nullptr && any) scale[e] /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
+        if (wg == 0 && lane % 4 == 0) {
+          if (!direct) {
+            p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
+          } else if (p.lse != nullptr) {
+            p.lse[int64_t{c.request} * p.rows + r] = lse;
+          }
+        }
+      }
+    }
+    const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t r = row0 + row_a + 8 * e;
+      if (r >= p.rows) continue;
+      const int64_t at = (first_row + r) * kDv + wg * kColsPerWarpgroup + 2 * (lane % 4);
+      if (direct) {
+        T* g = static_cast<T*>(p.out) + at;
+#pragma unroll
+        for (int i = 2 * e; i < 128; i += 4) {
+          *reinterpret_cast<uint32_t*>(g + 8 * (i / 4)) =
+              pack2<T>(o[i] * scale[e], o[i + 1] * scale[e]);
+        }
+      } else {
+        float* g = p.plan.partial_out + at;
+#pragma unroll
+        for (int i = 2 * e; i < 128; i += 4) {
+          *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
+              make_float2(o[i] * scale[e], o[i + 1] * scale[e]);
+        }
+      }
+    }
+  }
+}
+
+#endif  // MLAKIT_SM90_WGMMA
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
+#ifdef MLAKIT_SM90_WGMMA
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = ptx::smem_u32(smem_raw);
+  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  const Smem s{.q = base + kQOffset,
+               .kv = base + kKvOffset,
+               .p = base + kPOffset,
+               .small = reinterpret_cast<SmallStorage*>(base + kSmallOffset)};
+  SmallStorage& sm = *s.small;
+  const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
+  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
+  const int32_t cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      cuda::ptx::mbarrier_init(&sm.full[i], 1);
+      cuda::ptx::mbarrier_init(&sm.empty[i], 2);
+    }
+    cuda::ptx::mbarrier_init(&sm.q_full, 1);
+    cuda::ptx::mbarrier_init(&sm.q_empty, 2);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
+  pdl::griddepcontrol_wait();
+  pdl::griddepcontrol_launch_dependents();
+  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
+    plan::PartPlan pp;
+    if (p.inline_plan) {
+      const plan::PlanInputs in{.seq_lens = p.seq_lens,
+                                .batch = p.batch,
+                                .max_len = p.max_len,
+                                .block_n = p.plan.block_n,
+                                .fixed_cost_blocks = p.fixed_cost_blocks,
+                                .min_chunk_blocks = p.min_chunk_blocks,
+                                .num_parts = p.plan.num_parts,
+                                .max_splits = p.plan.max_splits};
+      pp = plan::plan_part_in_warp(in, cta, blockIdx.x == 0 ? p.plan.requests : nullptr);
+    } else {
+      pp = plan::part_plan_from_meta(p.plan, cta, p.batch);
+    }
+    if (threadIdx.x == 0) sm.part = pp;
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    if (threadIdx.x < kConsumerThreads + 32) produce(p, s, m_tile, cta);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+    consume<T>(p, s, m_tile, cta);
+  }
+#endif
+}
+
+template <typename T>
+Status prepare_decode() {
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  cudaFuncAttributes attributes{};
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T>));
+  if (attributes.binaryVersion != 90) {
+    return unsupported("backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
+                       "with 90a); this build runs sm_",
+                       attributes.binaryVersion, " code on the device");
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status launch_decode(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  MLAKIT_CUDA_RETURN(
+      pdl::launch(decode_kernel<T>, grid, dim3(kThreads), kSmemBytes, stream, pdl, p));
+  return Status::Ok();
+}
+
+}  // namespace mlakit::sm90

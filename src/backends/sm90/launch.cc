@@ -1,0 +1,174 @@
+// Host side of the sm90 backend (launch.h): setup at Decoder creation; tensor maps and launches at
+// run.
+#include "backends/sm90/launch.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+#include "backends/sm90/config.h"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/combine.h"
+
+namespace mlakit::sm90 {
+namespace {
+
+// Partition constants in blocks of 64 tokens (plan.h): a chunk's fixed cost (Q load, pipeline
+// fill, the partial's write and combine read) is about 3 blocks, as for the sm80 64-row tile
+// (6 of its 32-token blocks); the smallest chunk is one block.
+constexpr int32_t kFixedCostBlocks = 3;
+constexpr int32_t kMinChunkBlocks = 1;
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda).
+Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
+  static PFN_cuTensorMapEncodeTiled_v12000 cached = nullptr;
+  static cudaError_t error = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult query{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                           cudaEnableDefault, &query);
+    if (e == cudaSuccess && query == cudaDriverEntryPointSuccess) {
+      cached = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }
+    return e;
+  }();
+  if (cached == nullptr) {
+    return Status(StatusCode::kInternal, str_cat("backend sm90: the driver has no cuTensorMapEncodeTiled (",
+                                                 cudaGetErrorString(error), ")"));
+  }
+  *fn = cached;
+  return Status::Ok();
+}
+
+// A 2-D map over rows of 576 16-bit elements (1152 bytes apart), boxes of 64 columns x box_rows
+// rows, 128-byte swizzle, zeros outside.
+Status encode_rows(const void* base, uint64_t rows, uint32_t box_rows, const char* what,
+                   CUtensorMap* map) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  MLAKIT_RETURN_IF_ERROR(encode_fn(&encode));
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kDqk) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunkElems), box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
+                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return Status(StatusCode::kInternal, str_cat("backend sm90: cuTensorMapEncodeTiled failed for ", what,
+                                                 " (CUresult ", static_cast<int>(r), ")"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup) {
+  const DecodeKernel& kernel =
+      p.kv_dtype == DType::kBF16 ? decode_kernel_bf16() : decode_kernel_fp16();
+  MLAKIT_RETURN_IF_ERROR(kernel.prepare());
+  const int32_t rows = p.h_q * p.s_q;
+  const int32_t m_tiles = plan::ceil_div(rows, kRows);
+  // CTAs per query tile: one per SM, but no more than the largest batch can give work.
+  const int64_t max_line = int64_t{p.max_batch} *
+                           (plan::ceil_div<int64_t>(p.max_seq_len, kBlockN) + kFixedCostBlocks);
+  const int32_t num_parts = static_cast<int32_t>(std::clamp<int64_t>(
+      std::min<int64_t>(device.sm_count / m_tiles, max_line / kMinChunkBlocks), 1, INT32_MAX));
+  setup->problem = p;
+  setup->kernel = &kernel;
+  setup->m_tiles = m_tiles;
+  setup->shape = {
+      .schedule = tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
+      .block_n = kBlockN,
+      .fixed_cost_blocks = kFixedCostBlocks,
+      .min_chunk_blocks = kMinChunkBlocks,
+      .num_parts = num_parts,
+      .max_batch = p.max_batch,
+      .max_seq_len = p.max_seq_len,
+      .rows = rows,
+  };
+  setup->layout = plan::workspace_layout(setup->shape);
+  // As in sm80 (launch.cc there): every CTA plans its own part unless the batch may be large.
+  setup->inline_plan = setup->shape.schedule == plan::Schedule::kPersistent &&
+                       p.max_batch <= 512 && 4 * max_line + num_parts < INT32_MAX;
+  setup->pdl = p.enable_pdl;
+  setup->sm_count = device.sm_count;
+  return Status::Ok();
+}
+
+Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream) {
+  const Problem& p = setup.problem;
+  const plan::PlanShape& shape = setup.shape;
+  // TMA reads rows by 32-bit coordinates from 16-byte aligned bases.
+  const int64_t kv_rows = a.num_pages * p.page_size;
+  if (a.num_pages < 1 || kv_rows > INT32_MAX) {
+    return invalid_argument(
+        "num_pages",
+        str_cat("1..", INT32_MAX / p.page_size, " for backend sm90 (page_size ", p.page_size, ")"),
+        a.num_pages);
+  }
+  const int64_t q_rows = int64_t{a.batch} * shape.rows;
+  if (q_rows > INT32_MAX) {
+    return invalid_argument("batch", str_cat("at most ", INT32_MAX / shape.rows, " for backend sm90"),
+                            a.batch);
+  }
+  if (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<uintptr_t>(a.kv_cache) % 16) {
+    return invalid_argument("q, kv_cache", "16-byte aligned addresses for backend sm90",
+                            reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned"
+                                                                        : "kv_cache misaligned");
+  }
+  const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
+  const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
+  const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
+  const int32_t max_len =
+      static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size));
+  if (!setup.inline_plan) {
+    MLAKIT_RETURN_IF_ERROR(
+        plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
+  }
+
+  DecodeParams params{};
+  MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, std::max<int64_t>(q_rows, 1), kRows, "q", &params.q_map));
+  MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, kv_rows,
+                                     static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
+                                     "kv_cache", &params.kv_map));
+  params.block_table = a.block_table;
+  params.block_table_stride = a.block_table_stride;
+  params.sinks = p.has_sinks ? a.sinks : nullptr;
+  params.out = a.out;
+  params.lse = p.return_lse ? a.lse : nullptr;
+  params.plan = view;
+  params.schedule = shape.schedule;
+  params.seq_lens = a.seq_lens;
+  params.max_len = max_len;
+  params.inline_plan = setup.inline_plan ? 1 : 0;
+  params.fixed_cost_blocks = shape.fixed_cost_blocks;
+  params.min_chunk_blocks = shape.min_chunk_blocks;
+  params.batch = a.batch;
+  params.h_q = p.h_q;
+  params.s_q = p.s_q;
+  params.rows = shape.rows;
+  params.page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size));
+  params.causal = p.causal && p.s_q > 1 ? 1 : 0;
+  params.scale_log2 = a.softmax_scale * 1.4426950408889634f;
+  const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
+  MLAKIT_RETURN_IF_ERROR(
+      setup.kernel->launch(params, dim3(static_cast<unsigned>(ctas)), stream, setup.pdl));
+
+  const CombineParams combine{.requests = view.requests,
+                              .partial_lse = view.partial_lse,
+                              .partial_out = view.partial_out,
+                              .sinks = params.sinks,
+                              .out = a.out,
+                              .lse = params.lse,
+                              .batch = a.batch,
+                              .rows = shape.rows,
+                              .h_q = p.h_q};
+  return launch_combine(combine, p.out_dtype, setup.sm_count, stream, setup.pdl);
+}
+
+}  // namespace mlakit::sm90

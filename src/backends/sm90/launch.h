@@ -1,0 +1,45 @@
+// Host side of the sm90 backend: the kernel instantiations, the setup fixed at Decoder creation
+// (plan shape, workspace layout) and the launches of one run: plan (when not inline), decode,
+// combine. The plan and combine machinery is the sm80 backend's (src/plan, kernels/common).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/sm90/params.h"
+#include "mlakit/mlakit.h"
+#include "plan/plan.h"
+
+namespace mlakit::sm90 {
+
+// One explicit instantiation of the decode kernel (per dtype).
+struct DecodeKernel {
+  // Sets the shared-memory limit; fails when the build has no sm_90a code for the kernel.
+  Status (*prepare)();
+  Status (*launch)(const DecodeParams& params, dim3 grid, cudaStream_t stream, bool pdl);
+};
+
+// Defined in decode_<dtype>.cu.
+const DecodeKernel& decode_kernel_bf16();
+const DecodeKernel& decode_kernel_fp16();
+
+struct Setup {
+  Problem problem;
+  const DecodeKernel* kernel = nullptr;
+  int32_t m_tiles = 1;  // query tiles per request
+  plan::PlanShape shape;
+  plan::WorkspaceLayout layout;
+  bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel
+  bool pdl = false;
+  int32_t sm_count = 1;
+};
+
+// tactic: 0 persistent, 1 one-shot.
+Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
+
+// Plan, decode and combine on `stream`. Host work only (the tensor maps are encoded here).
+Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream);
+
+}  // namespace mlakit::sm90
