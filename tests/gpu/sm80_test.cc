@@ -10,45 +10,14 @@
 // of those errors stays well below one ulp of the largest output) and both sides round the output
 // once, which can differ by one ulp. Split requests add an fp32 combine (LSE-weighted sum of fp32
 // partials), far below that.
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdio>
 #include <vector>
 
 #include "sm80_test_util.h"
 
 namespace mlakit::testing {
 namespace {
-
-struct StreamHolder {
-  cudaStream_t stream = nullptr;
-  StreamHolder() { cudaStreamCreate(&stream); }
-  ~StreamHolder() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-};
-
-void check_case(const Case& c, uint64_t seed) {
-  const std::vector<int32_t> lens = case_lengths(c, seed);
-  const Problem p = case_problem(c, lens);
-  const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
-  Output ref;
-  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-
-  std::unique_ptr<Decoder> decoder;
-  MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = "sm80", .tactic = c.tactic}, &decoder));
-  harness::DeviceInputs device;
-  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-  harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
-  StreamHolder s;
-  Output got;
-  MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
-  const ::testing::AssertionResult result = matches_reference(in, got, ref);
-  EXPECT_TRUE(result) << case_name(c);
-  std::printf("  %-56s %s\n", case_name(c).c_str(), result.message());
-}
 
 // Every pair of values of (dtype, page size, h_q, s_q, lengths, sinks, lse, tactic) appears in
 // at least one case (a greedy pairwise covering; 25 cases, one per page size x h_q).
@@ -82,59 +51,13 @@ const Case kSweep[] = {
 
 TEST(Sm80, Sweep) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  uint64_t seed = 100;
-  for (const Case& c : kSweep) {
-    SCOPED_TRACE(case_name(c));
-    check_case(c, seed++);
-  }
+  check_cases(kSweep, 100, "sm80");
 }
 
-// Edges beyond the sweep, each with both tactics.
+// Edges beyond the sweep (common_edges), each with both tactics.
 TEST(Sm80, Edges) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  const Case edges[] = {
-      // Batch 1, one long request: split across every SM, then combined.
-      {.h_q = 128, .lens = Lens::kFixed, .lse = true, .batch = 1, .len = 4001},
-      {.h_q = 16, .lens = Lens::kFixed, .sinks = true, .lse = true, .batch = 1, .len = 4001},
-      // Lengths shorter than s_q: some query tokens see nothing (out 0, lse -inf).
-      {.page_size = 16,
-       .h_q = 16,
-       .s_q = 8,
-       .lens = Lens::kFixed,
-       .sinks = true,
-       .lse = true,
-       .batch = 2,
-       .len = 3},
-      {.page_size = 1,
-       .h_q = 32,
-       .s_q = 4,
-       .lens = Lens::kVariable,
-       .lse = true,
-       .batch = 7,
-       .len = 3},
-      // Non-causal MTP: every query token sees all L.
-      {.dtype = DType::kFP16,
-       .h_q = 64,
-       .s_q = 2,
-       .lens = Lens::kVariable,
-       .lse = true,
-       .causal = false},
-      // Every request empty.
-      {.h_q = 16, .lens = Lens::kFixed, .sinks = true, .lse = true, .batch = 4, .len = 0},
-      // More requests than the plan kernel's threads (its scans carry across iterations).
-      {.page_size = 16, .h_q = 16, .lens = Lens::kVariable, .lse = true, .batch = 1100, .len = 24},
-      // Odd head counts: partial query tiles.
-      {.page_size = 32, .h_q = 5, .s_q = 3, .lens = Lens::kVariable, .lse = true},
-      {.page_size = 32, .h_q = 40, .s_q = 3, .lens = Lens::kSkewed, .sinks = true, .lse = true},
-  };
-  uint64_t seed = 500;
-  for (Case c : edges) {
-    for (int tactic = 0; tactic < 2; ++tactic) {
-      c.tactic = tactic;
-      SCOPED_TRACE(case_name(c));
-      check_case(c, seed++);
-    }
-  }
+  check_each_tactic(common_edges(), 500, "sm80");
 }
 
 // The short sweep that scripts/sanitize.sh runs under compute-sanitizer: the three tile configs
@@ -172,58 +95,22 @@ TEST(Sm80Sanitize, Small) {
        .tactic = 1,
        .len = 10},
   };
-  uint64_t seed = 900;
-  for (const Case& c : small) {
-    SCOPED_TRACE(case_name(c));
-    check_case(c, seed++);
-  }
+  check_cases(small, 900, "sm80");
 }
 
 TEST(Sm80, WorkspaceTooSmallIsRefused) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  const Case c{.h_q = 64, .lens = Lens::kFixed, .batch = 2, .len = 2000};
-  const std::vector<int32_t> lens = case_lengths(c, 1);
-  const Problem p = case_problem(c, lens);
-  const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = 1});
-  std::unique_ptr<Decoder> decoder;
-  MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = "sm80"}, &decoder));
-  harness::DeviceInputs device;
-  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-  const size_t bytes = decoder->workspace_bytes();
-  ASSERT_GT(bytes, 0u);
-  harness::DeviceBuffer workspace(bytes);
-  const Status st = decoder->run(device.args, workspace.get(), bytes - 1, nullptr);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-  EXPECT_NE(st.message().find("workspace_size"), std::string::npos) << st.message();
+  check_workspace_too_small_is_refused("sm80");
 }
 
 TEST(Sm80, RefusesWhatItDoesNotSupport) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  Problem base;
-  base.max_seq_len = 1024;
-  struct Refusal {
-    Problem problem;
-    const char* mentions;
-  };
-  std::vector<Refusal> refusals;
-  Problem p = base;
-  p.kv_dtype = DType::kFP8E4M3;
-  p.q_dtype = DType::kBF16;
-  refusals.push_back({p, "kv_dtype"});
-  p = base;
-  p.topk = 2048;
-  refusals.push_back({p, "sparse"});
-  p = base;
-  p.s_q = 9;
-  refusals.push_back({p, "s_q 9"});
-  p = base;
+  std::vector<Refusal> refusals = common_refusals();
+  Problem p;
+  p.max_seq_len = 1024;
   p.page_size = 48;
   refusals.push_back({p, "page_size 48"});
-  for (const Refusal& r : refusals) {
-    const Status st = can_run("sm80", r.problem);
-    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << describe(r.problem) << ": " << st.to_string();
-    EXPECT_NE(st.message().find(r.mentions), std::string::npos) << st.message();
-  }
+  expect_refused("sm80", refusals);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "sm80_test_util.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -8,6 +9,17 @@
 #include "core/check.h"
 
 namespace mlakit::testing {
+namespace {
+
+struct StreamHolder {
+  cudaStream_t stream = nullptr;
+  StreamHolder() { cudaStreamCreate(&stream); }
+  ~StreamHolder() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+}  // namespace
 
 std::string case_name(const Case& c) {
   static constexpr const char* kLens[] = {"fixed", "variable", "skewed"};
@@ -119,6 +131,119 @@ Status run_device(const Decoder& decoder, const harness::HostInputs& in,
     return ::testing::AssertionFailure() << "lse differs";
   }
   return ::testing::AssertionSuccess();
+}
+
+void check_case(const Case& c, uint64_t seed, const char* backend) {
+  const std::vector<int32_t> lens = case_lengths(c, seed);
+  const Problem p = case_problem(c, lens);
+  const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
+  Output ref;
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+
+  std::unique_ptr<Decoder> decoder;
+  MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = c.tactic}, &decoder));
+  harness::DeviceInputs device;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+  harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+  StreamHolder s;
+  Output got;
+  MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+  const ::testing::AssertionResult result = matches_reference(in, got, ref);
+  EXPECT_TRUE(result) << case_name(c);
+  std::printf("  %-56s %s\n", case_name(c).c_str(), result.message());
+}
+
+void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    check_case(c, seed++, backend);
+  }
+}
+
+void check_each_tactic(std::span<const Case> cases, uint64_t seed, const char* backend) {
+  for (Case c : cases) {
+    for (int tactic = 0; tactic < 2; ++tactic) {
+      c.tactic = tactic;
+      SCOPED_TRACE(case_name(c));
+      check_case(c, seed++, backend);
+    }
+  }
+}
+
+std::vector<Case> common_edges() {
+  return {
+      // Batch 1, one long request: split across every SM, then combined.
+      {.h_q = 128, .lens = Lens::kFixed, .lse = true, .batch = 1, .len = 4001},
+      {.h_q = 16, .lens = Lens::kFixed, .sinks = true, .lse = true, .batch = 1, .len = 4001},
+      // Lengths shorter than s_q: some query tokens see nothing (out 0, lse -inf).
+      {.page_size = 16,
+       .h_q = 16,
+       .s_q = 8,
+       .lens = Lens::kFixed,
+       .sinks = true,
+       .lse = true,
+       .batch = 2,
+       .len = 3},
+      {.page_size = 1,
+       .h_q = 32,
+       .s_q = 4,
+       .lens = Lens::kVariable,
+       .lse = true,
+       .batch = 7,
+       .len = 3},
+      // Non-causal MTP: every query token sees all L.
+      {.dtype = DType::kFP16,
+       .h_q = 64,
+       .s_q = 2,
+       .lens = Lens::kVariable,
+       .lse = true,
+       .causal = false},
+      // Every request empty.
+      {.h_q = 16, .lens = Lens::kFixed, .sinks = true, .lse = true, .batch = 4, .len = 0},
+      // More requests than the plan kernel's threads (its scans carry across iterations).
+      {.page_size = 16, .h_q = 16, .lens = Lens::kVariable, .lse = true, .batch = 1100, .len = 24},
+      // Odd head counts: partial query tiles.
+      {.page_size = 32, .h_q = 5, .s_q = 3, .lens = Lens::kVariable, .lse = true},
+      {.page_size = 32, .h_q = 40, .s_q = 3, .lens = Lens::kSkewed, .sinks = true, .lse = true},
+  };
+}
+
+std::vector<Refusal> common_refusals() {
+  Problem base;
+  base.max_seq_len = 1024;
+  Problem fp8 = base;
+  fp8.kv_dtype = DType::kFP8E4M3;
+  fp8.q_dtype = DType::kBF16;
+  Problem sparse = base;
+  sparse.topk = 2048;
+  Problem long_mtp = base;
+  long_mtp.s_q = 9;
+  return {{fp8, "kv_dtype"}, {sparse, "sparse"}, {long_mtp, "s_q 9"}};
+}
+
+void expect_refused(const char* backend, const std::vector<Refusal>& refusals) {
+  for (const Refusal& r : refusals) {
+    const Status st = can_run(backend, r.problem);
+    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << describe(r.problem) << ": " << st.to_string();
+    EXPECT_NE(st.message().find(r.mentions), std::string::npos) << st.message();
+  }
+}
+
+void check_workspace_too_small_is_refused(const char* backend) {
+  const Case c{.h_q = 64, .lens = Lens::kFixed, .batch = 2, .len = 2000};
+  const std::vector<int32_t> lens = case_lengths(c, 1);
+  const Problem p = case_problem(c, lens);
+  const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = 1});
+  std::unique_ptr<Decoder> decoder;
+  MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend}, &decoder));
+  harness::DeviceInputs device;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+  const size_t bytes = decoder->workspace_bytes();
+  ASSERT_GT(bytes, 0u);
+  harness::DeviceBuffer workspace(bytes);
+  const Status st = decoder->run(device.args, workspace.get(), bytes - 1, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("workspace_size"), std::string::npos) << st.message();
 }
 
 bool timing_shape_selected(int index) {

@@ -1,4 +1,5 @@
-// Shared pieces of the sm80 GPU tests: cases, the cpu reference, runs on the device.
+// Shared pieces of the GPU backend tests (sm80, sm90): cases, the cpu reference, runs on the
+// device.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -6,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,17 @@ namespace mlakit::testing {
 #define MLAKIT_SKIP_WITHOUT_GPU()                                                    \
   do {                                                                               \
     if (!::mlakit::current_device().present) GTEST_SKIP() << "no CUDA device found"; \
+  } while (0)
+
+// The sm90 backend runs on sm_90 devices only; elsewhere it refuses every problem.
+#define MLAKIT_SKIP_WITHOUT_SM90()                                            \
+  do {                                                                        \
+    const ::mlakit::DeviceInfo skip_device_ = ::mlakit::current_device();     \
+    if (!skip_device_.present) GTEST_SKIP() << "no CUDA device found";        \
+    if (skip_device_.sm_major != 9) {                                         \
+      GTEST_SKIP() << "not an sm_90 device: " << skip_device_.name << " (sm_" \
+                   << skip_device_.sm_major << skip_device_.sm_minor << ")";  \
+    }                                                                         \
   } while (0)
 
 #define MLAKIT_ASSERT_OK(expr)                                            \
@@ -72,6 +85,35 @@ Status run_device(const Decoder& decoder, const harness::HostInputs& in,
 // Compares against the reference with harness::default_tolerance; returns the summary.
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
                                              const Output& ref);
+
+// Runs case `c` (inputs from `seed`) on `backend` with tactic c.tactic and compares every element
+// with the cpu reference; prints one line per case.
+void check_case(const Case& c, uint64_t seed, const char* backend);
+
+// check_case for each case in turn, with seeds seed, seed + 1, ...
+void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend);
+// check_case for each case with tactic 0, then 1, with seeds seed, seed + 1, ...
+void check_each_tactic(std::span<const Case> cases, uint64_t seed, const char* backend);
+
+// Edges beyond the sweeps (the .cc says what each probes): long single requests, lengths shorter
+// than s_q, non-causal MTP, all empty, 1100 requests, odd head counts. With sm80's page sizes
+// (64, 16, 1, 32); a backend that runs other ones maps them.
+std::vector<Case> common_edges();
+
+// A problem that `backend` must refuse (StatusCode::kUnsupported), with a word its message names.
+struct Refusal {
+  Problem problem;
+  const char* mentions;
+};
+// What no GPU backend runs yet: fp8 kv ("kv_dtype"), sparse ("sparse"), s_q 9 ("s_q 9"), each
+// on a default problem with max_seq_len 1024.
+std::vector<Refusal> common_refusals();
+// Expects can_run(backend, r.problem) to refuse each with kUnsupported, naming r.mentions.
+void expect_refused(const char* backend, const std::vector<Refusal>& refusals);
+
+// A run with a workspace one byte smaller than workspace_bytes() fails with kInvalidArgument
+// naming "workspace_size".
+void check_workspace_too_small_is_refused(const char* backend);
 
 // For the disabled timing tests: MLAKIT_TIMING_SHAPES=0,4 selects entries of their shape lists
 // (e.g. to profile one of them); unset selects all.

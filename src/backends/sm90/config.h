@@ -22,19 +22,19 @@
 
 namespace mlakit::sm90 {
 
-inline constexpr int kRows = 64;                   // query rows per tile (wgmma M)
-inline constexpr int kBlockN = 64;                 // KV tokens per block
-inline constexpr int kChunkElems = 64;             // elements per swizzled 128-byte row
-inline constexpr int kQkChunks = kDqk / 64;        // 9 column chunks of Q and K
-inline constexpr int kChunkBytes = 64 * 128;       // one column chunk of 64 rows: 8 KB
+inline constexpr int kRows = 64;                            // query rows per tile (wgmma M)
+inline constexpr int kBlockN = 64;                          // KV tokens per block
+inline constexpr int kChunkElems = 64;                      // elements per swizzled 128-byte row
+inline constexpr int kQkChunks = kDqk / 64;                 // 9 column chunks of Q and K
+inline constexpr int kChunkBytes = 64 * 128;                // one column chunk of 64 rows: 8 KB
 inline constexpr int kTileBytes = kQkChunks * kChunkBytes;  // 72 KB: 64 rows x 576
 inline constexpr int kStages = 2;
-inline constexpr int kConsumerThreads = 256;       // two warpgroups
+inline constexpr int kConsumerThreads = 256;             // two warpgroups
 inline constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
 // Registers per thread after setmaxnreg: the producer gives up what the consumers' 128 fp32
-// accumulators of O need (128 x 24 + 256 x 240 <= 64K).
-inline constexpr int kProducerRegisters = 24;
-inline constexpr int kConsumerRegisters = 240;
+// accumulators of O need (128 x 40 + 256 x 232 <= 64K).
+inline constexpr int kProducerRegisters = 40;
+inline constexpr int kConsumerRegisters = 232;
 inline constexpr int kTokensPerWarpgroup = kBlockN / 2;  // S columns of one warpgroup
 inline constexpr int kColsPerWarpgroup = kDv / 2;        // O columns of one warpgroup
 static_assert(kDqk % 64 == 0 && kDv % 128 == 0);

@@ -39,9 +39,7 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
   }
 }
 
-__device__ __forceinline__ void arrive(uint64_t* bar) {
-  (void)cuda::ptx::mbarrier_arrive(bar);
-}
+__device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
 
 // bar.sync id, 256: the two consumer warpgroups only (id 0 is __syncthreads).
 __device__ __forceinline__ void consumer_barrier(int id) {
@@ -225,8 +223,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       }
 #pragma unroll
       for (int e = 0; e < 2; ++e) l[e] = l[e] * alpha[e] + sum[e];
+      // Rescale O only where a row's max moved (after the first blocks it rarely does).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
+      }
 
       // Past the request's length the page holds anything (NaN in the tests): P is 0 there but
       // 0 * NaN is not, so this warpgroup zeroes its columns of V in those rows.
@@ -377,9 +378,10 @@ Status prepare_decode() {
   cudaFuncAttributes attributes{};
   MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T>));
   if (attributes.binaryVersion != 90) {
-    return unsupported("backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
-                       "with 90a); this build runs sm_",
-                       attributes.binaryVersion, " code on the device");
+    return unsupported(
+        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
+        "with 90a); this build runs sm_",
+        attributes.binaryVersion, " code on the device");
   }
   return Status::Ok();
 }

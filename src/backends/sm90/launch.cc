@@ -37,8 +37,9 @@ Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
     return e;
   }();
   if (cached == nullptr) {
-    return Status(StatusCode::kInternal, str_cat("backend sm90: the driver has no cuTensorMapEncodeTiled (",
-                                                 cudaGetErrorString(error), ")"));
+    return Status(StatusCode::kInternal,
+                  str_cat("backend sm90: the driver has no cuTensorMapEncodeTiled (",
+                          cudaGetErrorString(error), ")"));
   }
   *fn = cached;
   return Status::Ok();
@@ -54,13 +55,13 @@ Status encode_rows(const void* base, uint64_t rows, uint32_t box_rows, const cha
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kDqk) * 2};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunkElems), box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
-                            strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    return Status(StatusCode::kInternal, str_cat("backend sm90: cuTensorMapEncodeTiled failed for ", what,
-                                                 " (CUresult ", static_cast<int>(r), ")"));
+    return Status(StatusCode::kInternal, str_cat("backend sm90: cuTensorMapEncodeTiled failed for ",
+                                                 what, " (CUresult ", static_cast<int>(r), ")"));
   }
   return Status::Ok();
 }
@@ -74,8 +75,8 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   const int32_t rows = p.h_q * p.s_q;
   const int32_t m_tiles = plan::ceil_div(rows, kRows);
   // CTAs per query tile: one per SM, but no more than the largest batch can give work.
-  const int64_t max_line = int64_t{p.max_batch} *
-                           (plan::ceil_div<int64_t>(p.max_seq_len, kBlockN) + kFixedCostBlocks);
+  const int64_t max_line =
+      int64_t{p.max_batch} * (plan::ceil_div<int64_t>(p.max_seq_len, kBlockN) + kFixedCostBlocks);
   const int32_t num_parts = static_cast<int32_t>(std::clamp<int64_t>(
       std::min<int64_t>(device.sm_count / m_tiles, max_line / kMinChunkBlocks), 1, INT32_MAX));
   setup->problem = p;
@@ -93,8 +94,8 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   };
   setup->layout = plan::workspace_layout(setup->shape);
   // As in sm80 (launch.cc there): every CTA plans its own part unless the batch may be large.
-  setup->inline_plan = setup->shape.schedule == plan::Schedule::kPersistent &&
-                       p.max_batch <= 512 && 4 * max_line + num_parts < INT32_MAX;
+  setup->inline_plan = setup->shape.schedule == plan::Schedule::kPersistent && p.max_batch <= 512 &&
+                       4 * max_line + num_parts < INT32_MAX;
   setup->pdl = p.enable_pdl;
   setup->sm_count = device.sm_count;
   return Status::Ok();
@@ -113,13 +114,13 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   }
   const int64_t q_rows = int64_t{a.batch} * shape.rows;
   if (q_rows > INT32_MAX) {
-    return invalid_argument("batch", str_cat("at most ", INT32_MAX / shape.rows, " for backend sm90"),
-                            a.batch);
+    return invalid_argument(
+        "batch", str_cat("at most ", INT32_MAX / shape.rows, " for backend sm90"), a.batch);
   }
   if (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<uintptr_t>(a.kv_cache) % 16) {
-    return invalid_argument("q, kv_cache", "16-byte aligned addresses for backend sm90",
-                            reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned"
-                                                                        : "kv_cache misaligned");
+    return invalid_argument(
+        "q, kv_cache", "16-byte aligned addresses for backend sm90",
+        reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned" : "kv_cache misaligned");
   }
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;

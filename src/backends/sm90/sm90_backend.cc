@@ -76,9 +76,10 @@ const BackendEntry& sm90_backend_entry() {
   static const BackendEntry entry{
       .name = "sm90",
       .summary = "Hopper decode (wgmma, TMA, warp-specialized), split-KV planned on the device",
-      .supports = "sm_90 only; q/kv/out bf16 or fp16; page size 32, 64, 128; h_q 1..128; s_q "
-                  "1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: "
-                  "persistent, one-shot",
+      .supports =
+          "sm_90 only; q/kv/out bf16 or fp16; page size 32, 64, 128; h_q 1..128; s_q "
+          "1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: "
+          "persistent, one-shot",
       .device_memory = true,
       .available = available,
       .can_run = can_run,

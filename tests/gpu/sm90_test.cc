@@ -1,0 +1,117 @@
+// GPU tests of the sm90 backend (Hopper, wgmma/TMA) against the cpu reference, on sm_90 devices
+// only (each test skips itself elsewhere).
+//
+// Same inputs, poisoning and tolerance as sm80_test.cc (see there): every element is compared
+// with harness::default_tolerance. What sm90 claims to run, and so what is covered here: bf16 or
+// fp16 (q, kv and out alike), page sizes 32, 64 and 128, h_q 1..128, s_q 1..8 causal or not,
+// variable lengths including 0, sinks, lse, tactics 0 (persistent) and 1 (one-shot).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include "sm80_test_util.h"
+
+namespace mlakit::testing {
+namespace {
+
+constexpr const char* kBackend = "sm90";
+
+// Every pair of values of (dtype, page size, h_q, s_q, lengths, sinks, lse, tactic) appears in
+// at least one case: one case per h_q x s_q (the largest pair product, 5 x 4), the other factors
+// assigned by a pairwise covering search, balanced within one case per value.
+const Case kSweep[] = {
+    {DType::kBF16, 32, 1, 2, Lens::kSkewed, false, true, 1},
+    {DType::kBF16, 32, 1, 8, Lens::kSkewed, true, false, 0},
+    {DType::kFP16, 32, 16, 8, Lens::kVariable, false, false, 1},
+    {DType::kFP16, 32, 32, 4, Lens::kFixed, true, true, 1},
+    {DType::kBF16, 32, 64, 1, Lens::kSkewed, false, false, 0},
+    {DType::kFP16, 32, 64, 8, Lens::kFixed, true, true, 0},
+    {DType::kBF16, 32, 128, 2, Lens::kVariable, false, false, 0},
+    {DType::kBF16, 64, 1, 1, Lens::kFixed, true, false, 0},
+    {DType::kFP16, 64, 16, 1, Lens::kSkewed, false, false, 1},
+    {DType::kBF16, 64, 16, 2, Lens::kFixed, true, false, 1},
+    {DType::kFP16, 64, 32, 2, Lens::kVariable, true, true, 1},
+    {DType::kBF16, 64, 64, 4, Lens::kVariable, false, true, 0},
+    {DType::kBF16, 64, 128, 8, Lens::kFixed, true, true, 1},
+    {DType::kFP16, 128, 1, 4, Lens::kVariable, true, false, 0},
+    {DType::kFP16, 128, 16, 4, Lens::kFixed, false, true, 0},
+    {DType::kFP16, 128, 32, 1, Lens::kFixed, false, true, 1},
+    {DType::kBF16, 128, 32, 8, Lens::kSkewed, false, false, 0},
+    {DType::kFP16, 128, 64, 2, Lens::kSkewed, true, true, 1},
+    {DType::kFP16, 128, 128, 1, Lens::kVariable, true, true, 1},
+    {DType::kBF16, 128, 128, 4, Lens::kSkewed, false, false, 0},
+};
+
+TEST(Sm90, Sweep) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_cases(kSweep, 100, kBackend);
+}
+
+// The common edges with page sizes 1 -> 128 and 16 -> 32 (64 and 32 stay), plus sm90's own tile
+// and length edges; each with both tactics.
+TEST(Sm90, Edges) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  std::vector<Case> edges = common_edges();
+  for (Case& c : edges) c.page_size = c.page_size == 1 ? 128 : std::max(c.page_size, 32);
+  // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic (set below), batch, len}
+  const Case more[] = {
+      // The most query rows: h_q 128 x s_q 8 = 1024 rows, 16 tiles of 64.
+      {DType::kBF16, 128, 128, 8, Lens::kVariable, true, true, 0, 0, 300},
+      // Lengths at a 64-token boundary (a page of 64, two of 32, half of 128): exactly, one over,
+      // one under.
+      {DType::kBF16, 64, 16, 1, Lens::kFixed, false, true, 0, 0, 64},
+      {DType::kBF16, 64, 128, 2, Lens::kFixed, true, true, 0, 0, 65},
+      {DType::kFP16, 32, 32, 4, Lens::kFixed, false, true, 0, 0, 63},
+  };
+  edges.insert(edges.end(), std::begin(more), std::end(more));
+  check_each_tactic(edges, 500, kBackend);
+}
+
+// The short sweep that scripts/sanitize.sh runs under compute-sanitizer: page sizes 32, 64 and
+// 128, both tactics, split (skewed: one request 50x the rest) and unsplit requests, s_q 2, sinks
+// and lse; small enough for racecheck.
+TEST(Sm90Sanitize, Small) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic, batch, len}
+  const Case small[] = {
+      {DType::kBF16, 32, 16, 2, Lens::kVariable, true, true, 0, 0, 100},
+      {DType::kFP16, 64, 64, 2, Lens::kSkewed, false, true, 1, 0, 12},
+      {DType::kBF16, 128, 128, 2, Lens::kFixed, true, false, 0, 2, 150},
+      {DType::kBF16, 32, 8, 2, Lens::kSkewed, true, true, 1, 0, 10},
+  };
+  check_cases(small, 900, kBackend);
+}
+
+TEST(Sm90, WorkspaceTooSmallIsRefused) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_workspace_too_small_is_refused(kBackend);
+}
+
+TEST(Sm90, RefusesWhatItDoesNotSupport) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  std::vector<Refusal> refusals = common_refusals();
+  for (const int page_size : {16, 1}) {
+    Problem p;
+    p.max_seq_len = 1024;
+    p.page_size = page_size;
+    refusals.push_back({p, "page_size"});
+  }
+  expect_refused(kBackend, refusals);
+}
+
+// Off sm_90 (another GPU, or none) the backend is not available: it refuses every problem.
+TEST(Sm90, UnavailableOffSm90) {
+  const DeviceInfo device = current_device();
+  if (device.present && device.sm_major == 9) GTEST_SKIP() << "an sm_90 device";
+  Problem p;
+  p.max_seq_len = 1024;
+  EXPECT_FALSE(can_run(kBackend, p).ok());
+  std::unique_ptr<Decoder> decoder;
+  EXPECT_FALSE(Decoder::create(p, {.backend = kBackend}, &decoder).ok());
+}
+
+}  // namespace
+}  // namespace mlakit::testing
