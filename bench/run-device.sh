@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The recorded GPU run: build, GPU tests, sanitizer, read bandwidth, autotuning of the standard
-# grid for h_q 128 and 16 (s_q 1, PDL on), and the grid on each single backend and on auto.
+# grid for h_q 128 and 16 (s_q 1, PDL on), and the whole reference grid (h_q 128, 64, 16 x s_q 1, 2)
+# on each single backend and tactic and on auto.
 # Usage on the GPU machine (no network; .deps carried): bench/run-device.sh OUTDIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,14 @@ for h in 128 16; do
   $B tune --heads "$h" --pdl --cache "$out/tune.json" >"$out/tune-h$h.txt" 2>&1
   tail -1 "$out/tune-h$h.txt"
 done
-$B bench --grid standard --heads 128,16 --pdl --backend sm80:0,sm80:1,auto --tune-cache "$out/tune.json" \
-  --reference "$ref" --json "$out/grid.json" >"$out/grid.txt" 2>&1
+backends=sm90:0,sm90:1,sm80:0,sm80:1,auto
+$B bench --grid standard --heads 128,64,16 --s-q 1,2 --pdl --backend "$backends" \
+  --tune-cache "$out/tune.json" --reference "$ref" --json "$out/grid.json" >"$out/grid.txt" 2>&1
+# The reference's rows of variable lengths.
+for c in "128 1 64 4096" "16 1 128 8192" "128 2 32 8192"; do
+  set -- $c
+  $B bench --heads "$1" --s-q "$2" --batch "$3" --seq-len "$4" --var 1 --pdl --backend "$backends" \
+    --tune-cache "$out/tune.json" --reference "$ref" --json "$out/var-$1-$2-$3-$4.json" 2>&1 | tail -5
+done >"$out/grid-var.txt"
+python3 bench/vs_reference.py "$out"/grid.json "$out"/var-*.json | tee "$out/vs-flashmla.txt" | tail -6
 python3 bench/auto_vs_best.py "$out/grid.json" | tee "$out/auto-vs-best.txt" | tail -1

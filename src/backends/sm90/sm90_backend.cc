@@ -58,6 +58,10 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   return Status::Ok();
 }
 
+// Up to 16 query rows the 64-row wgmma tile computes 4x the rows it needs; sm80's 16-row tile
+// ran faster there (tune/tuner.cc, heuristic).
+bool defers(const Problem& p, const DeviceInfo&) { return p.h_q * p.s_q <= 16; }
+
 std::vector<Tactic> tactics(const Problem&) {
   return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
 }
@@ -85,6 +89,7 @@ const BackendEntry& sm90_backend_entry() {
       .can_run = can_run,
       .tactics = tactics,
       .create = create,
+      .defers = defers,
   };
   return entry;
 }
