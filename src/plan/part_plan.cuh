@@ -147,4 +147,22 @@ __device__ __forceinline__ PartPlan part_plan_from_meta(const PlanView& view, in
   return pp;
 }
 
+// The persistent part of CTA `cta` for a decode kernel whose params carry the plan fields (sm80 and
+// sm90 DecodeParams): planned by the calling warp from seq_lens when p.inline_plan (the grid's
+// first CTA also writes every request's metadata for the combine kernel), else read from the plan
+// kernel's metadata. Call from one whole warp, after griddepcontrol.wait.
+template <typename DecodeParams>
+__device__ __forceinline__ PartPlan part_for_cta(const DecodeParams& p, int32_t cta) {
+  if (!p.inline_plan) return part_plan_from_meta(p.plan, cta, p.batch);
+  const PlanInputs in{.seq_lens = p.seq_lens,
+                      .batch = p.batch,
+                      .max_len = p.max_len,
+                      .block_n = p.plan.block_n,
+                      .fixed_cost_blocks = p.fixed_cost_blocks,
+                      .min_chunk_blocks = p.min_chunk_blocks,
+                      .num_parts = p.plan.num_parts,
+                      .max_splits = p.plan.max_splits};
+  return plan_part_in_warp(in, cta, blockIdx.x == 0 ? p.plan.requests : nullptr);
+}
+
 }  // namespace mlakit::plan

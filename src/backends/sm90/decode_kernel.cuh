@@ -344,20 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
   if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
-    plan::PartPlan pp;
-    if (p.inline_plan) {
-      const plan::PlanInputs in{.seq_lens = p.seq_lens,
-                                .batch = p.batch,
-                                .max_len = p.max_len,
-                                .block_n = p.plan.block_n,
-                                .fixed_cost_blocks = p.fixed_cost_blocks,
-                                .min_chunk_blocks = p.min_chunk_blocks,
-                                .num_parts = p.plan.num_parts,
-                                .max_splits = p.plan.max_splits};
-      pp = plan::plan_part_in_warp(in, cta, blockIdx.x == 0 ? p.plan.requests : nullptr);
-    } else {
-      pp = plan::part_plan_from_meta(p.plan, cta, p.batch);
-    }
+    const plan::PartPlan pp = plan::part_for_cta(p, cta);
     if (threadIdx.x == 0) sm.part = pp;
   }
   __syncthreads();
