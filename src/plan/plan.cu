@@ -210,6 +210,33 @@ __global__ void __launch_bounds__(kPlanThreads) plan_one_shot(const PlanKernelPa
 
 }  // namespace
 
+namespace {
+int64_t max_line(const PlanShape& s) {
+  return int64_t{s.max_batch} * (ceil_div<int64_t>(s.max_seq_len, s.block_n) + s.fixed_cost_blocks);
+}
+}  // namespace
+
+PlanShape make_plan_shape(const Problem& p, Schedule schedule, int32_t block_n,
+                          int32_t fixed_cost_blocks, int32_t min_chunk_blocks,
+                          int64_t ctas_per_tile) {
+  PlanShape s{.schedule = schedule,
+              .block_n = block_n,
+              .fixed_cost_blocks = fixed_cost_blocks,
+              .min_chunk_blocks = min_chunk_blocks,
+              .num_parts = 1,
+              .max_batch = p.max_batch,
+              .max_seq_len = p.max_seq_len,
+              .rows = p.h_q * p.s_q};
+  s.num_parts = static_cast<int32_t>(std::clamp<int64_t>(
+      std::min<int64_t>(ctas_per_tile, max_line(s) / min_chunk_blocks), 1, INT32_MAX));
+  return s;
+}
+
+bool plans_in_kernel(const PlanShape& s) {
+  return s.schedule == Schedule::kPersistent && s.max_batch <= 512 &&
+         4 * max_line(s) + s.num_parts < INT32_MAX;
+}
+
 WorkspaceLayout workspace_layout(const PlanShape& s) {
   WorkspaceLayout w;
   const bool persistent = s.schedule == Schedule::kPersistent;

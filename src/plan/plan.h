@@ -97,6 +97,20 @@ struct WorkspaceLayout {
 };
 WorkspaceLayout workspace_layout(const PlanShape& shape);
 
+// The plan shape of a backend's split-KV decode for `problem`: num_parts is `ctas_per_tile` (the
+// CTAs of one query tile that run at once), but no more than the largest batch can fill with
+// chunks of min_chunk_blocks, so that a small batch does not launch CTAs that only exit.
+PlanShape make_plan_shape(const Problem& problem, Schedule schedule, int32_t block_n,
+                          int32_t fixed_cost_blocks, int32_t min_chunk_blocks,
+                          int64_t ctas_per_tile);
+
+// Persistent: whether each decode CTA plans its own part (part_plan.cuh) and no plan kernel runs.
+// Not when the batch may be large: every CTA's one warp passes over the whole batch (32 requests
+// per step), which past 512 requests would cost more than the plan kernel's 256-thread scans
+// (estimated, not measured); and its 32-bit arithmetic needs the line (with the 1/16 rounding of
+// aligned parts and the boundaries up to num_parts) to fit.
+bool plans_in_kernel(const PlanShape& shape);
+
 // Device pointers into one workspace, passed by value to the kernels.
 struct PlanView {
   RequestMeta* requests;  // [max_batch]

@@ -101,36 +101,16 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   const int32_t rows = p.h_q * p.s_q;
   const int32_t m_tiles = plan::ceil_div(rows, kernel.rows);
   const PartitionConstants constants = partition_constants(tile);
-  // CTAs per query tile: enough for every SM, but no more than the largest batch can give work
-  // (parts of min_chunk_blocks), so that a small batch does not launch CTAs that only exit.
-  const int64_t max_line = int64_t{p.max_batch} * (plan::ceil_div<int64_t>(p.max_seq_len, kBlockN) +
-                                                   constants.fixed_cost_blocks);
-  const int32_t num_parts = static_cast<int32_t>(
-      std::clamp<int64_t>(std::min<int64_t>(device.sm_count * ctas_per_sm / m_tiles,
-                                            max_line / constants.min_chunk_blocks),
-                          1, INT32_MAX));
   setup->problem = p;
   setup->kernel = &kernel;
   setup->m_tiles = m_tiles;
   setup->stages = stages;
-  setup->shape = {
-      .schedule = tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
-      .block_n = kBlockN,
-      .fixed_cost_blocks = constants.fixed_cost_blocks,
-      .min_chunk_blocks = constants.min_chunk_blocks,
-      .num_parts = num_parts,
-      .max_batch = p.max_batch,
-      .max_seq_len = p.max_seq_len,
-      .rows = rows,
-  };
+  setup->shape =
+      plan::make_plan_shape(p, tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
+                            kBlockN, constants.fixed_cost_blocks, constants.min_chunk_blocks,
+                            int64_t{device.sm_count} * ctas_per_sm / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
-  // Persistent: each decode CTA plans its own part (plan/part_plan.cuh) and no plan kernel runs,
-  // unless the batch may be large: every CTA's one warp passes over the whole batch (32 requests
-  // per step), which past 512 requests would cost more than the plan kernel's 256-thread scans
-  // (estimated, not measured); and its 32-bit arithmetic needs the line (with the 1/16 rounding
-  // of aligned parts and the boundaries up to num_parts) to fit.
-  setup->inline_plan = setup->shape.schedule == plan::Schedule::kPersistent && p.max_batch <= 512 &&
-                       4 * max_line + num_parts < INT32_MAX;
+  setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
   setup->sm_count = device.sm_count;
   return Status::Ok();

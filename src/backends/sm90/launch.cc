@@ -74,28 +74,15 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t rows = p.h_q * p.s_q;
   const int32_t m_tiles = plan::ceil_div(rows, kRows);
-  // CTAs per query tile: one per SM, but no more than the largest batch can give work.
-  const int64_t max_line =
-      int64_t{p.max_batch} * (plan::ceil_div<int64_t>(p.max_seq_len, kBlockN) + kFixedCostBlocks);
-  const int32_t num_parts = static_cast<int32_t>(std::clamp<int64_t>(
-      std::min<int64_t>(device.sm_count / m_tiles, max_line / kMinChunkBlocks), 1, INT32_MAX));
   setup->problem = p;
   setup->kernel = &kernel;
   setup->m_tiles = m_tiles;
-  setup->shape = {
-      .schedule = tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
-      .block_n = kBlockN,
-      .fixed_cost_blocks = kFixedCostBlocks,
-      .min_chunk_blocks = kMinChunkBlocks,
-      .num_parts = num_parts,
-      .max_batch = p.max_batch,
-      .max_seq_len = p.max_seq_len,
-      .rows = rows,
-  };
+  // One CTA per SM and query tile.
+  setup->shape =
+      plan::make_plan_shape(p, tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
+                            kBlockN, kFixedCostBlocks, kMinChunkBlocks, device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
-  // As in sm80 (launch.cc there): every CTA plans its own part unless the batch may be large.
-  setup->inline_plan = setup->shape.schedule == plan::Schedule::kPersistent && p.max_batch <= 512 &&
-                       4 * max_line + num_parts < INT32_MAX;
+  setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl;
   setup->sm_count = device.sm_count;
   return Status::Ok();
