@@ -5,13 +5,16 @@
 // KV blocks. 384 threads: two consumer warpgroups and one producer warpgroup, of which one
 // warp works (ptxas sizes registers per warpgroup: a lone producer warp costs as much).
 //  - producer warp: one lane issues the TMA copies (Q tile once per chunk, then each KV block)
-//    into a ring of kStages stages, completing on mbarriers; the warp reads the block table.
-//  - consumer warpgroup w (0, 1): S = Q K^T for tokens 32w..32w+31 of the block (wgmma m64n32);
-//    the row maxima meet through shared memory; P (bf16/fp16) goes to shared memory; then
-//    O[:, 256w..256w+255] += P V over all 64 tokens (wgmma m64n256, 128 fp32 registers).
+//    into a ring of kStages stages, each 64-column chunk completing on its own mbarrier.
+//  - consumer warpgroups, out of phase: warpgroup w owns the blocks of stage w (every other
+//    block). For its own block it computes S = Q K^T (wgmma m64n64), the running row max and
+//    P = exp(S - max), writes P over the stage's rope chunk (K columns 512..575, no longer
+//    needed once S is done) and publishes the max to the other warpgroup. Both accumulate
+//    O[:, 256w..256w+255] += P V over every block (wgmma m64n256, 128 fp32 registers), so one
+//    warpgroup's softmax runs while the other's MMAs do.
 // Shared memory, all operand tiles in 1024-byte atoms with the 128-byte swizzle that TMA writes
-// and wgmma reads: Q 64 x 576 (9 column chunks of 64 x 64), kStages KV blocks 64 x 576, P 64 x 64,
-// then the barriers and the row exchange. 226 KB of the 227 KB an sm_90 CTA may have.
+// and wgmma reads: Q 64 x 576 (9 column chunks of 64 x 64), kStages KV blocks 64 x 576 (P in the
+// last chunk), then the barriers and the exchange. 217 KB of the 227 KB an sm_90 CTA may have.
 #pragma once
 
 #include <cstddef>
@@ -35,25 +38,26 @@ inline constexpr int kThreads = kConsumerThreads + 128;  // and the producer war
 // accumulators of O need (128 x 40 + 256 x 232 <= 64K).
 inline constexpr int kProducerRegisters = 40;
 inline constexpr int kConsumerRegisters = 232;
-inline constexpr int kTokensPerWarpgroup = kBlockN / 2;  // S columns of one warpgroup
-inline constexpr int kColsPerWarpgroup = kDv / 2;        // O columns of one warpgroup
-static_assert(kDqk % 64 == 0 && kDv % 128 == 0);
+inline constexpr int kColsPerWarpgroup = kDv / 2;  // O columns of one warpgroup
+inline constexpr int kVChunksPerWarpgroup = kColsPerWarpgroup / kChunkElems;
+inline constexpr int kPChunk = kQkChunks - 1;  // P of a block goes over its rope chunk
+static_assert(kDqk % 64 == 0 && kDv % 128 == 0 && kPChunk * kChunkElems == kDv);
+static_assert(kStages == 2, "warpgroup w owns the blocks of stage w");
 
 // Barriers and the exchange between the consumer warpgroups, after the operand tiles.
 struct SmallStorage {
-  uint64_t full[kStages];   // KV block landed (producer arrive + TMA bytes)
-  uint64_t empty[kStages];  // both consumer warpgroups done with the stage
-  uint64_t q_full;          // Q tile landed
-  uint64_t q_empty;         // both consumer warpgroups done with Q
-  float red_max[2][kRows];  // per warpgroup: row max of its 32 scores of the block
-  float red_sum[2][kRows];  // per warpgroup: softmax denominators at the epilogue
-  plan::PartPlan part;      // persistent: this CTA's part
+  uint64_t full[kStages][kQkChunks];  // column chunk j of a KV block landed (producer + TMA bytes)
+  uint64_t empty[kStages];            // both consumer warpgroups done with the stage
+  uint64_t q_full;                    // Q tile landed
+  uint64_t q_empty;                   // both consumer warpgroups done with Q
+  float row_max[2][kRows];            // per warpgroup: the running max after its last block
+  float red_sum[2][2][kRows];         // per chunk parity and warpgroup: softmax denominators
+  plan::PartPlan part;                // persistent: this CTA's part
 };
 
 inline constexpr size_t kQOffset = 0;
 inline constexpr size_t kKvOffset = kQOffset + kTileBytes;
-inline constexpr size_t kPOffset = kKvOffset + size_t{kStages} * kTileBytes;
-inline constexpr size_t kSmallOffset = kPOffset + kChunkBytes;
+inline constexpr size_t kSmallOffset = kKvOffset + size_t{kStages} * kTileBytes;
 // The dynamic allocation: the layout above from a 1024-aligned base inside it.
 inline constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
 

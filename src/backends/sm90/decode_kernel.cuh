@@ -1,13 +1,18 @@
 // The sm90 MLA decode kernel (config.h has the roles and the shared-memory plan; the schedule is
 // in docs/sm90-decode.md). Per chunk of one request's tokens (src/plan/work.cuh):
 //   producer lane:  wait q_empty, TMA the Q tile (9 boxes) onto q_full; per 64-token block: wait
-//                   empty[stage], TMA the block (9 boxes per page, one or two pages) onto
-//                   full[stage] with its byte count.
-//   consumer warpgroup w, per block:
-//     wait full[stage]; S = Q K_w^T (36 wgmma m64n32k16); mask; row max to shared memory;
-//     named barrier 1 (256 threads); new max, P = exp2(S - max), O *= alpha; P to shared memory;
-//     on the request's last block, zero the V rows past its length (pages hold anything there);
-//     fence.proxy.async; named barrier 2; O_w += P V_w (4 wgmma m64n256k16); arrive empty[stage].
+//                   empty[stage], TMA the block's 9 column chunks (one or two pages), chunk j onto
+//                   full[stage][j] with its byte count.
+//   consumer warpgroups, out of phase: block n belongs to warpgroup n % 2 (its stage). In order
+//   over the blocks, warpgroup w:
+//     own block:   S = Q K^T (36 wgmma m64n64k16, each column chunk as soon as it lands); mask;
+//                  new row max from the previous block's (published by the other warpgroup);
+//                  P = exp2(S - max) over the stage's rope chunk; publish the max (named barrier
+//                  arrive); O_w *= alpha; O_w += P V_w (4 wgmma m64n256k16, left running).
+//     other block: wait for the other warpgroup's max and P (named barrier sync); O_w *= alpha;
+//                  O_w += P V_w.
+//   The stage is released (empty) by each warpgroup once its P V of the block has finished; on
+//   the request's last block each zeroes its half of the V rows past the length first.
 //   epilogue: denominators meet through shared memory; the output or a partial is written.
 #pragma once
 
@@ -30,7 +35,6 @@ namespace mlakit::sm90 {
 struct Smem {
   uint8_t* q;
   uint8_t* kv;
-  uint8_t* p;
   SmallStorage* small;
 };
 
@@ -41,9 +45,18 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
 
 __device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
 
-// bar.sync id, 256: the two consumer warpgroups only (id 0 is __syncthreads).
-__device__ __forceinline__ void consumer_barrier(int id) {
+// Named barriers of the two consumer warpgroups (256 threads; id 0 is __syncthreads): id 1 for
+// the epilogue, id 2 + w for "warpgroup w published a block's max and P" (w arrives, the other
+// syncs; each use alternates strictly with the other warpgroup's, so one id per direction does).
+inline constexpr int kEpilogueBarrier = 1;
+inline constexpr int kPublishBarrier = 2;
+
+__device__ __forceinline__ void consumer_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
+}
+
+__device__ __forceinline__ void consumer_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, int32_t col,
@@ -96,18 +109,17 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
         // With two pages the second is loaded only when the chunk reaches it (past the length
         // the block table may hold anything); its rows are then masked and zeroed as V.
         const bool second = two_pages && tok0 + page_size < c.token_end;
-        const uint32_t bytes = two_pages && !second ? kTileBytes / 2 : kTileBytes;
-        (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                   cuda::ptx::space_shared, &sm.full[stage], bytes);
+        const uint32_t bytes = two_pages && !second ? kChunkBytes / 2 : kChunkBytes;
         uint8_t* dst = s.kv + stage * kTileBytes;
         const int32_t row = (id0 << p.page_shift) + (tok0 & (page_size - 1));
         for (int j = 0; j < kQkChunks; ++j) {
-          tma_load_2d(dst + j * kChunkBytes, &p.kv_map, j * kChunkElems, row, &sm.full[stage]);
-        }
-        if (second) {
-          for (int j = 0; j < kQkChunks; ++j) {
+          uint64_t* bar = &sm.full[stage][j];
+          (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                     cuda::ptx::space_shared, bar, bytes);
+          tma_load_2d(dst + j * kChunkBytes, &p.kv_map, j * kChunkElems, row, bar);
+          if (second) {
             tma_load_2d(dst + j * kChunkBytes + kChunkBytes / 2, &p.kv_map, j * kChunkElems,
-                        id1 << p.page_shift, &sm.full[stage]);
+                        id1 << p.page_shift, bar);
           }
         }
       }
@@ -121,17 +133,53 @@ __device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
   return row * 128 + ((((col_bytes >> 4) ^ row) & 7) << 4) + (col_bytes & 15);
 }
 
+// The row max after a block and the factor by which the sums so far shrink (both warpgroups
+// compute it from the same two maxima, so their halves of O stay consistent).
+struct MaxStep {
+  float scaled;  // m_new * scale_log2 (0 while the row has seen nothing)
+  float alpha;   // exp2((m_old - m_new) * scale_log2)
+};
+
+__device__ __forceinline__ MaxStep max_step(float& m, float m_new, float scale_log2) {
+  const float scaled = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+  const MaxStep step{scaled, ptx::ex2_approx_ftz_f32(m * scale_log2 - scaled)};
+  m = m_new;
+  return step;
+}
+
+// This warpgroup's half of V, rows [valid, 64) of the stage, set to zero (past the request's
+// length the pages hold anything, NaN in the tests: P is 0 there but 0 x NaN is not).
+__device__ __forceinline__ void zero_v_rows(uint32_t kv_stage, int32_t valid, int wg, int t) {
+  const int n = (kBlockN - valid) * kVChunksPerWarpgroup * 8;  // 16-byte pieces
+  for (int idx = t; idx < n; idx += 128) {
+    const int row = valid + idx / (kVChunksPerWarpgroup * 8);
+    const int chunk = wg * kVChunksPerWarpgroup + (idx / 8) % kVChunksPerWarpgroup;
+    const uint32_t at = kv_stage + chunk * kChunkBytes + row * 128 + (idx % 8) * 16;
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+  }
+}
+
+// O *= alpha, only where a row's max moved (after the first blocks it rarely does).
+__device__ __forceinline__ void rescale(float (&o)[128], const MaxStep (&step)[2]) {
+  if (__any_sync(0xffffffffu, step[0].alpha != 1.0f || step[1].alpha != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= step[(i / 2) % 2].alpha;
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, int m_tile,
                                         int32_t cta) {
   const int tid = static_cast<int>(threadIdx.x);
-  const int wg = tid / 128;  // token half of S, column half of O
+  // Owns the blocks of stage wg and columns 256wg.. of O. Through a shuffle so the compiler knows
+  // it is the same across the warp (else it takes the own/other branch as divergent, C7520).
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int t = tid % 128;
   const int lane = t % 32;
   const int row_a = (t / 32) * 16 + lane / 4;  // the thread's rows: row_a and row_a + 8
   SmallStorage& sm = *s.small;
-  const uint32_t q_addr = ptx::smem_u32(s.q), kv_addr = ptx::smem_u32(s.kv),
-                 p_addr = ptx::smem_u32(s.p);
+  const uint32_t kv_addr = ptx::smem_u32(s.kv);
+  const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
 
@@ -147,113 +195,131 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       const int32_t sq = min(r / p.h_q, p.s_q - 1);
       limit[e] = min(c.token_end, p.causal ? c.seq_len - (p.s_q - 1 - sq) : c.seq_len);
     }
+    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+    // This warpgroup's last block with a Q K^T in the chunk (-1: none), after which Q may go.
+    const int32_t first_own = (n_block % 2) == static_cast<uint32_t>(wg) ? 0 : 1;
+    const int32_t last_own =
+        first_own < n_blocks ? first_own + (n_blocks - 1 - first_own) / 2 * 2 : -1;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    wait_parity(&sm.q_full, n_chunk & 1);
+    const uint32_t chunk_parity = n_chunk & 1;
+    wait_parity(&sm.q_full, chunk_parity);
     ++n_chunk;
+    if (last_own < 0 && t == 0) arrive(&sm.q_empty);
 
 #pragma unroll 1
-    for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
-      const uint32_t stage = n_block % kStages;
+    for (int32_t b = 0; b < n_blocks; ++b, ++n_block) {
+      const int32_t tok0 = c.token_begin + b * kBlockN;
+      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
       const uint32_t kv_stage = kv_addr + stage * kTileBytes;
-      wait_parity(&sm.full[stage], (n_block / kStages) & 1);
-
-      // S = Q K^T over this warpgroup's 32 tokens.
-      float sc[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
-      wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < kQkChunks; ++j) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t da = smem_desc_sw128(q_addr + j * kChunkBytes + kk * 32, 0, 1024);
-          const uint64_t db = smem_desc_sw128(
-              kv_stage + j * kChunkBytes + wg * kTokensPerWarpgroup * 128 + kk * 32, 0, 1024);
-          wgmma_m64n32k16<T>(sc, da, db, (j | kk) != 0 ? 1 : 0);
-        }
-      }
-      wgmma_commit_group();
-      wgmma_wait_group<0>();
-      fence_accumulators(sc);
-      const bool last = tok0 + kBlockN >= c.token_end;
-      if (last && t == 0) arrive(&sm.q_empty);  // this warpgroup is done with Q
-
-      // Mask and row max of this warpgroup's 32 columns.
-      const int32_t tok_base = tok0 + wg * kTokensPerWarpgroup + 2 * (lane % 4);
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int e = (i / 2) % 2;
-        const int32_t tok = tok_base + 8 * (i / 4) + (i % 2);
-        if (tok >= limit[e]) sc[i] = -INFINITY;
-        mx[e] = fmaxf(mx[e], sc[i]);
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-        if (lane % 4 == 0) sm.red_max[wg][row_a + 8 * e] = mx[e];
-      }
-      consumer_barrier(1);
-
-      float ms[2], alpha[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int row = row_a + 8 * e;
-        const float m_new = fmaxf(m[e], fmaxf(sm.red_max[0][row], sm.red_max[1][row]));
-        ms[e] = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-        alpha[e] = ptx::ex2_approx_ftz_f32(m[e] * scale_log2 - ms[e]);
-        m[e] = m_new;
-      }
-      float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int i = 0; i < 16; i += 2) {
-        const int e = (i / 2) % 2;
-        const float p0 = ptx::ex2_approx_ftz_f32(sc[i] * scale_log2 - ms[e]);
-        const float p1 = ptx::ex2_approx_ftz_f32(sc[i + 1] * scale_log2 - ms[e]);
-        sum[e] += p0 + p1;
-        const int row = row_a + 8 * e;
-        const int col = wg * kTokensPerWarpgroup + 8 * (i / 4) + 2 * (lane % 4);
-        const uint32_t v = pack2<T>(p0, p1);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_addr + swizzled(row, 2 * col)), "r"(v)
-                     : "memory");
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) l[e] = l[e] * alpha[e] + sum[e];
-      // Rescale O only where a row's max moved (after the first blocks it rarely does).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-      }
-
-      // Past the request's length the page holds anything (NaN in the tests): P is 0 there but
-      // 0 * NaN is not, so this warpgroup zeroes its columns of V in those rows.
+      const uint32_t p_tile = kv_stage + kPChunk * kChunkBytes;
       const int32_t valid = c.token_end - tok0;
-      if (valid < kBlockN) {
-        const int n = (kBlockN - valid) * 32;  // 16-byte pieces: rows x 4 chunks x 8
-        for (int idx = t; idx < n; idx += 128) {
-          const int row = valid + idx / 32;
-          const int chunk = wg * 4 + (idx % 32) / 8;
-          const uint32_t at = kv_stage + chunk * kChunkBytes + row * 128 + (idx % 8) * 16;
-          asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+      const bool own = stage == static_cast<uint32_t>(wg);
+      // V_w: tokens x 256 columns, MN-major (column blocks of 64 are 8 KB apart: lbo; 8-token
+      // groups 1 KB: sbo); P: 64 x 64 tokens, K-major.
+      const uint64_t v_desc =
+          smem_desc_sw128(kv_stage + wg * kVChunksPerWarpgroup * kChunkBytes, kChunkBytes, 1024);
+      MaxStep step[2];
+      uint32_t pr[16];  // own block: P as the A fragments of P V, 4 per 16 tokens
+      if (own) {
+        // Own block: S = Q K^T, chunk by chunk as the copies land.
+        const uint64_t kv_desc = smem_desc_sw128(kv_stage, 0, 1024);
+        float sc[32];
+#pragma unroll
+        for (int j = 0; j < kQkChunks; ++j) {
+          wait_parity(&sm.full[stage][j], phase);
+          wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const uint32_t at = j * kChunkBytes + kk * 32;
+            wgmma_m64n64k16<T>(sc, desc_advance(q_desc, at), desc_advance(kv_desc, at),
+                               (j | kk) != 0 ? 1 : 0);
+          }
+        }
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        fence_accumulators(sc);
+        if (b == last_own && t == 0) arrive(&sm.q_empty);
+
+        // Mask, row max (the four lanes of a row), new max from the one before.
+        if (tok0 + kBlockN > min(limit[0], limit[1])) {
+          const int32_t tok_base = tok0 + 2 * (lane % 4);
+#pragma unroll
+          for (int i = 0; i < 32; ++i) {
+            const int32_t tok = tok_base + 8 * (i / 4) + (i % 2);
+            if (tok >= limit[(i / 2) % 2]) sc[i] = -INFINITY;
+          }
+        }
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+          mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+          if (lane % 4 == 0) sm.row_max[wg][row_a + 8 * e] = mx[e];
+          step[e] = max_step(m[e], mx[e], scale_log2);
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+          const int e = (i / 2) % 2;
+          const float p0 = ptx::ex2_approx_ftz_f32(sc[i] * scale_log2 - step[e].scaled);
+          const float p1 = ptx::ex2_approx_ftz_f32(sc[i + 1] * scale_log2 - step[e].scaled);
+          sum[e] += p0 + p1;
+          const int row = row_a + 8 * e;
+          const int col = 8 * (i / 4) + 2 * (lane % 4);
+          pr[i / 2] = pack2<T>(p0, p1);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_tile + swizzled(row, 2 * col)),
+                       "r"(pr[i / 2])
+                       : "memory");
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) l[e] = l[e] * step[e].alpha + sum[e];
+        if (valid < kBlockN) zero_v_rows(kv_stage, valid, wg, t);
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P and zeros, for wgmma
+        // P for the other warpgroup (this one reads its own from registers).
+        consumer_arrive(kPublishBarrier + wg);
+        rescale(o, step);
+        // O_w += P V_w with P from registers. Each P V is issued where its A operand was made:
+        // across the branch, ptxas serializes the wgmmas (C7520).
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
+          wgmma_m64n256k16_rs_tb<T>(o, a, desc_advance(v_desc, kk * 16 * 128), 1);
+        }
+      } else {
+        // The other warpgroup's block: wait for its max and P, then this half of O.
+#pragma unroll
+        for (int j = 0; j < kVChunksPerWarpgroup; ++j) {
+          wait_parity(&sm.full[stage][wg * kVChunksPerWarpgroup + j], phase);
+        }
+        consumer_sync(kPublishBarrier + (wg ^ 1));
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          step[e] = max_step(m[e], sm.row_max[wg ^ 1][row_a + 8 * e], scale_log2);
+          l[e] *= step[e].alpha;
+        }
+        if (valid < kBlockN) {
+          zero_v_rows(kv_stage, valid, wg, t);
+          cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+        }
+        rescale(o, step);
+        // O_w += P V_w with P from shared memory.
+        const uint64_t p_desc = smem_desc_sw128(p_tile, 0, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          wgmma_m64n256k16_tb<T>(o, desc_advance(p_desc, kk * 32),
+                                 desc_advance(v_desc, kk * 16 * 128), 1);
         }
       }
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P and zeros, for wgmma
-      consumer_barrier(2);
-
-      // O_w += P V_w: P 64 x 64 tokens (K-major); V_w tokens x 256 columns, MN-major: column
-      // blocks of 64 are 8 KB apart (lbo), 8-token groups 1 KB (sbo).
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t da = smem_desc_sw128(p_addr + kk * 32, 0, 1024);
-        const uint64_t db =
-            smem_desc_sw128(kv_stage + wg * 4 * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
-        wgmma_m64n256k16_tb<T>(o, da, db, 1);
-      }
+      // Waited for at once, so the stage goes back as early as it can (a later Q K^T in flight
+      // meanwhile would hold it: ptxas serializes the wgmmas when told to wait for the older
+      // group only, C7514).
       wgmma_commit_group();
       wgmma_wait_group<0>();
       fence_accumulators(o);
@@ -265,16 +331,16 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
     for (int e = 0; e < 2; ++e) {
       l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
       l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-      if (lane % 4 == 0) sm.red_sum[wg][row_a + 8 * e] = l[e];
+      if (lane % 4 == 0) sm.red_sum[chunk_parity][wg][row_a + 8 * e] = l[e];
     }
-    consumer_barrier(1);
+    consumer_sync(kEpilogueBarrier);
     const bool direct = c.slot < 0;
     float scale[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int row = row_a + 8 * e;
       const int32_t r = row0 + row;
-      const float total = sm.red_sum[0][row] + sm.red_sum[1][row];
+      const float total = sm.red_sum[chunk_parity][0][row] + sm.red_sum[chunk_parity][1][row];
       const bool any = total > 0.0f;
       const float lse = any ? (m[e] * scale_log2 + log2f(total)) * kLn2 : -INFINITY;
       scale[e] = any ? 1.0f / total : 0.0f;
@@ -325,7 +391,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
   const Smem s{.q = base + kQOffset,
                .kv = base + kKvOffset,
-               .p = base + kPOffset,
                .small = reinterpret_cast<SmallStorage*>(base + kSmallOffset)};
   SmallStorage& sm = *s.small;
   const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
@@ -333,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t cta = static_cast<int32_t>(blockIdx.x / m_tiles);
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      cuda::ptx::mbarrier_init(&sm.full[i], 1);
+      for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.full[i][j], 1);
       cuda::ptx::mbarrier_init(&sm.empty[i], 2);
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);

@@ -1,9 +1,10 @@
 // Warpgroup MMA (wgmma, sm_90a) for the sm90 decode kernel: shared-memory matrix descriptors and
 // the two instruction shapes the kernel issues, both with A and B from shared memory and fp32
 // accumulators:
-//   m64n32k16,  B K-major:  S = Q K^T, one warpgroup's 32 tokens of a 64-token block;
+//   m64n64k16,  B K-major:  S = Q K^T over a 64-token block (by the warpgroup that owns it);
 //   m64n256k16, B MN-major: O += P V, one warpgroup's 256 of the 512 output columns (V is stored
-//                           token-major, columns contiguous, so B is transposed).
+//                           token-major, columns contiguous, so B is transposed); A (P) from
+//                           shared memory or, for the warpgroup that computed P, registers.
 // CCCL's cuda::ptx has no wgmma.mma_async; these are the only hand-written forms. The accumulator
 // of m64nNk16 in thread t of the warpgroup: d[i] is row 16 * (t / 32) + (t % 32) / 4 +
 // 8 * ((i / 2) % 2), column 8 * (i / 4) + 2 * (t % 4) + i % 2.
@@ -30,6 +31,14 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr, uint32_t
   return static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4) |
          (static_cast<uint64_t>((lbo & 0x3FFFFu) >> 4) << 16) |
          (static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+// The descriptor of the same tile `bytes` further on: the start address field holds address >> 4
+// in 14 bits (18-bit addresses), and every shared-memory address stays below 2^18, so adding to
+// the low bits never carries into the other fields. Lets a loop of wgmmas step a descriptor
+// built once instead of building each one.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -65,13 +74,16 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// The 16 accumulator operands %0..%15, then %16 desc_a, %17 desc_b, %18 scale_d.
-#define MLAKIT_WGMMA_N32_REGS \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-#define MLAKIT_WGMMA_N32_OUTPUTS                                                                  \
+// The 32 accumulator operands %0..%31, then %32 desc_a, %33 desc_b, %34 scale_d.
+#define MLAKIT_WGMMA_N64_REGS                                               \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define MLAKIT_WGMMA_N64_OUTPUTS                                                                  \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
-      "+f"(d[15])
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
 // The 128 accumulator operands %0..%127, then %128 desc_a, %129 desc_b, %130 scale_d.
 #define MLAKIT_WGMMA_N256_REGS                                                                  \
@@ -105,25 +117,25 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
       "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define MLAKIT_WGMMA_SCALE_D(n) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #n ", 0;\n"
 
-// wgmma.mma_async.sync.aligned.m64n32k16.f32.{bf16,f16} d, desc_a, desc_b, p, 1, 1, 0, 0
+// wgmma.mma_async.sync.aligned.m64n64k16.f32.{bf16,f16} d, desc_a, desc_b, p, 1, 1, 0, 0
 // (sm_90a): d = A B + (scale_d ? d : 0), both K-major.
 template <typename T>
-__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                 int scale_d) {
 #ifdef MLAKIT_SM90_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         MLAKIT_WGMMA_SCALE_D(
-            18) "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " MLAKIT_WGMMA_N32_REGS
-                "%16, %17, p, 1, 1, 0, 0;\n}\n"
-        : MLAKIT_WGMMA_N32_OUTPUTS
+            34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLAKIT_WGMMA_N64_REGS
+                "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : MLAKIT_WGMMA_N64_OUTPUTS
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   } else {
     static_assert(std::is_same_v<T, __half>);
     asm volatile(MLAKIT_WGMMA_SCALE_D(
-                     18) "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " MLAKIT_WGMMA_N32_REGS
-                         "%16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : MLAKIT_WGMMA_N32_OUTPUTS
+                     34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " MLAKIT_WGMMA_N64_REGS
+                         "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : MLAKIT_WGMMA_N64_OUTPUTS
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
 #endif
@@ -154,9 +166,36 @@ __device__ __forceinline__ void wgmma_m64n256k16_tb(float (&d)[128], uint64_t de
 #endif
 }
 
+// wgmma.mma_async.sync.aligned.m64n256k16.f32.{bf16,f16} d, {a0..a3}, desc_b, p, 1, 1, 1
+// (sm_90a): d = A B + (scale_d ? d : 0), A from registers (the m64k16 fragment: a[0] row r cols
+// c, c+1; a[1] row r+8; a[2] row r cols c+8, c+9; a[3] row r+8, with r = 16 (t / 32) + (t % 32) / 4
+// and c = 2 (t % 4), two 16-bit values per register), B MN-major (transposed).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[128], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            133) "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLAKIT_WGMMA_N256_REGS
+                 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : MLAKIT_WGMMA_N256_OUTPUTS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  } else {
+    static_assert(std::is_same_v<T, __half>);
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            133) "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLAKIT_WGMMA_N256_REGS
+                 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : MLAKIT_WGMMA_N256_OUTPUTS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
+#endif
+}
+
 #undef MLAKIT_WGMMA_SCALE_D
-#undef MLAKIT_WGMMA_N32_REGS
-#undef MLAKIT_WGMMA_N32_OUTPUTS
+#undef MLAKIT_WGMMA_N64_REGS
+#undef MLAKIT_WGMMA_N64_OUTPUTS
 #undef MLAKIT_WGMMA_N256_REGS
 #undef MLAKIT_WGMMA_N256_OUTPUTS
 
