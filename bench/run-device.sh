@@ -3,9 +3,12 @@
 # grid for h_q 128 and 16 (s_q 1, PDL on), and the whole reference grid (h_q 128, 64, 16 x s_q 1, 2)
 # on each single backend and tactic and on auto.
 # Usage on the GPU machine (no network; .deps carried): bench/run-device.sh OUTDIR
+# Everything lands in OUTDIR/run/, packed at the end into OUTDIR/run.tgz (the device tool brings
+# back only a few files per call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: bench/run-device.sh OUTDIR}
+top=${1:?usage: bench/run-device.sh OUTDIR}
+out=$top/run
 mkdir -p "$out"
 export PATH=/usr/local/cuda/bin:$PATH
 scripts/device-build.sh build-gpu 90a >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
@@ -32,3 +35,4 @@ for c in "128 1 64 4096" "16 1 128 8192" "128 2 32 8192"; do
 done >"$out/grid-var.txt"
 python3 bench/vs_reference.py "$out"/grid.json "$out"/var-*.json | tee "$out/vs-flashmla.txt" | tail -6
 python3 bench/auto_vs_best.py "$out/grid.json" | tee "$out/auto-vs-best.txt" | tail -1
+tar czf "$top/run.tgz" -C "$top" run && rm -rf "$out"

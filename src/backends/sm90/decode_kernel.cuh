@@ -7,10 +7,11 @@
 //   over the blocks, warpgroup w:
 //     own block:   S = Q K^T (36 wgmma m64n64k16, each column chunk as soon as it lands); mask;
 //                  new row max from the previous block's (published by the other warpgroup);
-//                  P = exp2(S - max) over the stage's rope chunk; publish the max (named barrier
-//                  arrive); O_w *= alpha; O_w += P V_w (4 wgmma m64n256k16, left running).
-//     other block: wait for the other warpgroup's max and P (named barrier sync); O_w *= alpha;
-//                  O_w += P V_w.
+//                  P = exp2(S - max) over the stage's rope chunk; publish the max and P
+//                  (every thread arrives on published[w]); O_w *= alpha; O_w += P V_w (4 wgmma
+//                  m64n256k16, A = P from registers).
+//     other block: wait for the other warpgroup's max and P (published[1 - w], the stage's
+//                  phase); O_w *= alpha; O_w += P V_w (A = P from shared memory).
 //   The stage is released (empty) by each warpgroup once its P V of the block has finished; on
 //   the request's last block each zeroes its half of the V rows past the length first.
 //   epilogue: denominators meet through shared memory; the output or a partial is written.
@@ -45,18 +46,12 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
 
 __device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
 
-// Named barriers of the two consumer warpgroups (256 threads; id 0 is __syncthreads): id 1 for
-// the epilogue, id 2 + w for "warpgroup w published a block's max and P" (w arrives, the other
-// syncs; each use alternates strictly with the other warpgroup's, so one id per direction does).
+// The named barrier of the two consumer warpgroups at the epilogue (256 threads; id 0 is
+// __syncthreads).
 inline constexpr int kEpilogueBarrier = 1;
-inline constexpr int kPublishBarrier = 2;
 
 __device__ __forceinline__ void consumer_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
-}
-
-__device__ __forceinline__ void consumer_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
 }
 
 __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, int32_t col,
@@ -281,7 +276,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         if (valid < kBlockN) zero_v_rows(kv_stage, valid, wg, t);
         cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P and zeros, for wgmma
         // P for the other warpgroup (this one reads its own from registers).
-        consumer_arrive(kPublishBarrier + wg);
+        arrive(&sm.published[wg]);  // every thread: each orders its own stores (and reads)
         rescale(o, step);
         // O_w += P V_w with P from registers. Each P V is issued where its A operand was made:
         // across the branch, ptxas serializes the wgmmas (C7520).
@@ -297,7 +292,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         for (int j = 0; j < kVChunksPerWarpgroup; ++j) {
           wait_parity(&sm.full[stage][wg * kVChunksPerWarpgroup + j], phase);
         }
-        consumer_sync(kPublishBarrier + (wg ^ 1));
+        wait_parity(&sm.published[wg ^ 1], phase);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           step[e] = max_step(m[e], sm.row_max[wg ^ 1][row_a + 8 * e], scale_log2);
@@ -400,6 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kStages; ++i) {
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.full[i][j], 1);
       cuda::ptx::mbarrier_init(&sm.empty[i], 2);
+      cuda::ptx::mbarrier_init(&sm.published[i], 128);
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
