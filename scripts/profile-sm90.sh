@@ -14,22 +14,19 @@ ncu -i "$out/$tag.ncu-rep" --page details >"$out/$tag.details.txt" 2>&1
 grep -E "Duration|Throughput|Stall|Warp Cycles|Eligible|Issued|tensor_op|L2 Hit|Active Warps" "$out/$tag.details.txt" | head -40
 ncu -i "$out/$tag.ncu-rep" --page source --csv --print-source sass >"$out/$tag.sass.csv" 2>/dev/null
 python3 - "$out/$tag.sass.csv" <<'PY'
+# The 25 SASS instructions with the most stall samples, with their top stall reason.
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
-if not rows: sys.exit()
-head = rows[0]
-def col(name):
-    for i, h in enumerate(head):
-        if h.strip() == name: return i
-    return None
-src = col("Source"); total = col("Warp Stall Sampling (All Samples)")
-if src is None or total is None:
-    print(head); sys.exit()
-data = []
-for r in rows[1:]:
-    try: data.append((float(r[total] or 0), r[src]))
-    except (ValueError, IndexError): pass
-s = sum(d[0] for d in data) or 1
-for v, text in sorted(data, reverse=True)[:25]:
-    print(f"{100*v/s:5.1f}% {text[:110]}")
+while rows and "Source" not in rows[0]:
+    rows = rows[1:]  # ncu puts the kernel name first
+if not rows:
+    sys.exit("no SASS table in " + sys.argv[1])
+col = {h: i for i, h in enumerate(rows[0])}
+total = col["Warp Stall Sampling (All Samples)"]
+stalls = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
+data = [r for r in rows[1:] if len(r) == len(rows[0])]
+all_samples = sum(float(r[total] or 0) for r in data) or 1.0
+for r in sorted(data, key=lambda r: -float(r[total] or 0))[:25]:
+    top = max(stalls, key=lambda h: float(r[col[h]] or 0))
+    print(f"{100 * float(r[total] or 0) / all_samples:5.1f}%  {r[col['Source']][:80]:80s} {top}")
 PY

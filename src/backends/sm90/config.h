@@ -14,7 +14,7 @@
 //    warpgroup's softmax runs while the other's MMAs do.
 // Shared memory, all operand tiles in 1024-byte atoms with the 128-byte swizzle that TMA writes
 // and wgmma reads: Q 64 x 576 (9 column chunks of 64 x 64), kStages KV blocks 64 x 576 (P in the
-// last chunk), then the barriers and the exchange. 217 KB of the 227 KB an sm_90 CTA may have.
+// last chunk), then the barriers and the exchange. 219 KB of the 227 KB an sm_90 CTA may have.
 #pragma once
 
 #include <cstddef>
