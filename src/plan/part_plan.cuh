@@ -13,6 +13,7 @@
 // CTA with block-wide barriers; nothing of that here.
 #pragma once
 
+#include "plan/decode_params.h"
 #include "plan/inputs.cuh"
 #include "plan/plan.h"
 
@@ -147,12 +148,11 @@ __device__ __forceinline__ PartPlan part_plan_from_meta(const PlanView& view, in
   return pp;
 }
 
-// The persistent part of CTA `cta` for a decode kernel whose params carry the plan fields (sm80 and
-// sm90 DecodeParams): planned by the calling warp from seq_lens when p.inline_plan (the grid's
+// The persistent part of CTA `cta` for a decode kernel (its params derive from DecodeParamsBase):
+// planned by the calling warp from seq_lens when p.inline_plan (the grid's
 // first CTA also writes every request's metadata for the combine kernel), else read from the plan
 // kernel's metadata. Call from one whole warp, after griddepcontrol.wait.
-template <typename DecodeParams>
-__device__ __forceinline__ PartPlan part_for_cta(const DecodeParams& p, int32_t cta) {
+__device__ __forceinline__ PartPlan part_for_cta(const DecodeParamsBase& p, int32_t cta) {
   if (!p.inline_plan) return part_plan_from_meta(p.plan, cta, p.batch);
   const PlanInputs in{.seq_lens = p.seq_lens,
                       .batch = p.batch,

@@ -123,56 +123,24 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
   const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
-  // Lengths past what the block table can address are clamped: the kernels never read past it.
-  const int32_t max_len =
-      static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size));
+  DecodeParams params{};
+  static_cast<plan::DecodeParamsBase&>(params) =
+      plan::decode_params_base(p, a, shape, view, setup.inline_plan);
+  params.q = a.q;
+  params.kv = a.kv_cache;
+  params.stages = setup.stages;
+  params.scale = a.softmax_scale;
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
     MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
+        plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));
   }
-
-  const DecodeParams params{
-      .q = a.q,
-      .kv = a.kv_cache,
-      .block_table = a.block_table,
-      .block_table_stride = a.block_table_stride,
-      .sinks = p.has_sinks ? a.sinks : nullptr,
-      .out = a.out,
-      .lse = p.return_lse ? a.lse : nullptr,
-      .plan = view,
-      .schedule = shape.schedule,
-      .seq_lens = a.seq_lens,
-      .max_len = max_len,
-      .inline_plan = setup.inline_plan ? 1 : 0,
-      .fixed_cost_blocks = shape.fixed_cost_blocks,
-      .min_chunk_blocks = shape.min_chunk_blocks,
-      .batch = a.batch,
-      .h_q = p.h_q,
-      .s_q = p.s_q,
-      .rows = shape.rows,
-      .page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size)),
-      .stages = setup.stages,
-      .causal = p.causal && p.s_q > 1 ? 1 : 0,
-      .scale_log2 = a.softmax_scale * 1.4426950408889634f,
-      .scale = a.softmax_scale,
-  };
   if (launches & kLaunchDecode) {
     const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
     const dim3 grid(static_cast<unsigned>(ctas));
     MLAKIT_RETURN_IF_ERROR(setup.kernel->launch(params, grid, stream, setup.pdl));
   }
-
   if (launches & kLaunchCombine) {
-    const CombineParams combine{.requests = view.requests,
-                                .partial_lse = view.partial_lse,
-                                .partial_out = view.partial_out,
-                                .sinks = params.sinks,
-                                .out = a.out,
-                                .lse = params.lse,
-                                .batch = a.batch,
-                                .rows = shape.rows,
-                                .h_q = p.h_q};
-    MLAKIT_RETURN_IF_ERROR(launch_combine(combine, p.out_dtype, setup.sm_count, stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(launch_combine(params, p.out_dtype, setup.sm_count, stream, setup.pdl));
   }
   return Status::Ok();
 }

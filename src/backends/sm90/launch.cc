@@ -112,51 +112,21 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
   const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
-  const int32_t max_len =
-      static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size));
+  DecodeParams params{};
+  static_cast<plan::DecodeParamsBase&>(params) =
+      plan::decode_params_base(p, a, shape, view, setup.inline_plan);
   if (!setup.inline_plan) {
     MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, a.seq_lens, a.batch, max_len, stream, setup.pdl));
+        plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));
   }
-
-  DecodeParams params{};
   MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, std::max<int64_t>(q_rows, 1), kRows, "q", &params.q_map));
   MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, kv_rows,
                                      static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
                                      "kv_cache", &params.kv_map));
-  params.block_table = a.block_table;
-  params.block_table_stride = a.block_table_stride;
-  params.sinks = p.has_sinks ? a.sinks : nullptr;
-  params.out = a.out;
-  params.lse = p.return_lse ? a.lse : nullptr;
-  params.plan = view;
-  params.schedule = shape.schedule;
-  params.seq_lens = a.seq_lens;
-  params.max_len = max_len;
-  params.inline_plan = setup.inline_plan ? 1 : 0;
-  params.fixed_cost_blocks = shape.fixed_cost_blocks;
-  params.min_chunk_blocks = shape.min_chunk_blocks;
-  params.batch = a.batch;
-  params.h_q = p.h_q;
-  params.s_q = p.s_q;
-  params.rows = shape.rows;
-  params.page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size));
-  params.causal = p.causal && p.s_q > 1 ? 1 : 0;
-  params.scale_log2 = a.softmax_scale * 1.4426950408889634f;
   const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
   MLAKIT_RETURN_IF_ERROR(
       setup.kernel->launch(params, dim3(static_cast<unsigned>(ctas)), stream, setup.pdl));
-
-  const CombineParams combine{.requests = view.requests,
-                              .partial_lse = view.partial_lse,
-                              .partial_out = view.partial_out,
-                              .sinks = params.sinks,
-                              .out = a.out,
-                              .lse = params.lse,
-                              .batch = a.batch,
-                              .rows = shape.rows,
-                              .h_q = p.h_q};
-  return launch_combine(combine, p.out_dtype, setup.sm_count, stream, setup.pdl);
+  return launch_combine(params, p.out_dtype, setup.sm_count, stream, setup.pdl);
 }
 
 }  // namespace mlakit::sm90

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "mlakit/mlakit.h"
+#include "plan/decode_params.h"
 #include "plan/plan.h"
 
 namespace mlakit {
@@ -29,5 +30,20 @@ struct CombineParams {
 // rows); pdl: programmatic stream serialization (sm_90+).
 Status launch_combine(const CombineParams& params, DType out_dtype, int32_t sm_count,
                       cudaStream_t stream, bool pdl);
+
+// The combine of a decode kernel's partials: everything it needs is in the decode parameters.
+inline Status launch_combine(const plan::DecodeParamsBase& d, DType out_dtype, int32_t sm_count,
+                             cudaStream_t stream, bool pdl) {
+  const CombineParams combine{.requests = d.plan.requests,
+                              .partial_lse = d.plan.partial_lse,
+                              .partial_out = d.plan.partial_out,
+                              .sinks = d.sinks,
+                              .out = d.out,
+                              .lse = d.lse,
+                              .batch = d.batch,
+                              .rows = d.rows,
+                              .h_q = d.h_q};
+  return launch_combine(combine, out_dtype, sm_count, stream, pdl);
+}
 
 }  // namespace mlakit

@@ -1,0 +1,67 @@
+// The parameters every decode kernel takes from RunArgs and Problem, whatever its backend: inputs
+// and outputs other than q and the cache, the plan's view of the workspace and the plan shape.
+// A backend's DecodeParams derives from it and adds how it reads q and the cache (pointers for
+// sm80, TMA tensor maps for sm90) and its own settings; part_for_cta and the combine kernel read
+// only these fields.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+#include "mlakit/mlakit.h"
+#include "plan/plan.h"
+
+namespace mlakit::plan {
+
+struct DecodeParamsBase {
+  const int32_t* block_table;  // [b, block_table_stride] page ids
+  int64_t block_table_stride;  // elements between rows of block_table
+  const float* sinks;          // [h_q] or nullptr
+  void* out;                   // [b, s_q, h_q, 512] of T
+  float* lse;                  // [b, s_q, h_q] or nullptr
+  PlanView plan;               // metadata and partials in the workspace
+  Schedule schedule;
+  const int32_t* seq_lens;    // [b]
+  int32_t max_len;            // lengths are clamped to [0, max_len]
+  int32_t inline_plan;        // 1: persistent, each CTA plans its part (plan/part_plan.cuh)
+  int32_t fixed_cost_blocks;  // inline_plan: the plan shape's partition constants
+  int32_t min_chunk_blocks;
+  int32_t batch;
+  int32_t h_q;
+  int32_t s_q;
+  int32_t rows;        // s_q * h_q
+  int32_t page_shift;  // log2(page_size): page sizes are powers of two
+  int32_t causal;      // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
+  float scale_log2;    // softmax_scale * log2(e)
+};
+
+inline DecodeParamsBase decode_params_base(const Problem& p, const RunArgs& a,
+                                           const PlanShape& shape, const PlanView& view,
+                                           bool inline_plan) {
+  return DecodeParamsBase{
+      .block_table = a.block_table,
+      .block_table_stride = a.block_table_stride,
+      .sinks = p.has_sinks ? a.sinks : nullptr,
+      .out = a.out,
+      .lse = p.return_lse ? a.lse : nullptr,
+      .plan = view,
+      .schedule = shape.schedule,
+      .seq_lens = a.seq_lens,
+      // Lengths past what the block table can address are clamped: the kernels never read past.
+      .max_len = static_cast<int32_t>(
+          std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size)),
+      .inline_plan = inline_plan ? 1 : 0,
+      .fixed_cost_blocks = shape.fixed_cost_blocks,
+      .min_chunk_blocks = shape.min_chunk_blocks,
+      .batch = a.batch,
+      .h_q = p.h_q,
+      .s_q = p.s_q,
+      .rows = shape.rows,
+      .page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size)),
+      .causal = p.causal && p.s_q > 1 ? 1 : 0,
+      .scale_log2 = a.softmax_scale * 1.4426950408889634f,
+  };
+}
+
+}  // namespace mlakit::plan
