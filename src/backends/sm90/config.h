@@ -4,8 +4,8 @@
 // One CTA computes a tile of 64 query rows ((token, head) pairs of one request) against 64-token
 // KV blocks. 384 threads: two consumer warpgroups and one producer warpgroup, of which one
 // warp works (ptxas sizes registers per warpgroup: a lone producer warp costs as much).
-//  - producer warp: one lane issues the TMA copies (Q tile once per chunk, then each KV block)
-//    into a ring of kStages stages, each 64-column chunk completing on its own mbarrier.
+//  - producer warp: issues the TMA copies (Q tile once per chunk, then each KV block) into a ring
+//    of kStages stages, lane j the 64-column chunk j, each completing on its own mbarrier.
 //  - consumer warpgroups, out of phase: warpgroup w owns the blocks of stage w (every other
 //    block). For its own block it computes S = Q K^T (wgmma m64n64), the running row max and
 //    P = exp(S - max), writes P over the stage's rope chunk (K columns 512..575, no longer

@@ -1,8 +1,8 @@
 // The sm90 MLA decode kernel (config.h has the roles and the shared-memory plan; the schedule is
 // in docs/sm90-decode.md). Per chunk of one request's tokens (src/plan/work.cuh):
-//   producer lane:  wait q_empty, TMA the Q tile (9 boxes) onto q_full; per 64-token block: wait
-//                   empty[stage], TMA the block's 9 column chunks (one or two pages), chunk j onto
-//                   full[stage][j] with its byte count.
+//   producer warp:  wait q_empty, TMA the Q tile (9 boxes, one per lane) onto q_full; per 64-token
+//                   block: wait empty[stage], then lane j the TMA of the block's column chunk j
+//                   (one or two pages) onto full[stage][j] with its byte count.
 //   consumer warpgroups, out of phase: block n belongs to warpgroup n % 2 (its stage). In order
 //   over the blocks, warpgroup w:
 //     own block:   S = Q K^T (36 wgmma m64n64k16, each column chunk as soon as it lands); mask;
@@ -73,14 +73,16 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
+    // Lane j issues chunk j (one thread issuing all nine spent ~200 cycles a chunk).
     if (lane == 0) {
       wait_parity(&sm.q_empty, (n_chunk & 1) ^ 1);
       (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                                  cuda::ptx::space_shared, &sm.q_full, kTileBytes);
-      for (int j = 0; j < kQkChunks; ++j) {
-        tma_load_2d(s.q + j * kChunkBytes, &p.q_map, j * kChunkElems, c.request * p.rows + row0,
-                    &sm.q_full);
-      }
+    }
+    __syncwarp();
+    if (lane < kQkChunks) {
+      tma_load_2d(s.q + lane * kChunkBytes, &p.q_map, lane * kChunkElems, c.request * p.rows + row0,
+                  &sm.q_full);
     }
     ++n_chunk;
     const int32_t* table = p.block_table + c.request * p.block_table_stride;
@@ -98,25 +100,24 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       }
       const int32_t id0 = __shfl_sync(0xffffffffu, ids, page % 32);
       const int32_t id1 = __shfl_sync(0xffffffffu, ids, (page + 1) % 32);
-      if (lane == 0) {
-        const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
-        wait_parity(&sm.empty[stage], phase ^ 1);
-        // With two pages the second is loaded only when the chunk reaches it (past the length
-        // the block table may hold anything); its rows are then masked and zeroed as V.
+      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+      if (lane == 0) wait_parity(&sm.empty[stage], phase ^ 1);
+      __syncwarp();
+      // Lane j issues column chunk j onto its own barrier. With two pages the second is loaded
+      // only when the chunk reaches it (past the length the block table may hold anything); its
+      // rows are then masked and zeroed as V.
+      if (lane < kQkChunks) {
         const bool second = two_pages && tok0 + page_size < c.token_end;
         const uint32_t bytes = two_pages && !second ? kChunkBytes / 2 : kChunkBytes;
-        uint8_t* dst = s.kv + stage * kTileBytes;
+        uint8_t* dst = s.kv + stage * kTileBytes + lane * kChunkBytes;
         const int32_t row = (id0 << p.page_shift) + (tok0 & (page_size - 1));
-        for (int j = 0; j < kQkChunks; ++j) {
-          uint64_t* bar = &sm.full[stage][j];
-          (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                     cuda::ptx::space_shared, bar, bytes);
-          tma_load_2d(dst + j * kChunkBytes, &p.kv_map, j * kChunkElems, row, bar);
-          if (second) {
-            tma_load_2d(dst + j * kChunkBytes + kChunkBytes / 2, &p.kv_map, j * kChunkElems,
-                        id1 << p.page_shift, bar);
-          }
-        }
+        uint64_t* bar = &sm.full[stage][lane];
+        (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                   cuda::ptx::space_shared, bar, bytes);
+        tma_load_2d(dst, &p.kv_map, lane * kChunkElems, row, bar);
+        if (second)
+          tma_load_2d(dst + kChunkBytes / 2, &p.kv_map, lane * kChunkElems, id1 << p.page_shift,
+                      bar);
       }
       __syncwarp();
     }
@@ -392,6 +393,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
   const int32_t cta = static_cast<int32_t>(blockIdx.x / m_tiles);
   if (threadIdx.x == 0) {
+    // The tensor maps are kernel parameters (no earlier kernel writes them): into the TMA unit's
+    // cache before the PDL wait, as CUTLASS mainloops do.
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.kv_map) : "memory");
     for (int i = 0; i < kStages; ++i) {
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.full[i][j], 1);
       cuda::ptx::mbarrier_init(&sm.empty[i], 2);
