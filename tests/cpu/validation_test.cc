@@ -12,19 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "cpu_run.h"
 #include "harness/workload.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit_test {
 namespace {
-
-using mlakit::Decoder;
-using mlakit::DType;
-using mlakit::KvLayout;
-using mlakit::Problem;
-using mlakit::RunArgs;
-using mlakit::Status;
-using mlakit::StatusCode;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
