@@ -366,10 +366,17 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         }
       } else {
         float* g = p.plan.partial_out + at;
+        // Kept in L2 for the combine kernel (evict_last): the KV stream of the call would
+        // otherwise push part of the partials out before they are read (H200, A/B in one call:
+        // 0.3-1.5% faster at batch 8-32, e.g. h_q 16 b 32 L 4096 49.7 -> 48.9 us).
+        uint64_t policy;
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
 #pragma unroll
         for (int i = 2 * e; i < 128; i += 4) {
-          *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
-              make_float2(o[i] * scale[e], o[i + 1] * scale[e]);
+          asm volatile(
+              "st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(g + 8 * (i / 4)),
+              "f"(o[i] * scale[e]), "f"(o[i + 1] * scale[e]), "l"(policy)
+              : "memory");
         }
       }
     }
