@@ -81,6 +81,8 @@ TEST(Sm90Sanitize, Small) {
       {DType::kFP16, 64, 64, 2, Lens::kSkewed, false, true, 1, 0, 12},
       {DType::kBF16, 128, 128, 2, Lens::kFixed, true, false, 0, 2, 150},
       {DType::kBF16, 32, 8, 2, Lens::kSkewed, true, true, 1, 0, 10},
+      // ~4 blocks per chunk: both stages reused within a chunk.
+      {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 64, 512},
   };
   check_cases(small, 900, kBackend);
 }
