@@ -239,6 +239,7 @@ bool plans_in_kernel(const PlanShape& s) {
 
 WorkspaceLayout workspace_layout(const PlanShape& s) {
   WorkspaceLayout w;
+  if (s.schedule == Schedule::kCluster) return w;  // nothing: merged in the cluster
   const bool persistent = s.schedule == Schedule::kPersistent;
   const int64_t max_blocks = ceil_div<int64_t>(s.max_seq_len, s.block_n);
   if (max_blocks > 1) {

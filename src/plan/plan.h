@@ -18,10 +18,15 @@
 //    chunk s of request r. One chunk length for the batch, priced by waves of `num_parts` CTAs
 //    (one_shot.cuh; at least `min_chunk_blocks` blocks, at most `max_splits` chunks per request);
 //    CTAs past their request's last chunk exit at once.
-// Either way a request with one chunk is written directly; a request with k > 1 chunks writes k
-// partials (fp32 out, natural-log LSE) into consecutive slots from `split_offset`, and the combine
-// kernel (kernels/common/combine.h) merges them. A request of length 0 has no chunk: the combine
-// kernel writes its zeros and -inf LSE.
+//  - cluster (sm90): a grid of S CTAs per request and query tile, launched as clusters of S
+//    (blockIdx.x = (request * tiles + tile) * S + split; S chosen per call from the batch, at most
+//    8); split k takes blocks [k * c, (k + 1) * c) of its request, c = ceil(blocks / S), possibly
+//    none. The S CTAs merge their results through distributed shared memory: no plan kernel, no
+//    workspace, no combine kernel (work.cuh, the sm90 kernel).
+// Either way (persistent or one-shot) a request with one chunk is written directly; a request with
+// k > 1 chunks writes k partials (fp32 out, natural-log LSE) into consecutive slots from
+// `split_offset`, and the combine kernel (kernels/common/combine.h) merges them. A request of
+// length 0 has no chunk: the combine kernel writes its zeros and -inf LSE.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,6 +46,7 @@ __host__ __device__ constexpr T ceil_div(T a, T b) {
 enum class Schedule : int32_t {
   kPersistent = 0,
   kOneShot = 1,
+  kCluster = 2,
 };
 
 // Per request, written by the plan kernel (or, persistent with the plan in the decode kernel, by
@@ -119,7 +125,7 @@ struct PlanView {
   float* partial_out;     // [max_slots, rows, 512]
   int32_t block_n;
   int32_t num_parts;   // persistent: parts per query tile
-  int32_t max_splits;  // one-shot: CTAs per request
+  int32_t max_splits;  // one-shot: CTAs per request; cluster: CTAs per cluster (S)
 };
 PlanView plan_view(const PlanShape& shape, const WorkspaceLayout& layout, void* workspace,
                    int max_splits);

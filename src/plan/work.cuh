@@ -14,13 +14,18 @@ struct Chunk {
   int32_t seq_len;      // the request's (clamped) length
   int32_t token_begin;  // multiple of block_n
   int32_t token_end;    // <= seq_len
-  int32_t slot;         // partial slot; -1 when the chunk is the whole request
+  int32_t slot;         // partial slot; -1 when the chunk is the whole request; kSlotCluster
 };
+
+// Chunk::slot of the cluster schedule: the cluster's CTAs merge their results (plan.h).
+inline constexpr int32_t kSlotCluster = -2;
 
 // The chunks of CTA `cta` (its index among the CTAs of one query tile) in order, under either
 // schedule: persistent, the non-empty chunks of part `cta`; one-shot, chunk cta / batch of
 // request cta % batch (split-major: the CTAs of the first chunks, which always have work, are
-// scheduled first), if the request has that many. All threads of the CTA see the same chunks.
+// scheduled first), if the request has that many; cluster, chunk cta % S of request cta / S,
+// always (empty when the request is too short; its cluster still merges it). All threads of the
+// CTA see the same chunks.
 // One loop serves both schedules, so a kernel inlines its chunk code once.
 class ChunkIterator {
  public:
@@ -34,12 +39,29 @@ class ChunkIterator {
         cta_(cta),
         batch_(batch),
         max_len_(max_len),
-        one_shot_(schedule == Schedule::kOneShot),
-        request_(one_shot_ ? 0 : part->begin_request) {}
+        schedule_(schedule),
+        request_(schedule == Schedule::kPersistent ? part->begin_request : 0) {}
 
   // The next chunk into *chunk; false when there is none.
   __device__ __forceinline__ bool next(Chunk* chunk) {
-    if (one_shot_) {
+    if (schedule_ == Schedule::kCluster) {
+      if (request_++ > 0) return false;
+      const int32_t splits = view_.max_splits;
+      const int32_t request = cta_ / splits, split = cta_ % splits;
+      const int32_t seq_len = clamped_len(seq_lens_, request, batch_, max_len_);
+      const int32_t blocks = ceil_div(seq_len, view_.block_n);
+      const int32_t per = ceil_div(blocks, splits);
+      const int32_t begin = min(split * per, blocks);
+      const int32_t end = min(begin + per, blocks);
+      *chunk = Chunk{.request = request,
+                     .seq_len = seq_len,
+                     .token_begin = begin * view_.block_n,
+                     .token_end = min(end * view_.block_n, seq_len),
+                     .slot = splits > 1 ? kSlotCluster : -1};
+      if (chunk->token_end < chunk->token_begin) chunk->token_end = chunk->token_begin;
+      return true;
+    }
+    if (schedule_ == Schedule::kOneShot) {
       if (request_++ > 0) return false;
       const int32_t split = cta_ / batch_, request = cta_ % batch_;
       const RequestMeta rm = view_.requests[request];
@@ -83,8 +105,9 @@ class ChunkIterator {
   int32_t cta_;
   int32_t batch_;
   int32_t max_len_;
-  bool one_shot_;
-  int32_t request_;  // persistent: the next request to look at; one-shot: chunks handed out
+  Schedule schedule_;
+  int32_t
+      request_;  // persistent: the next request to look at; one-shot, cluster: chunks handed out
 };
 
 }  // namespace mlakit::plan

@@ -76,7 +76,7 @@ Output download(const harness::HostInputs& in, const FixedBuffers& b) {
 
 void check_graph_replay(const char* backend, int page_size) {
   for (const int h_q : {16, 64}) {
-    for (int tactic = 0; tactic < 2; ++tactic) {
+    for (const int tactic : tactic_ids(backend, Problem{})) {
       SCOPED_TRACE(::testing::Message() << "h_q " << h_q << " tactic " << tactic);
       Problem p;
       p.h_q = h_q;
@@ -157,7 +157,7 @@ void check_pdl_bitwise(const char* backend, int page_size) {
     int h_q, s_q;
   };
   for (const Shape shape : {Shape{16, 1}, Shape{128, 2}}) {
-    for (int tactic = 0; tactic < 2; ++tactic) {
+    for (const int tactic : tactic_ids(backend, Problem{})) {
       SCOPED_TRACE(::testing::Message()
                    << "h_q " << shape.h_q << " s_q " << shape.s_q << " tactic " << tactic);
       Problem p;

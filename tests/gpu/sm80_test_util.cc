@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/backend.h"
 #include "core/check.h"
 
 namespace mlakit::testing {
@@ -160,9 +161,15 @@ void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend
   }
 }
 
+std::vector<int> tactic_ids(const char* backend, const Problem& p) {
+  std::vector<int> ids;
+  for (const Tactic& t : find_backend(backend)->tactics(p)) ids.push_back(t.id);
+  return ids;
+}
+
 void check_each_tactic(std::span<const Case> cases, uint64_t seed, const char* backend) {
   for (Case c : cases) {
-    for (int tactic = 0; tactic < 2; ++tactic) {
+    for (const int tactic : tactic_ids(backend, case_problem(c, case_lengths(c, seed)))) {
       c.tactic = tactic;
       SCOPED_TRACE(case_name(c));
       check_case(c, seed++, backend);

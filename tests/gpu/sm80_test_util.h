@@ -90,6 +90,9 @@ Status run_device(const Decoder& decoder, const harness::HostInputs& in,
 // with the cpu reference; prints one line per case.
 void check_case(const Case& c, uint64_t seed, const char* backend);
 
+// The ids of every tactic `backend` offers for `p`.
+std::vector<int> tactic_ids(const char* backend, const Problem& p);
+
 // check_case for each case in turn, with seeds seed, seed + 1, ...
 void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend);
 // check_case for each case with tactic 0, then 1, with seeds seed, seed + 1, ...

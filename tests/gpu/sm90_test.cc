@@ -4,7 +4,8 @@
 // Same inputs, poisoning and tolerance as sm80_test.cc (see there): every element is compared
 // with harness::default_tolerance. What sm90 claims to run, and so what is covered here: bf16 or
 // fp16 (q, kv and out alike), page sizes 32, 64 and 128, h_q 1..128, s_q 1..8 causal or not,
-// variable lengths including 0, sinks, lse, tactics 0 (persistent) and 1 (one-shot).
+// variable lengths including 0, sinks, lse, tactics 0 (persistent), 1 (one-shot) and 2 (cluster:
+// the CTAs of a request merge through distributed shared memory, no combine kernel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,8 +51,26 @@ TEST(Sm90, Sweep) {
   check_cases(kSweep, 100, kBackend);
 }
 
+// The sweep again under the cluster schedule (tactic 2): every case's batch decides the cluster
+// size (up to 8 CTAs per request and tile for small batches, fewer for large ones, one for the
+// largest).
+TEST(Sm90, ClusterSweep) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  std::vector<Case> cases(std::begin(kSweep), std::end(kSweep));
+  for (Case& c : cases) c.tactic = 2;
+  // Larger batches: fewer CTAs per request (down to one, written directly).
+  // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic, batch}
+  const Case larger[] = {
+      {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 2, 20},
+      {DType::kFP16, 32, 128, 1, Lens::kFixed, false, true, 2, 30},
+      {DType::kBF16, 128, 64, 2, Lens::kSkewed, true, false, 2, 100},
+  };
+  cases.insert(cases.end(), std::begin(larger), std::end(larger));
+  check_cases(cases, 300, kBackend);
+}
+
 // The common edges with page sizes 1 -> 128 and 16 -> 32 (64 and 32 stay), plus sm90's own tile
-// and length edges; each with both tactics.
+// and length edges; each with every tactic.
 TEST(Sm90, Edges) {
   MLAKIT_SKIP_WITHOUT_SM90();
   std::vector<Case> edges = common_edges();
@@ -71,8 +90,8 @@ TEST(Sm90, Edges) {
 }
 
 // The short sweep that scripts/sanitize.sh runs under compute-sanitizer: page sizes 32, 64 and
-// 128, both tactics, split (skewed: one request 50x the rest) and unsplit requests, s_q 2, sinks
-// and lse; small enough for racecheck.
+// 128, all three tactics, split (skewed: one request 50x the rest) and unsplit requests, s_q 2,
+// sinks and lse, the cluster schedule; small enough for racecheck.
 TEST(Sm90Sanitize, Small) {
   MLAKIT_SKIP_WITHOUT_SM90();
   // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic, batch, len}
@@ -81,6 +100,8 @@ TEST(Sm90Sanitize, Small) {
       {DType::kFP16, 64, 64, 2, Lens::kSkewed, false, true, 1, 0, 12},
       {DType::kBF16, 128, 128, 2, Lens::kFixed, true, false, 0, 2, 150},
       {DType::kBF16, 32, 8, 2, Lens::kSkewed, true, true, 1, 0, 10},
+      {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 2, 0, 300},
+      {DType::kFP16, 32, 16, 2, Lens::kSkewed, false, true, 2, 0, 40},
       // ~4 blocks per chunk: both stages reused within a chunk.
       {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 64, 512},
   };

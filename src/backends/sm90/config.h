@@ -53,6 +53,7 @@ struct SmallStorage {
   uint64_t published[2];              // warpgroup w's block: its max and P are out (128)
   float row_max[2][kRows];            // per warpgroup: the running max after its last block
   float red_sum[2][2][kRows];         // per chunk parity and warpgroup: softmax denominators
+  float merge_lse[kRows];             // cluster schedule: this CTA's LSE per row, for the merge
   plan::PartPlan part;                // persistent: this CTA's part
 };
 
@@ -61,5 +62,6 @@ inline constexpr size_t kKvOffset = kQOffset + kTileBytes;
 inline constexpr size_t kSmallOffset = kKvOffset + size_t{kStages} * kTileBytes;
 // The dynamic allocation: the layout above from a 1024-aligned base inside it.
 inline constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
 
 }  // namespace mlakit::sm90

@@ -15,6 +15,11 @@
 //   The stage is released (empty) by each warpgroup once its P V of the block has finished; on
 //   the request's last block each zeroes its half of the V rows past the length first.
 //   epilogue: denominators meet through shared memory; the output or a partial is written.
+//   Cluster schedule (plan.h): each CTA of a cluster of S computes one chunk of the request and
+//   leaves its normalized result and LSE in its own shared memory (over the KV stages); after a
+//   cluster barrier CTA k merges rows [64k / S, 64(k + 1) / S) (rounded down) of all S through
+//   distributed shared memory and writes them (the combine kernel's arithmetic, no partials in
+//   global memory).
 #pragma once
 
 #include <cuda/ptx>
@@ -45,6 +50,39 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
 }
 
 __device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
+
+// All threads of the cluster (release, then acquire).
+__device__ __forceinline__ void cluster_sync() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+}
+
+// The shared::cluster address of `local` (this CTA's shared memory) in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float4 ld_cluster_v4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// Cluster schedule: a CTA's normalized result (64 rows x 512 fp32, rows 520 floats apart against
+// bank conflicts) lies over its KV stages, its LSE per row in SmallStorage::merge_lse.
+inline constexpr int kMergeStride = kDv + 8;
+static_assert(size_t{kRows} * kMergeStride * 4 <= size_t{kStages} * kTileBytes);
 
 // The named barrier of the two consumer warpgroups at the epilogue (256 threads; id 0 is
 // __syncthreads).
@@ -330,7 +368,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       if (lane % 4 == 0) sm.red_sum[chunk_parity][wg][row_a + 8 * e] = l[e];
     }
     consumer_sync(kEpilogueBarrier);
-    const bool direct = c.slot < 0;
+    const bool merged = c.slot == plan::kSlotCluster;  // left in shared memory for the cluster
+    const bool direct = c.slot == -1;
     float scale[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -343,13 +382,30 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       if (r < p.rows) {
         if (direct && p.sinks != nullptr && any) scale[e] /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
         if (wg == 0 && lane % 4 == 0) {
-          if (!direct) {
+          if (merged) {
+            sm.merge_lse[row] = lse;
+          } else if (!direct) {
             p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
           } else if (p.lse != nullptr) {
             p.lse[int64_t{c.request} * p.rows + r] = lse;
           }
         }
       }
+    }
+    if (merged) {
+      // Both warpgroups are past their last P V (the barrier above) and every copy has landed:
+      // the stages are free.
+      float* buf = reinterpret_cast<float*>(s.kv);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float* g = buf + (row_a + 8 * e) * kMergeStride + wg * kColsPerWarpgroup + 2 * (lane % 4);
+#pragma unroll
+        for (int i = 2 * e; i < 128; i += 4) {
+          *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
+              make_float2(o[i] * scale[e], o[i + 1] * scale[e]);
+        }
+      }
+      continue;
     }
     const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
 #pragma unroll
@@ -383,6 +439,58 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   }
 }
 
+// Cluster schedule, after a cluster barrier: this CTA's share of the request's rows merged from
+// the S CTAs' results (each thread a float4 of a row at a time) and written with the LSE.
+template <typename T>
+__device__ __forceinline__ void merge_cluster(const DecodeParams& p, const Smem& s, int m_tile,
+                                              int32_t request) {
+  const uint32_t splits = static_cast<uint32_t>(p.plan.max_splits);
+  const int rank = static_cast<int>(cuda::ptx::get_sreg_cluster_ctarank());
+  const int row_begin = rank * kRows / static_cast<int>(splits);
+  const int row_end = (rank + 1) * kRows / static_cast<int>(splits);
+  const uint32_t lse_base = ptx::smem_u32(s.small->merge_lse);
+  const uint32_t buf_base = ptx::smem_u32(s.kv);
+  constexpr int kFloat4s = kDv / 4;
+  for (int idx = static_cast<int>(threadIdx.x); idx < (row_end - row_begin) * kFloat4s;
+       idx += kConsumerThreads) {
+    const int row = row_begin + idx / kFloat4s;
+    const int col4 = idx % kFloat4s;
+    const int32_t r = m_tile * kRows + row;
+    if (r >= p.rows) continue;
+    float max_lse = -INFINITY;
+    for (uint32_t k = 0; k < splits; ++k) {
+      max_lse = fmaxf(max_lse, ld_cluster_f32(map_to_rank(lse_base + 4 * row, k)));
+    }
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float lse = -INFINITY;
+    if (max_lse != -INFINITY) {
+      float sum = 0.0f;
+      for (uint32_t k = 0; k < splits; ++k) {
+        const float l = ld_cluster_f32(map_to_rank(lse_base + 4 * row, k));
+        const float w = __expf(l - max_lse);
+        const float4 v =
+            ld_cluster_v4(map_to_rank(buf_base + 4 * (row * kMergeStride + 4 * col4), k));
+        sum += w;
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+      }
+      lse = max_lse + logf(sum);
+      float scale = 1.0f / sum;
+      if (p.sinks != nullptr) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
+      acc.x *= scale;
+      acc.y *= scale;
+      acc.z *= scale;
+      acc.w *= scale;
+    }
+    const int64_t at = int64_t{request} * p.rows + r;
+    T* g = static_cast<T*>(p.out) + at * kDv + 4 * col4;
+    *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
+    if (p.lse != nullptr && col4 == 0) p.lse[at] = lse;
+  }
+}
+
 #endif  // MLAKIT_SM90_WGMMA
 
 template <typename T>
@@ -397,8 +505,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                .small = reinterpret_cast<SmallStorage*>(base + kSmallOffset)};
   SmallStorage& sm = *s.small;
   const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
-  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
-  const int32_t cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  // Cluster schedule: blockIdx.x = (request * m_tiles + tile) * S + split, a cluster per
+  // (request, tile); cta = request * S + split for the chunk iterator. Else the query tile fastest.
+  const bool clustered = p.schedule == plan::Schedule::kCluster;
+  const int32_t splits = clustered ? p.plan.max_splits : 1;
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x) / splits;
+  const int m_tile = static_cast<int>(clustered ? tile_index % m_tiles : blockIdx.x % m_tiles);
+  const int32_t cta = clustered ? tile_index / m_tiles * splits + blockIdx.x % splits
+                                : static_cast<int32_t>(blockIdx.x / m_tiles);
+  const bool merges = clustered && splits > 1;
   if (threadIdx.x == 0) {
     // The tensor maps are kernel parameters (no earlier kernel writes them): into the TMA unit's
     // cache before the PDL wait, as CUTLASS mainloops do.
@@ -424,9 +539,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x < kConsumerThreads + 32) produce(p, s, m_tile, cta);
+    if (merges) {
+      cluster_sync();  // the consumers' results are out
+      cluster_sync();  // and merged
+    }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
     consume<T>(p, s, m_tile, cta);
+    if (merges) {
+      cluster_sync();  // every CTA's result and LSE in its shared memory
+      merge_cluster<T>(p, s, m_tile, cta / splits);
+      cluster_sync();  // no CTA leaves while another reads its shared memory
+    }
   }
 #endif
 }
@@ -447,9 +571,28 @@ Status prepare_decode() {
 }
 
 template <typename T>
-Status launch_decode(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  MLAKIT_CUDA_RETURN(
-      pdl::launch(decode_kernel<T>, grid, dim3(kThreads), kSmemBytes, stream, pdl, p));
+Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T>, grid, dim3(kThreads), kSmemBytes,
+                                           stream, pdl, static_cast<unsigned>(cluster), p));
+  return Status::Ok();
+}
+
+// How many clusters of `cluster` CTAs of the kernel the device runs at once (one CTA per SM; a
+// cluster's CTAs share a GPC, so this can be less than SMs / cluster).
+template <typename T>
+Status max_active_clusters(int cluster, int* count) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(count, decode_kernel<T>, &config));
   return Status::Ok();
 }
 

@@ -77,10 +77,20 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   setup->problem = p;
   setup->kernel = &kernel;
   setup->m_tiles = m_tiles;
+  const plan::Schedule schedule = tactic == 1   ? plan::Schedule::kOneShot
+                                  : tactic == 2 ? plan::Schedule::kCluster
+                                                : plan::Schedule::kPersistent;
+  if (schedule == plan::Schedule::kCluster) {
+    setup->cluster_ctas[1] = device.sm_count;
+    for (int k = 2; k <= kMaxCluster; ++k) {
+      int clusters = 0;
+      MLAKIT_RETURN_IF_ERROR(kernel.max_active_clusters(k, &clusters));
+      setup->cluster_ctas[k] = clusters * k;
+    }
+  }
   // One CTA per SM and query tile.
-  setup->shape =
-      plan::make_plan_shape(p, tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
-                            kBlockN, kFixedCostBlocks, kMinChunkBlocks, device.sm_count / m_tiles);
+  setup->shape = plan::make_plan_shape(p, schedule, kBlockN, kFixedCostBlocks, kMinChunkBlocks,
+                                       device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl;
@@ -110,12 +120,20 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
         reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned" : "kv_cache misaligned");
   }
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
-  const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
+  const bool cluster = shape.schedule == plan::Schedule::kCluster;
+  int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
+  if (cluster) {
+    // The most CTAs per (request, tile), up to 8, whose grid still runs in one wave.
+    const int64_t tiles = int64_t{a.batch} * setup.m_tiles;
+    int k = kMaxCluster;
+    while (k > 1 && tiles * k > setup.cluster_ctas[k]) --k;
+    max_splits = k;
+  }
   const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
   DecodeParams params{};
   static_cast<plan::DecodeParamsBase&>(params) =
       plan::decode_params_base(p, a, shape, view, setup.inline_plan);
-  if (!setup.inline_plan) {
+  if (!setup.inline_plan && !cluster) {
     MLAKIT_RETURN_IF_ERROR(
         plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));
   }
@@ -123,9 +141,12 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, kv_rows,
                                      static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
                                      "kv_cache", &params.kv_map));
-  const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
-  MLAKIT_RETURN_IF_ERROR(
-      setup.kernel->launch(params, dim3(static_cast<unsigned>(ctas)), stream, setup.pdl));
+  const int64_t ctas =
+      int64_t{one_shot || cluster ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
+  MLAKIT_RETURN_IF_ERROR(setup.kernel->launch(params, dim3(static_cast<unsigned>(ctas)),
+                                              cluster ? max_splits : 1, stream, setup.pdl));
+  // The cluster schedule merges and writes everything itself.
+  if (cluster) return Status::Ok();
   return launch_combine(params, p.out_dtype, setup.sm_count, stream, setup.pdl);
 }
 

@@ -18,12 +18,20 @@ namespace mlakit::sm90 {
 struct DecodeKernel {
   // Sets the shared-memory limit; fails when the build has no sm_90a code for the kernel.
   Status (*prepare)();
-  Status (*launch)(const DecodeParams& params, dim3 grid, cudaStream_t stream, bool pdl);
+  // cluster: CTAs per cluster (1: none).
+  Status (*launch)(const DecodeParams& params, dim3 grid, int cluster, cudaStream_t stream,
+                   bool pdl);
+  // Clusters of `cluster` CTAs the device runs at once (after prepare).
+  Status (*max_active_clusters)(int cluster, int* count);
 };
 
 // Defined in decode_<dtype>.cu.
 const DecodeKernel& decode_kernel_bf16();
 const DecodeKernel& decode_kernel_fp16();
+
+// The largest cluster (CTAs per request and query tile) of the cluster schedule: the portable
+// limit.
+inline constexpr int kMaxCluster = 8;
 
 struct Setup {
   Problem problem;
@@ -34,9 +42,13 @@ struct Setup {
   bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel
   bool pdl = false;
   int32_t sm_count = 1;
+  // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's
+  // CTAs share a GPC, so fewer than the SMs for most k).
+  int32_t cluster_ctas[kMaxCluster + 1] = {};
 };
 
-// tactic: 0 persistent, 1 one-shot.
+// tactic: 0 persistent, 1 one-shot, 2 cluster (plan.h: S CTAs per request and query tile merging
+// through distributed shared memory, S picked per call from the batch; no combine kernel).
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
 
 // Plan, decode and combine on `stream`. Host work only (the tensor maps are encoded here).

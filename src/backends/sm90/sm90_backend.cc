@@ -63,7 +63,8 @@ Status can_run(const Problem& p, const DeviceInfo&) {
 bool defers(const Problem& p, const DeviceInfo&) { return p.h_q * p.s_q <= 16; }
 
 std::vector<Tactic> tactics(const Problem&) {
-  return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
+  return {
+      {.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}, {.id = 2, .name = "cluster"}};
 }
 
 Status create(const Problem& problem, int tactic, const DeviceInfo& device,
@@ -83,7 +84,7 @@ const BackendEntry& sm90_backend_entry() {
       .supports =
           "sm_90 only; q/kv/out bf16 or fp16; page size 32, 64, 128; h_q 1..128; s_q "
           "1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: "
-          "persistent, one-shot",
+          "persistent, one-shot, cluster",
       .device_memory = true,
       .available = available,
       .can_run = can_run,

@@ -33,21 +33,35 @@ __device__ __forceinline__ void griddepcontrol_launch_dependents() {
 }
 
 // Launches `kernel` with cudaLaunchKernelEx; `pdl` sets programmatic stream serialization (only
-// pass true on sm_90 and newer). Returns the launch error.
+// pass true on sm_90 and newer); `cluster_x` > 1 groups consecutive CTAs of the 1-D grid into
+// clusters of that many (sm_90 and newer; the grid a multiple of it). Returns the launch error.
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                   cudaStream_t stream, bool pdl, Args&&... args) {
-  cudaLaunchAttribute attribute[1];
+cudaError_t launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                             size_t smem_bytes, cudaStream_t stream, bool pdl, unsigned cluster_x,
+                             Args&&... args) {
+  cudaLaunchAttribute attribute[2];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  attribute[1].id = cudaLaunchAttributeClusterDimension;
+  attribute[1].val.clusterDim.x = cluster_x;
+  attribute[1].val.clusterDim.y = 1;
+  attribute[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = cluster_x > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The same without clusters.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                   cudaStream_t stream, bool pdl, Args&&... args) {
+  return launch_clustered(kernel, grid, block, smem_bytes, stream, pdl, 1u,
+                          std::forward<Args>(args)...);
 }
 
 }  // namespace mlakit::pdl
