@@ -24,7 +24,7 @@ for h in 128 16; do
   $B tune --heads "$h" --pdl --cache "$out/tune.json" >"$out/tune-h$h.txt" 2>&1
   tail -1 "$out/tune-h$h.txt"
 done
-backends=sm90:0,sm90:1,sm80:0,sm80:1,auto
+backends=sm90:0,sm90:1,sm90:2,sm80:0,sm80:1,auto
 $B bench --grid standard --heads 128,64,16 --s-q 1,2 --pdl --backend "$backends" \
   --tune-cache "$out/tune.json" --reference "$ref" --json "$out/grid.json" >"$out/grid.txt" 2>&1
 # The reference's rows of variable lengths.
