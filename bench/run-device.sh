@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The recorded GPU run: build, GPU tests, sanitizer, read bandwidth, autotuning of the standard
-# grid for h_q 128 and 16 (s_q 1, PDL on), and the whole reference grid (h_q 128, 64, 16 x s_q 1, 2)
+# grid for h_q 128, 64 and 16 x s_q 1, 2 (PDL on), and the whole reference grid (h_q 128, 64, 16 x s_q 1, 2)
 # on each single backend and tactic and on auto.
 # Usage on the GPU machine (no network; .deps carried): bench/run-device.sh OUTDIR
 # Everything lands in OUTDIR/run/, packed at the end into OUTDIR/run.tgz (the device tool brings
@@ -20,9 +20,11 @@ ref=bench/reference/flashmla_h200.csv
   scripts/sanitize.sh 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY"
   $B info --measure | tail -1
 } | tee "$out/summary.txt"
-for h in 128 16; do
-  $B tune --heads "$h" --pdl --cache "$out/tune.json" >"$out/tune-h$h.txt" 2>&1
-  tail -1 "$out/tune-h$h.txt"
+for h in 128 64 16; do
+  for s in 1 2; do
+    $B tune --heads "$h" --s-q "$s" --pdl --cache "$out/tune.json" >"$out/tune-h$h-s$s.txt" 2>&1
+    tail -1 "$out/tune-h$h-s$s.txt"
+  done
 done
 backends=sm90:0,sm90:1,sm90:2,sm80:0,sm80:1,auto
 $B bench --grid standard --heads 128,64,16 --s-q 1,2 --pdl --backend "$backends" \
