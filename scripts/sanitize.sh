@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 tests="$build/tests/mlakit_gpu_tests"
 sm80='Sm80Sanitize.*'
-sm90='Sm90Sanitize.Small'
+sm90='Sm90Sanitize.*'
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [[ ! -x "$tests" ]]; then
   echo "no $tests: build first" >&2

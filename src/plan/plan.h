@@ -5,7 +5,7 @@
 // is computed inside the decode kernel instead, each CTA its own part (part_plan.cuh), unless the
 // batch may be large.
 //
-// Two schedules (the backends' tactics):
+// Three schedules (the backends' tactics; cluster only in sm90):
 //  - persistent: a grid of `num_parts` CTAs per query tile (sized to the SM count). The tokens of
 //    the batch are laid on one line, request after request, in blocks of `block_n` tokens, each
 //    request preceded by `fixed_cost_blocks` of overhead (its Q load, epilogue and combine);

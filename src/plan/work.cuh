@@ -1,6 +1,6 @@
 // Device side of the plan: the chunks of work one CTA handles (plan.h): one-shot, read from the
 // metadata that the plan kernel wrote; persistent, from the CTA's PartPlan (part_plan.cuh) in
-// shared memory. Call only after pdl::griddepcontrol_wait().
+// shared memory; cluster, from seq_lens directly. Call only after pdl::griddepcontrol_wait().
 #pragma once
 
 #include "plan/part_plan.cuh"
@@ -14,19 +14,21 @@ struct Chunk {
   int32_t seq_len;      // the request's (clamped) length
   int32_t token_begin;  // multiple of block_n
   int32_t token_end;    // <= seq_len
-  int32_t slot;         // partial slot; -1 when the chunk is the whole request; kSlotCluster
+  // Partial slot; -1 when the chunk is the whole request (written directly); kSlotCluster when
+  // the cluster's CTAs merge it.
+  int32_t slot;
 };
 
 // Chunk::slot of the cluster schedule: the cluster's CTAs merge their results (plan.h).
 inline constexpr int32_t kSlotCluster = -2;
 
-// The chunks of CTA `cta` (its index among the CTAs of one query tile) in order, under either
+// The chunks of CTA `cta` (its index among the CTAs of one query tile) in order, under any
 // schedule: persistent, the non-empty chunks of part `cta`; one-shot, chunk cta / batch of
 // request cta % batch (split-major: the CTAs of the first chunks, which always have work, are
 // scheduled first), if the request has that many; cluster, chunk cta % S of request cta / S,
 // always (empty when the request is too short; its cluster still merges it). All threads of the
 // CTA see the same chunks.
-// One loop serves both schedules, so a kernel inlines its chunk code once.
+// One loop serves every schedule, so a kernel inlines its chunk code once.
 class ChunkIterator {
  public:
   // part: persistent, this CTA's part (shared memory); seq_lens and max_len: the inputs.
@@ -106,8 +108,8 @@ class ChunkIterator {
   int32_t batch_;
   int32_t max_len_;
   Schedule schedule_;
-  int32_t
-      request_;  // persistent: the next request to look at; one-shot, cluster: chunks handed out
+  // Persistent: the next request to look at; one-shot, cluster: the chunks handed out.
+  int32_t request_;
 };
 
 }  // namespace mlakit::plan

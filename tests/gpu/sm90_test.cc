@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/sm90/launch.h"
 #include "sm80_test_util.h"
 
 namespace mlakit::testing {
@@ -69,6 +70,60 @@ TEST(Sm90, ClusterSweep) {
   check_cases(cases, 300, kBackend);
 }
 
+// Tactic 2 at cluster size `splits`: the setup's table of the CTAs that run at once is overridden
+// so that only that size fits (the host picks S from the batch and the device's occupancy, so the
+// sweeps above reach only some sizes). The longest request must have at least `splits` blocks.
+void check_cluster_size(const Case& c, int splits, uint64_t seed) {
+  const std::vector<int32_t> lens = case_lengths(c, seed);
+  const Problem p = case_problem(c, lens);
+  const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
+  Output ref;
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+  sm90::Setup setup;
+  MLAKIT_ASSERT_OK(sm90::make_setup(p, 2, current_device(), &setup));
+  for (int k = 1; k <= sm90::kMaxClusterCtas; ++k) {
+    setup.cluster_ctas[k] = k == splits ? INT32_MAX : 0;
+  }
+  ASSERT_EQ(setup.layout.bytes, 0u);  // the cluster schedule needs no workspace
+  harness::DeviceInputs device;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+  MLAKIT_ASSERT_OK(device.poison(in));
+  MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+  cudaStream_t stream = nullptr;
+  MLAKIT_ASSERT_CUDA(cudaStreamCreate(&stream));
+  const Status run = sm90::run(setup, device.args, nullptr, stream);
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  MLAKIT_ASSERT_OK(run);
+  MLAKIT_ASSERT_CUDA(synced);
+  Output got;
+  got.out.assign(in.out_bytes() / 2, 0);
+  got.lse.assign(p.return_lse ? in.lse_count() : 0, 0.0f);
+  MLAKIT_ASSERT_OK(device.download(in, got.out.data(), p.return_lse ? got.lse.data() : nullptr));
+  const ::testing::AssertionResult result = matches_reference(in, got, ref);
+  EXPECT_TRUE(result) << case_name(c) << " S " << splits;
+  std::printf("  %-56s S %d %s\n", case_name(c).c_str(), splits, result.message());
+}
+
+// Every cluster size 1..8 (3, 5, 6 and 7 do not divide the 64 rows of a tile): partial query
+// tiles (120 rows), variable lengths with requests shorter than S blocks, empty requests, sinks.
+TEST(Sm90, ClusterSizes) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic, batch, len}
+  const Case cases[] = {
+      {DType::kBF16, 64, 40, 3, Lens::kVariable, true, true, 2, 6, 700},
+      {DType::kFP16, 32, 128, 1, Lens::kSkewed, false, true, 2, 5, 30},
+      {DType::kBF16, 128, 16, 2, Lens::kFixed, true, true, 2, 2, 600},
+  };
+  uint64_t seed = 800;
+  for (const Case& c : cases) {
+    for (int splits = 1; splits <= sm90::kMaxClusterCtas; ++splits) {
+      SCOPED_TRACE(::testing::Message() << case_name(c) << " S " << splits);
+      check_cluster_size(c, splits, seed++);
+    }
+  }
+}
+
 // The common edges with page sizes 1 -> 128 and 16 -> 32 (64 and 32 stay), plus sm90's own tile
 // and length edges; each with every tactic.
 TEST(Sm90, Edges) {
@@ -106,6 +161,13 @@ TEST(Sm90Sanitize, Small) {
       {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 64, 512},
   };
   check_cases(small, 900, kBackend);
+}
+
+// Cluster sizes that do not divide the tile's 64 rows, under the sanitizers (scripts/sanitize.sh).
+TEST(Sm90Sanitize, ClusterSizes) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const Case c = {DType::kBF16, 64, 40, 3, Lens::kVariable, true, true, 2, 3, 500};
+  for (const int splits : {3, 8}) check_cluster_size(c, splits, 950 + splits);
 }
 
 TEST(Sm90, WorkspaceTooSmallIsRefused) {

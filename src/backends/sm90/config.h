@@ -43,6 +43,8 @@ inline constexpr int kVChunksPerWarpgroup = kColsPerWarpgroup / kChunkElems;
 inline constexpr int kPChunk = kQkChunks - 1;  // P of a block goes over its rope chunk
 static_assert(kDqk % 64 == 0 && kDv % 128 == 0 && kPChunk * kChunkElems == kDv);
 static_assert(kStages == 2, "warpgroup w owns the blocks of stage w");
+// Cluster schedule (plan.h): the most CTAs per cluster, the portable limit.
+inline constexpr int kMaxClusterCtas = 8;
 
 // Barriers and the exchange between the consumer warpgroups, after the operand tiles.
 struct SmallStorage {
@@ -54,7 +56,8 @@ struct SmallStorage {
   float row_max[2][kRows];            // per warpgroup: the running max after its last block
   float red_sum[2][2][kRows];         // per chunk parity and warpgroup: softmax denominators
   float merge_lse[kRows];             // cluster schedule: this CTA's LSE per row, for the merge
-  plan::PartPlan part;                // persistent: this CTA's part
+  float merge_weight[kRows][kMaxClusterCtas];  // and the weights of the S results per merged row
+  plan::PartPlan part;                         // persistent: this CTA's part
 };
 
 inline constexpr size_t kQOffset = 0;

@@ -24,6 +24,7 @@
 
 #include <cuda/ptx>
 
+#include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
 #include "backends/sm90/params.h"
 #include "backends/sm90/wgmma.cuh"
@@ -50,39 +51,6 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
 }
 
 __device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
-
-// All threads of the cluster (release, then acquire).
-__device__ __forceinline__ void cluster_sync() {
-  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
-  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
-}
-
-// The shared::cluster address of `local` (this CTA's shared memory) in CTA `rank` of the cluster.
-__device__ __forceinline__ uint32_t map_to_rank(uint32_t local, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-
-__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ float4 ld_cluster_v4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
-// Cluster schedule: a CTA's normalized result (64 rows x 512 fp32, rows 520 floats apart against
-// bank conflicts) lies over its KV stages, its LSE per row in SmallStorage::merge_lse.
-inline constexpr int kMergeStride = kDv + 8;
-static_assert(size_t{kRows} * kMergeStride * 4 <= size_t{kStages} * kTileBytes);
 
 // The named barrier of the two consumer warpgroups at the epilogue (256 threads; id 0 is
 // __syncthreads).
@@ -422,72 +390,13 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         }
       } else {
         float* g = p.plan.partial_out + at;
-        // Kept in L2 for the combine kernel (evict_last): the KV stream of the call would
-        // otherwise push part of the partials out before they are read (H200, A/B in one call:
-        // 0.3-1.5% faster at batch 8-32, e.g. h_q 16 b 32 L 4096 49.7 -> 48.9 us).
-        uint64_t policy;
-        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
 #pragma unroll
         for (int i = 2 * e; i < 128; i += 4) {
-          asm volatile(
-              "st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(g + 8 * (i / 4)),
-              "f"(o[i] * scale[e]), "f"(o[i + 1] * scale[e]), "l"(policy)
-              : "memory");
+          *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
+              make_float2(o[i] * scale[e], o[i + 1] * scale[e]);
         }
       }
     }
-  }
-}
-
-// Cluster schedule, after a cluster barrier: this CTA's share of the request's rows merged from
-// the S CTAs' results (each thread a float4 of a row at a time) and written with the LSE.
-template <typename T>
-__device__ __forceinline__ void merge_cluster(const DecodeParams& p, const Smem& s, int m_tile,
-                                              int32_t request) {
-  const uint32_t splits = static_cast<uint32_t>(p.plan.max_splits);
-  const int rank = static_cast<int>(cuda::ptx::get_sreg_cluster_ctarank());
-  const int row_begin = rank * kRows / static_cast<int>(splits);
-  const int row_end = (rank + 1) * kRows / static_cast<int>(splits);
-  const uint32_t lse_base = ptx::smem_u32(s.small->merge_lse);
-  const uint32_t buf_base = ptx::smem_u32(s.kv);
-  constexpr int kFloat4s = kDv / 4;
-  for (int idx = static_cast<int>(threadIdx.x); idx < (row_end - row_begin) * kFloat4s;
-       idx += kConsumerThreads) {
-    const int row = row_begin + idx / kFloat4s;
-    const int col4 = idx % kFloat4s;
-    const int32_t r = m_tile * kRows + row;
-    if (r >= p.rows) continue;
-    float max_lse = -INFINITY;
-    for (uint32_t k = 0; k < splits; ++k) {
-      max_lse = fmaxf(max_lse, ld_cluster_f32(map_to_rank(lse_base + 4 * row, k)));
-    }
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float lse = -INFINITY;
-    if (max_lse != -INFINITY) {
-      float sum = 0.0f;
-      for (uint32_t k = 0; k < splits; ++k) {
-        const float l = ld_cluster_f32(map_to_rank(lse_base + 4 * row, k));
-        const float w = __expf(l - max_lse);
-        const float4 v =
-            ld_cluster_v4(map_to_rank(buf_base + 4 * (row * kMergeStride + 4 * col4), k));
-        sum += w;
-        acc.x += w * v.x;
-        acc.y += w * v.y;
-        acc.z += w * v.z;
-        acc.w += w * v.w;
-      }
-      lse = max_lse + logf(sum);
-      float scale = 1.0f / sum;
-      if (p.sinks != nullptr) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-      acc.x *= scale;
-      acc.y *= scale;
-      acc.z *= scale;
-      acc.w *= scale;
-    }
-    const int64_t at = int64_t{request} * p.rows + r;
-    T* g = static_cast<T*>(p.out) + at * kDv + 4 * col4;
-    *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
-    if (p.lse != nullptr && col4 == 0) p.lse[at] = lse;
   }
 }
 
@@ -548,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     consume<T>(p, s, m_tile, cta);
     if (merges) {
       cluster_sync();  // every CTA's result and LSE in its shared memory
-      merge_cluster<T>(p, s, m_tile, cta / splits);
+      merge_cluster<T>(p, s.kv, sm, m_tile, cta / splits);
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }

@@ -82,7 +82,7 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
                                                 : plan::Schedule::kPersistent;
   if (schedule == plan::Schedule::kCluster) {
     setup->cluster_ctas[1] = device.sm_count;
-    for (int k = 2; k <= kMaxCluster; ++k) {
+    for (int k = 2; k <= kMaxClusterCtas; ++k) {
       int clusters = 0;
       MLAKIT_RETURN_IF_ERROR(kernel.max_active_clusters(k, &clusters));
       setup->cluster_ctas[k] = clusters * k;
@@ -123,9 +123,12 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   const bool cluster = shape.schedule == plan::Schedule::kCluster;
   int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
   if (cluster) {
-    // The most CTAs per (request, tile), up to 8, whose grid still runs in one wave.
+    // The most CTAs per (request, tile), up to 8 and to the blocks of the longest request, whose
+    // grid still runs in one wave. (The CTAs that run at once are not monotonic in the cluster
+    // size: a cluster's CTAs share a GPC; on an H200 7 never fits better than 6 or 8.)
     const int64_t tiles = int64_t{a.batch} * setup.m_tiles;
-    int k = kMaxCluster;
+    int k = static_cast<int>(
+        std::clamp<int64_t>(plan::ceil_div<int64_t>(p.max_seq_len, kBlockN), 1, kMaxClusterCtas));
     while (k > 1 && tiles * k > setup.cluster_ctas[k]) --k;
     max_splits = k;
   }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/sm90/config.h"
 #include "backends/sm90/params.h"
 #include "mlakit/mlakit.h"
 #include "plan/plan.h"
@@ -29,10 +30,6 @@ struct DecodeKernel {
 const DecodeKernel& decode_kernel_bf16();
 const DecodeKernel& decode_kernel_fp16();
 
-// The largest cluster (CTAs per request and query tile) of the cluster schedule: the portable
-// limit.
-inline constexpr int kMaxCluster = 8;
-
 struct Setup {
   Problem problem;
   const DecodeKernel* kernel = nullptr;
@@ -44,7 +41,7 @@ struct Setup {
   int32_t sm_count = 1;
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's
   // CTAs share a GPC, so fewer than the SMs for most k).
-  int32_t cluster_ctas[kMaxCluster + 1] = {};
+  int32_t cluster_ctas[kMaxClusterCtas + 1] = {};
 };
 
 // tactic: 0 persistent, 1 one-shot, 2 cluster (plan.h: S CTAs per request and query tile merging

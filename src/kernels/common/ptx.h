@@ -94,4 +94,29 @@ __device__ __forceinline__ void cp_async_wait_group_dynamic(int n) {
   }
 }
 
+// mapa.shared::cluster.u32 d, a, rank (sm_90): the shared::cluster address of shared-memory
+// address `a` of this CTA in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t a, uint32_t rank) {
+  uint32_t d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(rank));
+  return d;
+}
+
+// ld.shared::cluster.f32 d, [a] (sm_90): a load from any CTA's shared memory in the cluster.
+__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t a) {
+  float d;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(d) : "r"(a) : "memory");
+  return d;
+}
+
+// ld.shared::cluster.v4.f32 {d}, [a] (sm_90), a 16-byte aligned.
+__device__ __forceinline__ float4 ld_shared_cluster_v4_f32(uint32_t a) {
+  float4 d;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(d.x), "=f"(d.y), "=f"(d.z), "=f"(d.w)
+               : "r"(a)
+               : "memory");
+  return d;
+}
+
 }  // namespace mlakit::ptx
