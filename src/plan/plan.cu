@@ -239,7 +239,21 @@ bool plans_in_kernel(const PlanShape& s) {
 
 WorkspaceLayout workspace_layout(const PlanShape& s) {
   WorkspaceLayout w;
-  if (s.schedule == Schedule::kCluster) return w;  // nothing: merged in the cluster
+  if (s.schedule == Schedule::kCluster) {
+    // Partials only where a request's tile spans several clusters: at most one per CTA that
+    // runs at once (num_parts x tiles), so num_parts slots per request row.
+    if (ceil_div<int64_t>(s.max_seq_len, s.block_n) > 1) w.max_slots = s.num_parts;
+    size_t at = 0;
+    w.requests = at;
+    at += align_up(sizeof(RequestMeta) * s.max_batch);
+    w.parts = at;
+    w.partial_lse = at;
+    at += align_up(sizeof(float) * w.max_slots * s.rows);
+    w.partial_out = at;
+    at += align_up(sizeof(float) * w.max_slots * s.rows * kDv);
+    w.bytes = w.max_slots > 0 ? at : 0;
+    return w;
+  }
   const bool persistent = s.schedule == Schedule::kPersistent;
   const int64_t max_blocks = ceil_div<int64_t>(s.max_seq_len, s.block_n);
   if (max_blocks > 1) {
@@ -267,7 +281,8 @@ PlanView plan_view(const PlanShape& s, const WorkspaceLayout& w, void* workspace
           .partial_out = reinterpret_cast<float*>(base + w.partial_out),
           .block_n = s.block_n,
           .num_parts = s.num_parts,
-          .max_splits = max_splits};
+          .max_splits = max_splits,
+          .cluster_size = 1};
 }
 
 int32_t one_shot_max_splits(const PlanShape& s, int32_t batch) {

@@ -18,11 +18,13 @@
 //    chunk s of request r. One chunk length for the batch, priced by waves of `num_parts` CTAs
 //    (one_shot.cuh; at least `min_chunk_blocks` blocks, at most `max_splits` chunks per request);
 //    CTAs past their request's last chunk exit at once.
-//  - cluster (sm90): a grid of S CTAs per request and query tile, launched as clusters of S
-//    (blockIdx.x = (request * tiles + tile) * S + split; S chosen per call from the batch, at most
-//    8); split k takes blocks [k * c, (k + 1) * c) of its request, c = ceil(blocks / S), possibly
-//    none. The S CTAs merge their results through distributed shared memory: no plan kernel, no
-//    workspace, no combine kernel (work.cuh, the sm90 kernel).
+//  - cluster (sm90): a grid of C x S CTAs per request and query tile, launched as clusters of S
+//    (blockIdx.x = ((request * tiles + tile) * C + c) * S + k; C and S chosen per call from the
+//    batch, S at most 8); split j = c * S + k takes blocks [j * n, (j + 1) * n) of its request,
+//    n = ceil(blocks / (C S)), possibly none. The S CTAs of a cluster merge their results through
+//    distributed shared memory; with C = 1 that is the output (no plan kernel, no workspace, no
+//    combine kernel), else partial c of the request in slot request * C + c, which the combine
+//    kernel merges (work.cuh, the sm90 kernel, which also writes the requests' metadata).
 // Either way (persistent or one-shot) a request with one chunk is written directly; a request with
 // k > 1 chunks writes k partials (fp32 out, natural-log LSE) into consecutive slots from
 // `split_offset`, and the combine kernel (kernels/common/combine.h) merges them. A request of
@@ -124,8 +126,9 @@ struct PlanView {
   float* partial_lse;     // [max_slots, rows]
   float* partial_out;     // [max_slots, rows, 512]
   int32_t block_n;
-  int32_t num_parts;   // persistent: parts per query tile
-  int32_t max_splits;  // one-shot: CTAs per request; cluster: CTAs per cluster (S)
+  int32_t num_parts;     // persistent: parts per query tile
+  int32_t max_splits;    // one-shot: CTAs per request; cluster: CTAs per request and tile (C S)
+  int32_t cluster_size;  // cluster: CTAs per cluster (S); 1 otherwise
 };
 PlanView plan_view(const PlanShape& shape, const WorkspaceLayout& layout, void* workspace,
                    int max_splits);

@@ -48,7 +48,7 @@ class ChunkIterator {
   __device__ __forceinline__ bool next(Chunk* chunk) {
     if (schedule_ == Schedule::kCluster) {
       if (request_++ > 0) return false;
-      const int32_t splits = view_.max_splits;
+      const int32_t splits = view_.max_splits, size = view_.cluster_size;
       const int32_t request = cta_ / splits, split = cta_ % splits;
       const int32_t seq_len = clamped_len(seq_lens_, request, batch_, max_len_);
       const int32_t blocks = ceil_div(seq_len, view_.block_n);
@@ -59,7 +59,9 @@ class ChunkIterator {
                      .seq_len = seq_len,
                      .token_begin = begin * view_.block_n,
                      .token_end = min(end * view_.block_n, seq_len),
-                     .slot = splits > 1 ? kSlotCluster : -1};
+                     .slot = size > 1     ? kSlotCluster
+                             : splits > 1 ? request * splits + split
+                                          : -1};
       if (chunk->token_end < chunk->token_begin) chunk->token_end = chunk->token_begin;
       return true;
     }

@@ -70,10 +70,9 @@ TEST(Sm90, ClusterSweep) {
   check_cases(cases, 300, kBackend);
 }
 
-// Tactic 2 at cluster size `splits`: the setup's table of the CTAs that run at once is overridden
-// so that only that size fits (the host picks S from the batch and the device's occupancy, so the
-// sweeps above reach only some sizes). The longest request must have at least `splits` blocks.
-void check_cluster_size(const Case& c, int splits, uint64_t seed) {
+// Tactic 2 with C clusters of S CTAs per (request, tile) forced (the host picks the shape from the
+// batch and the device's occupancy, so the sweeps above reach only some).
+void check_cluster_shape(const Case& c, sm90::ClusterShape shape, uint64_t seed) {
   const std::vector<int32_t> lens = case_lengths(c, seed);
   const Problem p = case_problem(c, lens);
   const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
@@ -81,17 +80,17 @@ void check_cluster_size(const Case& c, int splits, uint64_t seed) {
   MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
   sm90::Setup setup;
   MLAKIT_ASSERT_OK(sm90::make_setup(p, 2, current_device(), &setup));
-  for (int k = 1; k <= sm90::kMaxClusterCtas; ++k) {
-    setup.cluster_ctas[k] = k == splits ? INT32_MAX : 0;
-  }
-  ASSERT_EQ(setup.layout.bytes, 0u);  // the cluster schedule needs no workspace
+  ASSERT_LE(int64_t{shape.clusters} * in.batch,
+            std::max<int64_t>(setup.layout.max_slots, 1));  // the workspace holds the partials
+  setup.forced_cluster_shape = shape;
   harness::DeviceInputs device;
   MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
   MLAKIT_ASSERT_OK(device.poison(in));
+  harness::DeviceBuffer workspace(std::max<size_t>(setup.layout.bytes, 256));
   MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
   cudaStream_t stream = nullptr;
   MLAKIT_ASSERT_CUDA(cudaStreamCreate(&stream));
-  const Status run = sm90::run(setup, device.args, nullptr, stream);
+  const Status run = sm90::run(setup, device.args, workspace.get(), stream);
   const cudaError_t synced = cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
   MLAKIT_ASSERT_OK(run);
@@ -101,13 +100,16 @@ void check_cluster_size(const Case& c, int splits, uint64_t seed) {
   got.lse.assign(p.return_lse ? in.lse_count() : 0, 0.0f);
   MLAKIT_ASSERT_OK(device.download(in, got.out.data(), p.return_lse ? got.lse.data() : nullptr));
   const ::testing::AssertionResult result = matches_reference(in, got, ref);
-  EXPECT_TRUE(result) << case_name(c) << " S " << splits;
-  std::printf("  %-56s S %d %s\n", case_name(c).c_str(), splits, result.message());
+  EXPECT_TRUE(result) << case_name(c) << " C " << shape.clusters << " S " << shape.size;
+  std::printf("  %-56s C %d S %d %s\n", case_name(c).c_str(), shape.clusters, shape.size,
+              result.message());
 }
 
-// Every cluster size 1..8 (3, 5, 6 and 7 do not divide the 64 rows of a tile): partial query
-// tiles (120 rows), variable lengths with requests shorter than S blocks, empty requests, sinks.
-TEST(Sm90, ClusterSizes) {
+// Every cluster size 1..8 (3, 5, 6 and 7 do not divide the 64 rows of a tile), one cluster per
+// (request, tile) (merged into the output) and three (merged into partials for the combine
+// kernel): partial query tiles (120 rows), variable lengths with requests shorter than C S
+// blocks, empty requests, sinks.
+TEST(Sm90, ClusterShapes) {
   MLAKIT_SKIP_WITHOUT_SM90();
   // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic, batch, len}
   const Case cases[] = {
@@ -117,9 +119,11 @@ TEST(Sm90, ClusterSizes) {
   };
   uint64_t seed = 800;
   for (const Case& c : cases) {
-    for (int splits = 1; splits <= sm90::kMaxClusterCtas; ++splits) {
-      SCOPED_TRACE(::testing::Message() << case_name(c) << " S " << splits);
-      check_cluster_size(c, splits, seed++);
+    for (int32_t size = 1; size <= sm90::kMaxClusterCtas; ++size) {
+      for (const int32_t clusters : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << case_name(c) << " C " << clusters << " S " << size);
+        check_cluster_shape(c, {.clusters = clusters, .size = size}, seed++);
+      }
     }
   }
 }
@@ -163,11 +167,14 @@ TEST(Sm90Sanitize, Small) {
   check_cases(small, 900, kBackend);
 }
 
-// Cluster sizes that do not divide the tile's 64 rows, under the sanitizers (scripts/sanitize.sh).
-TEST(Sm90Sanitize, ClusterSizes) {
+// Cluster shapes under the sanitizers (scripts/sanitize.sh): sizes that do not divide the tile's
+// 64 rows, one and several clusters per request.
+TEST(Sm90Sanitize, ClusterShapes) {
   MLAKIT_SKIP_WITHOUT_SM90();
   const Case c = {DType::kBF16, 64, 40, 3, Lens::kVariable, true, true, 2, 3, 500};
-  for (const int splits : {3, 8}) check_cluster_size(c, splits, 950 + splits);
+  check_cluster_shape(c, {.clusters = 1, .size = 3}, 951);
+  check_cluster_shape(c, {.clusters = 2, .size = 8}, 952);
+  check_cluster_shape(c, {.clusters = 4, .size = 1}, 953);
 }
 
 TEST(Sm90, WorkspaceTooSmallIsRefused) {

@@ -4,7 +4,8 @@
 // After a cluster barrier CTA k merges rows [64k / S, 64(k + 1) / S) through distributed shared
 // memory: first the weights of each row (one thread per row: the S LSEs, the merged LSE, the sink
 // factor), then every float4 of the rows from the S results. The combine kernel's arithmetic
-// (kernels/common/combine.cu), without partials in global memory.
+// (kernels/common/combine.cu), without partials in global memory; or, when the request's tile
+// spans C > 1 clusters, the cluster's partial (normalized, LSE, no sinks) for the combine kernel.
 #pragma once
 
 #include <cuda/ptx>
@@ -35,11 +36,15 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // Called by the 256 consumer threads between two cluster barriers. kv: this CTA's KV stages (its
-// result); request and m_tile: the cluster's.
+// result); request, m_tile and cluster (c of C): the cluster's.
 template <typename T>
 __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8_t* kv,
-                                              SmallStorage& sm, int m_tile, int32_t request) {
-  const int splits = p.plan.max_splits;
+                                              SmallStorage& sm, int m_tile, int32_t request,
+                                              int32_t cluster) {
+  const int splits = p.plan.cluster_size;
+  const int32_t clusters = p.plan.max_splits / splits;
+  // The output, or with several clusters per request this cluster's partial slot.
+  const int64_t first_row = int64_t{clusters > 1 ? request * clusters + cluster : request} * p.rows;
   const int rank = static_cast<int>(cuda::ptx::get_sreg_cluster_ctarank());
   const int row_begin = rank * kRows / splits;
   const int row_end = (rank + 1) * kRows / splits;
@@ -65,12 +70,18 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
     }
     const float lse = max_lse == -INFINITY ? -INFINITY : max_lse + logf(sum);
     float scale = max_lse == -INFINITY ? 0.0f : 1.0f / sum;
-    if (r < p.rows && p.sinks != nullptr && lse != -INFINITY) {
+    if (clusters == 1 && r < p.rows && p.sinks != nullptr && lse != -INFINITY) {
       scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
     }
 #pragma unroll
     for (int k = 0; k < kMaxClusterCtas; ++k) sm.merge_weight[row][k] = lse_k[k] * scale;
-    if (r < p.rows && p.lse != nullptr) p.lse[int64_t{request} * p.rows + r] = lse;
+    if (r < p.rows) {
+      if (clusters > 1) {
+        p.plan.partial_lse[first_row + r] = lse;
+      } else if (p.lse != nullptr) {
+        p.lse[first_row + r] = lse;
+      }
+    }
   }
   asm volatile("bar.sync %0, %1;\n" ::"n"(kMergeBarrier), "n"(kConsumerThreads) : "memory");
   // 2. Every float4 of the rows: the weighted sum of the S results.
@@ -91,8 +102,12 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
       acc.z += w * v.z;
       acc.w += w * v.w;
     }
-    T* g = static_cast<T*>(p.out) + (int64_t{request} * p.rows + r) * kDv + 4 * col4;
-    *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
+    if (clusters > 1) {
+      *reinterpret_cast<float4*>(p.plan.partial_out + (first_row + r) * kDv + 4 * col4) = acc;
+    } else {
+      T* g = static_cast<T*>(p.out) + (first_row + r) * kDv + 4 * col4;
+      *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
+    }
   }
 }
 

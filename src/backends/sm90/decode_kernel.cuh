@@ -414,15 +414,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                .small = reinterpret_cast<SmallStorage*>(base + kSmallOffset)};
   SmallStorage& sm = *s.small;
   const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
-  // Cluster schedule: blockIdx.x = (request * m_tiles + tile) * S + split, a cluster per
-  // (request, tile); cta = request * S + split for the chunk iterator. Else the query tile fastest.
+  // Cluster schedule: blockIdx.x = (request * m_tiles + tile) * C S + split, C clusters of S per
+  // (request, tile); cta = request * C S + split for the chunk iterator. Else the query tile
+  // fastest.
   const bool clustered = p.schedule == plan::Schedule::kCluster;
-  const int32_t splits = clustered ? p.plan.max_splits : 1;
+  const int32_t splits = clustered ? p.plan.max_splits : 1;  // C S
   const int32_t tile_index = static_cast<int32_t>(blockIdx.x) / splits;
+  const int32_t split = static_cast<int32_t>(blockIdx.x) % splits;
   const int m_tile = static_cast<int>(clustered ? tile_index % m_tiles : blockIdx.x % m_tiles);
-  const int32_t cta = clustered ? tile_index / m_tiles * splits + blockIdx.x % splits
+  const int32_t cta = clustered ? tile_index / m_tiles * splits + split
                                 : static_cast<int32_t>(blockIdx.x / m_tiles);
-  const bool merges = clustered && splits > 1;
+  const bool merges = clustered && p.plan.cluster_size > 1;
   if (threadIdx.x == 0) {
     // The tensor maps are kernel parameters (no earlier kernel writes them): into the TMA unit's
     // cache before the PDL wait, as CUTLASS mainloops do.
@@ -440,6 +442,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
+  if (clustered && splits > p.plan.cluster_size && m_tile == 0 && split == 0 && threadIdx.x == 0) {
+    // Several clusters per request: the combine kernel merges their C partials.
+    const int32_t request = cta / splits, clusters = splits / p.plan.cluster_size;
+    p.plan.requests[request] =
+        plan::RequestMeta{.seq_len = plan::clamped_len(p.seq_lens, request, p.batch, p.max_len),
+                          .num_splits = clusters,
+                          .first = 0,
+                          .split_offset = request * clusters};
+  }
   if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
     const plan::PartPlan pp = plan::part_for_cta(p, cta);
     if (threadIdx.x == 0) sm.part = pp;
@@ -457,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     consume<T>(p, s, m_tile, cta);
     if (merges) {
       cluster_sync();  // every CTA's result and LSE in its shared memory
-      merge_cluster<T>(p, s.kv, sm, m_tile, cta / splits);
+      merge_cluster<T>(p, s.kv, sm, m_tile, cta / splits, split / p.plan.cluster_size);
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }

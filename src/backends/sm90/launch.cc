@@ -22,6 +22,37 @@ namespace {
 // (6 of its 32-token blocks); the smallest chunk is one block.
 constexpr int32_t kFixedCostBlocks = 3;
 constexpr int32_t kMinChunkBlocks = 1;
+// Cluster schedule: what the combine kernel costs a call, in blocks of one CTA's work (4-5 us
+// against ~2.4 us a block; docs/sm90-decode.md).
+constexpr int64_t kCombineCostBlocks = 2;
+
+// The cluster schedule's shape for a call: C clusters of S CTAs per (request, tile), all in one
+// wave (setup.cluster_ctas), at most one partial slot per request and cluster (slots), splits no
+// more than the longest request's blocks; the cheapest by blocks per CTA plus the combine's cost
+// when C > 1, ties to larger clusters (fewer partials). (The CTAs that run at once are not
+// monotonic in S: a cluster's CTAs share a GPC; on an H200 S 7 never fits better than 6 or 8.)
+ClusterShape cluster_shape(const Setup& setup, int32_t batch, int64_t slots) {
+  const int64_t tiles = int64_t{batch} * setup.m_tiles;
+  const int64_t max_blocks =
+      std::max<int64_t>(1, plan::ceil_div<int64_t>(setup.problem.max_seq_len, kBlockN));
+  ClusterShape best;
+  int64_t best_cost = max_blocks + 1;
+  for (int32_t size = 1; size <= kMaxClusterCtas && size <= max_blocks; ++size) {
+    const int64_t fit = setup.cluster_ctas[size] / (tiles * size);
+    if (fit < 1) continue;
+    const int64_t most = std::min({fit, slots / batch, plan::ceil_div<int64_t>(max_blocks, size)});
+    for (const int64_t clusters : {most, int64_t{1}}) {
+      if (clusters < 1) continue;
+      const int64_t cost =
+          plan::ceil_div(max_blocks, clusters * size) + (clusters > 1 ? kCombineCostBlocks : 0);
+      if (cost <= best_cost) {
+        best_cost = cost;
+        best = {static_cast<int32_t>(clusters), size};
+      }
+    }
+  }
+  return best;
+}
 
 // cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda).
 Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
@@ -122,17 +153,15 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const bool cluster = shape.schedule == plan::Schedule::kCluster;
   int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
+  ClusterShape cs;
   if (cluster) {
-    // The most CTAs per (request, tile), up to 8 and to the blocks of the longest request, whose
-    // grid still runs in one wave. (The CTAs that run at once are not monotonic in the cluster
-    // size: a cluster's CTAs share a GPC; on an H200 7 never fits better than 6 or 8.)
-    const int64_t tiles = int64_t{a.batch} * setup.m_tiles;
-    int k = static_cast<int>(
-        std::clamp<int64_t>(plan::ceil_div<int64_t>(p.max_seq_len, kBlockN), 1, kMaxClusterCtas));
-    while (k > 1 && tiles * k > setup.cluster_ctas[k]) --k;
-    max_splits = k;
+    cs = setup.forced_cluster_shape.size > 0
+             ? setup.forced_cluster_shape
+             : cluster_shape(setup, a.batch, setup.layout.max_slots);
+    max_splits = cs.clusters * cs.size;
   }
-  const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
+  plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
+  view.cluster_size = cs.size;
   DecodeParams params{};
   static_cast<plan::DecodeParamsBase&>(params) =
       plan::decode_params_base(p, a, shape, view, setup.inline_plan);
@@ -146,10 +175,10 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
                                      "kv_cache", &params.kv_map));
   const int64_t ctas =
       int64_t{one_shot || cluster ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
-  MLAKIT_RETURN_IF_ERROR(setup.kernel->launch(params, dim3(static_cast<unsigned>(ctas)),
-                                              cluster ? max_splits : 1, stream, setup.pdl));
-  // The cluster schedule merges and writes everything itself.
-  if (cluster) return Status::Ok();
+  MLAKIT_RETURN_IF_ERROR(
+      setup.kernel->launch(params, dim3(static_cast<unsigned>(ctas)), cs.size, stream, setup.pdl));
+  // The cluster schedule with one cluster per request and tile merges and writes everything.
+  if (cluster && cs.clusters == 1) return Status::Ok();
   return launch_combine(params, p.out_dtype, setup.sm_count, stream, setup.pdl);
 }
 

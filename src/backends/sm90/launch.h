@@ -30,6 +30,12 @@ struct DecodeKernel {
 const DecodeKernel& decode_kernel_bf16();
 const DecodeKernel& decode_kernel_fp16();
 
+// The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
+struct ClusterShape {
+  int32_t clusters = 1;  // C
+  int32_t size = 1;      // S
+};
+
 struct Setup {
   Problem problem;
   const DecodeKernel* kernel = nullptr;
@@ -42,6 +48,9 @@ struct Setup {
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's
   // CTAs share a GPC, so fewer than the SMs for most k).
   int32_t cluster_ctas[kMaxClusterCtas + 1] = {};
+  // Tests only: this shape for every call instead of the one picked from the batch (size 0: none).
+  // C x batch must stay within layout.max_slots.
+  ClusterShape forced_cluster_shape{.clusters = 0, .size = 0};
 };
 
 // tactic: 0 persistent, 1 one-shot, 2 cluster (plan.h: S CTAs per request and query tile merging
