@@ -18,8 +18,8 @@
 //   Cluster schedule (plan.h): each CTA of a cluster of S computes one chunk of the request and
 //   leaves its normalized result and LSE in its own shared memory (over the KV stages); after a
 //   cluster barrier CTA k merges rows [64k / S, 64(k + 1) / S) (rounded down) of all S through
-//   distributed shared memory and writes them (the combine kernel's arithmetic, no partials in
-//   global memory).
+//   distributed shared memory (cluster_merge.cuh) into the output, or into the cluster's partial
+//   when the request's tile has several clusters.
 #pragma once
 
 #include <cuda/ptx>

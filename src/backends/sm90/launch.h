@@ -53,8 +53,9 @@ struct Setup {
   ClusterShape forced_cluster_shape{.clusters = 0, .size = 0};
 };
 
-// tactic: 0 persistent, 1 one-shot, 2 cluster (plan.h: S CTAs per request and query tile merging
-// through distributed shared memory, S picked per call from the batch; no combine kernel).
+// tactic: 0 persistent, 1 one-shot, 2 cluster (plan.h: C clusters of S CTAs per request and query
+// tile, each cluster merging through distributed shared memory, the combine kernel only when
+// C > 1; the shape picked per call from the batch).
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
 
 // Plan, decode and combine on `stream`. Host work only (the tensor maps are encoded here).
