@@ -88,11 +88,20 @@ Status cpu_reference(const harness::HostInputs& in, Output* ref) {
 Status run_device(const Decoder& decoder, const harness::HostInputs& in,
                   const harness::DeviceInputs& device, void* workspace, cudaStream_t stream,
                   Output* got) {
+  return run_device(
+      [&](cudaStream_t s) {
+        return decoder.run(device.args, workspace, decoder.workspace_bytes(), s);
+      },
+      in, device, stream, got);
+}
+
+Status run_device(const std::function<Status(cudaStream_t)>& run, const harness::HostInputs& in,
+                  const harness::DeviceInputs& device, cudaStream_t stream, Output* got) {
   MLAKIT_RETURN_IF_ERROR(device.poison(in));
   if (cudaDeviceSynchronize() != cudaSuccess) {
     return Status(StatusCode::kCudaError, "cudaDeviceSynchronize after poisoning");
   }
-  MLAKIT_RETURN_IF_ERROR(decoder.run(device.args, workspace, decoder.workspace_bytes(), stream));
+  MLAKIT_RETURN_IF_ERROR(run(stream));
   const cudaError_t err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) {
     return Status(StatusCode::kCudaError,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -81,6 +82,9 @@ Status cpu_reference(const harness::HostInputs& in, Output* ref);
 Status run_device(const Decoder& decoder, const harness::HostInputs& in,
                   const harness::DeviceInputs& device, void* workspace, cudaStream_t stream,
                   Output* got);
+// The same with any launch on `stream` (a backend's own run, say) in place of the decoder's.
+Status run_device(const std::function<Status(cudaStream_t)>& run, const harness::HostInputs& in,
+                  const harness::DeviceInputs& device, cudaStream_t stream, Output* got);
 
 // Compares against the reference with harness::default_tolerance; returns the summary.
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,

@@ -85,20 +85,15 @@ void check_cluster_shape(const Case& c, sm90::ClusterShape shape, uint64_t seed)
   setup.forced_cluster_shape = shape;
   harness::DeviceInputs device;
   MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-  MLAKIT_ASSERT_OK(device.poison(in));
   harness::DeviceBuffer workspace(std::max<size_t>(setup.layout.bytes, 256));
-  MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
   cudaStream_t stream = nullptr;
   MLAKIT_ASSERT_CUDA(cudaStreamCreate(&stream));
-  const Status run = sm90::run(setup, device.args, workspace.get(), stream);
-  const cudaError_t synced = cudaStreamSynchronize(stream);
-  cudaStreamDestroy(stream);
-  MLAKIT_ASSERT_OK(run);
-  MLAKIT_ASSERT_CUDA(synced);
   Output got;
-  got.out.assign(in.out_bytes() / 2, 0);
-  got.lse.assign(p.return_lse ? in.lse_count() : 0, 0.0f);
-  MLAKIT_ASSERT_OK(device.download(in, got.out.data(), p.return_lse ? got.lse.data() : nullptr));
+  const Status ran =
+      run_device([&](cudaStream_t s) { return sm90::run(setup, device.args, workspace.get(), s); },
+                 in, device, stream, &got);
+  cudaStreamDestroy(stream);
+  MLAKIT_ASSERT_OK(ran);
   const ::testing::AssertionResult result = matches_reference(in, got, ref);
   EXPECT_TRUE(result) << case_name(c) << " C " << shape.clusters << " S " << shape.size;
   std::printf("  %-56s C %d S %d %s\n", case_name(c).c_str(), shape.clusters, shape.size,

@@ -501,11 +501,7 @@ Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t
 // cluster's CTAs share a GPC, so this can be less than SMs / cluster).
 template <typename T>
 Status max_active_clusters(int cluster, int* count) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(cluster));
   config.blockDim = dim3(kThreads);

@@ -32,6 +32,16 @@ __device__ __forceinline__ void griddepcontrol_launch_dependents() {
 #endif
 }
 
+// The launch attribute that groups consecutive CTAs of a 1-D grid into clusters of `x`.
+inline cudaLaunchAttribute cluster_dimension(unsigned x) {
+  cudaLaunchAttribute a;
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = x;
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 // Launches `kernel` with cudaLaunchKernelEx; `pdl` sets programmatic stream serialization (only
 // pass true on sm_90 and newer); `cluster_x` > 1 groups consecutive CTAs of the 1-D grid into
 // clusters of that many (sm_90 and newer; the grid a multiple of it). Returns the launch error.
@@ -42,10 +52,7 @@ cudaError_t launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 bloc
   cudaLaunchAttribute attribute[2];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  attribute[1].id = cudaLaunchAttributeClusterDimension;
-  attribute[1].val.clusterDim.x = cluster_x;
-  attribute[1].val.clusterDim.y = 1;
-  attribute[1].val.clusterDim.z = 1;
+  attribute[1] = cluster_dimension(cluster_x);
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
