@@ -24,6 +24,9 @@
 
 #include <cuda/ptx>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
 #include "backends/sm90/params.h"
@@ -37,6 +40,32 @@
 
 namespace mlakit::sm90 {
 
+#ifdef MLAKIT_SM90_TRACE
+static __device__ unsigned long long g_trace[3][4096];
+static __device__ int g_trace_count[3];
+// The last launch's timeline, printed at exit ("T role id clock").
+inline void trace_print_at_exit() {
+  static const bool registered = [] {
+    std::atexit([] {
+      static unsigned long long stamps[3][4096];
+      int counts[3] = {};
+      if (cudaMemcpyFromSymbol(stamps, g_trace, sizeof stamps) != cudaSuccess ||
+          cudaMemcpyFromSymbol(counts, g_trace_count, sizeof counts) != cudaSuccess) {
+        return;
+      }
+      for (int r = 0; r < 3; ++r) {
+        for (int i = 0; i < counts[r] && i < 4096; ++i) {
+          std::printf("T %d %d %llu\n", r, static_cast<int>(stamps[r][i] >> 56),
+                      stamps[r][i] & 0xFFFFFFFFFFFFFFull);
+        }
+      }
+    });
+    return true;
+  }();
+  (void)registered;
+}
+#endif
+
 #ifdef MLAKIT_SM90_WGMMA
 
 struct Smem {
@@ -44,6 +73,31 @@ struct Smem {
   uint8_t* kv;
   SmallStorage* small;
 };
+
+// Timeline of CTA 0 for schedule studies (define MLAKIT_SM90_TRACE; printed by device printf):
+// role 0/1 the consumer warpgroups, 2 the producer; one stamp (id, clock64) per event.
+#ifdef MLAKIT_SM90_TRACE
+__device__ __forceinline__ int& trace_count(int role) {
+  __shared__ int counts[3];  // only read and written by the one tracing thread of each role
+  return counts[role];
+}
+__device__ __forceinline__ void trace(int role, int id) {
+  if (blockIdx.x == 0 && threadIdx.x % 128 == 0) {
+    const int n = trace_count(role);
+    if (n < 4096) {
+      g_trace[role][n] =
+          (static_cast<unsigned long long>(id) << 56) | (clock64() & 0xFFFFFFFFFFFFFFull);
+      trace_count(role) = n + 1;
+    }
+  }
+}
+__device__ __forceinline__ void trace_dump() {
+  for (int role = 0; role < 3; ++role) g_trace_count[role] = trace_count(role);
+}
+#else
+__device__ __forceinline__ void trace(int, int) {}
+__device__ __forceinline__ void trace_dump() {}
+#endif
 
 __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
   while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
@@ -109,6 +163,10 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
       if (lane == 0) wait_parity(&sm.empty[stage], phase ^ 1);
       __syncwarp();
+      if (lane == 0) {
+        // (the producer warp's lane 0 is thread 256: threadIdx.x % 128 == 0)
+        trace(2, 8);
+      }
       // Lane j issues column chunk j onto its own barrier. With two pages the second is loaded
       // only when the chunk reaches it (past the length the block table may hold anything); its
       // rows are then masked and zeroed as V.
@@ -213,6 +271,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 
 #pragma unroll 1
     for (int32_t b = 0; b < n_blocks; ++b, ++n_block) {
+      trace(wg, 0);
       const int32_t tok0 = c.token_begin + b * kBlockN;
       const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
       const uint32_t kv_stage = kv_addr + stage * kTileBytes;
@@ -232,6 +291,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 #pragma unroll
         for (int j = 0; j < kQkChunks; ++j) {
           wait_parity(&sm.full[stage][j], phase);
+          if (j == 0) trace(wg, 1);
+          if (j == kQkChunks - 1) trace(wg, 2);
           wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) {
@@ -243,6 +304,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         wgmma_commit_group();
         wgmma_wait_group<0>();
         fence_accumulators(sc);
+        trace(wg, 3);
         if (b == last_own && t == 0) arrive(&sm.q_empty);
 
         // Mask, row max (the four lanes of a row), new max from the one before.
@@ -284,6 +346,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P and zeros, for wgmma
         // P for the other warpgroup (this one reads its own from registers).
         arrive(&sm.published[wg]);  // every thread: each orders its own stores (and reads)
+        trace(wg, 4);
         rescale(o, step);
         // O_w += P V_w with P from registers. Each P V is issued where its A operand was made:
         // across the branch, ptxas serializes the wgmmas (C7520).
@@ -299,7 +362,9 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         for (int j = 0; j < kVChunksPerWarpgroup; ++j) {
           wait_parity(&sm.full[stage][wg * kVChunksPerWarpgroup + j], phase);
         }
+        trace(wg, 6);
         wait_parity(&sm.published[wg ^ 1], phase);
+        trace(wg, 7);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           step[e] = max_step(m[e], sm.row_max[wg ^ 1][row_a + 8 * e], scale_log2);
@@ -325,6 +390,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       wgmma_commit_group();
       wgmma_wait_group<0>();
       fence_accumulators(o);
+      trace(wg, 5);
       if (t == 0) arrive(&sm.empty[stage]);
     }
 
@@ -437,6 +503,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
+#ifdef MLAKIT_SM90_TRACE
+    for (int r = 0; r < 3; ++r) trace_count(r) = 0;
+#endif
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
   // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
@@ -472,6 +541,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }
+#ifdef MLAKIT_SM90_TRACE
+  __syncthreads();
+  if (blockIdx.x == 0 && threadIdx.x == kConsumerThreads) trace_dump();
+#endif
 #endif
 }
 
@@ -492,6 +565,9 @@ Status prepare_decode() {
 
 template <typename T>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
+#ifdef MLAKIT_SM90_TRACE
+  trace_print_at_exit();
+#endif
   MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T>, grid, dim3(kThreads), kSmemBytes,
                                            stream, pdl, static_cast<unsigned>(cluster), p));
   return Status::Ok();
