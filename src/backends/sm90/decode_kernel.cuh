@@ -41,19 +41,19 @@
 namespace mlakit::sm90 {
 
 #ifdef MLAKIT_SM90_TRACE
-static __device__ unsigned long long g_trace[3][4096];
-static __device__ int g_trace_count[3];
+static __device__ unsigned long long g_trace[4][4096];
+static __device__ int g_trace_count[4];
 // The last launch's timeline, printed at exit ("T role id clock").
 inline void trace_print_at_exit() {
   static const bool registered = [] {
     std::atexit([] {
-      static unsigned long long stamps[3][4096];
-      int counts[3] = {};
+      static unsigned long long stamps[4][4096];
+      int counts[4] = {};
       if (cudaMemcpyFromSymbol(stamps, g_trace, sizeof stamps) != cudaSuccess ||
           cudaMemcpyFromSymbol(counts, g_trace_count, sizeof counts) != cudaSuccess) {
         return;
       }
-      for (int r = 0; r < 3; ++r) {
+      for (int r = 0; r < 4; ++r) {
         for (int i = 0; i < counts[r] && i < 4096; ++i) {
           std::printf("T %d %d %llu\n", r, static_cast<int>(stamps[r][i] >> 56),
                       stamps[r][i] & 0xFFFFFFFFFFFFFFull);
@@ -78,11 +78,11 @@ struct Smem {
 // role 0/1 the consumer warpgroups, 2 the producer; one stamp (id, clock64) per event.
 #ifdef MLAKIT_SM90_TRACE
 __device__ __forceinline__ int& trace_count(int role) {
-  __shared__ int counts[3];  // only read and written by the one tracing thread of each role
+  __shared__ int counts[4];  // only read and written by the one tracing thread of each role
   return counts[role];
 }
 __device__ __forceinline__ void trace(int role, int id) {
-  if (blockIdx.x == 0 && threadIdx.x % 128 == 0) {
+  if (blockIdx.x == 0 && (threadIdx.x % 128 == 0 || threadIdx.x == kConsumerThreads + 32)) {
     const int n = trace_count(role);
     if (n < 4096) {
       g_trace[role][n] =
@@ -92,7 +92,7 @@ __device__ __forceinline__ void trace(int role, int id) {
   }
 }
 __device__ __forceinline__ void trace_dump() {
-  for (int role = 0; role < 3; ++role) g_trace_count[role] = trace_count(role);
+  for (int role = 0; role < 4; ++role) g_trace_count[role] = trace_count(role);
 }
 #else
 __device__ __forceinline__ void trace(int, int) {}
@@ -187,6 +187,26 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
     }
   }
 }
+
+#ifdef MLAKIT_SM90_TRACE
+// Trace only: a second producer warp stamps when the first and the last column chunk of each
+// block have landed (waiting does not consume the barriers' phases).
+__device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int32_t cta) {
+  SmallStorage& sm = *s.small;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_block = 0;
+  while (chunks.next(&c)) {
+    for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
+      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+      wait_parity(&sm.full[stage][0], phase);
+      trace(3, 9);
+      wait_parity(&sm.full[stage][kQkChunks - 1], phase);
+      trace(3, 10);
+    }
+  }
+}
+#endif
 
 // Byte offset of element (row, col) of a 64-column chunk in the 128-byte swizzle.
 __device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
@@ -504,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
 #ifdef MLAKIT_SM90_TRACE
-    for (int r = 0; r < 3; ++r) trace_count(r) = 0;
+    for (int r = 0; r < 4; ++r) trace_count(r) = 0;
 #endif
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
@@ -528,6 +548,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x < kConsumerThreads + 32) produce(p, s, m_tile, cta);
+#ifdef MLAKIT_SM90_TRACE
+    if (threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
+        blockIdx.x == 0) {
+      watch(p, s, cta);
+    }
+#endif
     if (merges) {
       cluster_sync();  // the consumers' results are out
       cluster_sync();  // and merged
