@@ -22,10 +22,9 @@
 //   when the request's tile has several clusters.
 #pragma once
 
-#include <cuda/ptx>
-
 #include <cstdio>
 #include <cstdlib>
+#include <cuda/ptx>
 
 #include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
