@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A timeline of one sm90 decode CTA (CTA 0): builds the library with MLAKIT_SM90_TRACE into
 # build-trace/ (clock64 stamps per block for each consumer warpgroup, the producer's issues and a
-# watcher warp's "landed" times; src/backends/sm90/decode_kernel.cuh), runs mlakit bench on each
+# watcher warp's "landed" times; src/backends/sm90/trace.cuh), runs mlakit bench on each
 # case and summarizes the stamps (scripts/trace_sm90.py). The tracing adds ~10% to the time.
 # Usage on the GPU machine (.deps carried): scripts/trace-sm90.sh OUTDIR [CASE ...]
 # A case is "h_q s_q batch seq_len backend", e.g. "128 1 128 8192 sm90:0" (the default set below).
