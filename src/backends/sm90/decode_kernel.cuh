@@ -110,10 +110,7 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
       if (lane == 0) wait_parity(&sm.empty[stage], phase ^ 1);
       __syncwarp();
-      if (lane == 0) {
-        // (the producer warp's lane 0 is thread 256: threadIdx.x % 128 == 0)
-        trace(2, 8);
-      }
+      trace(2, 8);
       // Lane j issues column chunk j onto its own barrier. With two pages the second is loaded
       // only when the chunk reaches it (past the length the block table may hold anything); its
       // rows are then masked and zeroed as V.
@@ -470,9 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
-#ifdef MLAKIT_SM90_TRACE
-    for (int r = 0; r < 4; ++r) trace_count(r) = 0;
-#endif
+    trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
   // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
@@ -514,10 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }
-#ifdef MLAKIT_SM90_TRACE
-  __syncthreads();
-  if (blockIdx.x == 0 && threadIdx.x == kConsumerThreads) trace_dump();
-#endif
+  trace_finish();
 #endif
 }
 
@@ -538,9 +530,7 @@ Status prepare_decode() {
 
 template <typename T>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
-#ifdef MLAKIT_SM90_TRACE
   trace_print_at_exit();
-#endif
   MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T>, grid, dim3(kThreads), kSmemBytes,
                                            stream, pdl, static_cast<unsigned>(cluster), p));
   return Status::Ok();

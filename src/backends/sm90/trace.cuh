@@ -13,21 +13,24 @@
 
 namespace mlakit::sm90 {
 
+inline constexpr int kTraceRoles = 4;      // consumer warpgroups 0 and 1, producer, watcher
+inline constexpr int kTraceStamps = 4096;  // per role; later stamps are dropped
+
 #ifdef MLAKIT_SM90_TRACE
-static __device__ unsigned long long g_trace[4][4096];
-static __device__ int g_trace_count[4];
+static __device__ unsigned long long g_trace[kTraceRoles][kTraceStamps];
+static __device__ int g_trace_count[kTraceRoles];
 // The last launch's timeline, printed at exit ("T role id clock").
 inline void trace_print_at_exit() {
   static const bool registered = [] {
     std::atexit([] {
-      static unsigned long long stamps[4][4096];
-      int counts[4] = {};
+      static unsigned long long stamps[kTraceRoles][kTraceStamps];
+      int counts[kTraceRoles] = {};
       if (cudaMemcpyFromSymbol(stamps, g_trace, sizeof stamps) != cudaSuccess ||
           cudaMemcpyFromSymbol(counts, g_trace_count, sizeof counts) != cudaSuccess) {
         return;
       }
-      for (int r = 0; r < 4; ++r) {
-        for (int i = 0; i < counts[r] && i < 4096; ++i) {
+      for (int r = 0; r < kTraceRoles; ++r) {
+        for (int i = 0; i < counts[r] && i < kTraceStamps; ++i) {
           std::printf("T %d %d %llu\n", r, static_cast<int>(stamps[r][i] >> 56),
                       stamps[r][i] & 0xFFFFFFFFFFFFFFull);
         }
@@ -37,32 +40,42 @@ inline void trace_print_at_exit() {
   }();
   (void)registered;
 }
-#endif
 
 // Timeline of CTA 0 for schedule studies (stamps in global memory: a printf in the kernel made
 // ptxas serialize the wgmmas, C7510): role 0/1 the consumer warpgroups, 2 the producer, 3 the
-// watcher warp; one stamp (id, clock64) per event.
-#ifdef MLAKIT_SM90_TRACE
+// watcher warp; one stamp (id, clock64) per event, from one thread per role (thread 0 of each
+// warpgroup, and lane 0 of the watcher warp).
 __device__ __forceinline__ int& trace_count(int role) {
-  __shared__ int counts[4];  // only read and written by the one tracing thread of each role
+  // Each count is read and written only by its role's one tracing thread.
+  __shared__ int counts[kTraceRoles];
   return counts[role];
 }
 __device__ __forceinline__ void trace(int role, int id) {
   if (blockIdx.x == 0 && (threadIdx.x % 128 == 0 || threadIdx.x == kConsumerThreads + 32)) {
     const int n = trace_count(role);
-    if (n < 4096) {
+    if (n < kTraceStamps) {
       g_trace[role][n] =
           (static_cast<unsigned long long>(id) << 56) | (clock64() & 0xFFFFFFFFFFFFFFull);
       trace_count(role) = n + 1;
     }
   }
 }
-__device__ __forceinline__ void trace_dump() {
-  for (int role = 0; role < 4; ++role) g_trace_count[role] = trace_count(role);
+// Thread 0, before the kernel's first stamp.
+__device__ __forceinline__ void trace_reset() {
+  for (int role = 0; role < kTraceRoles; ++role) trace_count(role) = 0;
+}
+// Every thread, at the kernel's end: the counts out for the host.
+__device__ __forceinline__ void trace_finish() {
+  __syncthreads();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (int role = 0; role < kTraceRoles; ++role) g_trace_count[role] = trace_count(role);
+  }
 }
 #else
+inline void trace_print_at_exit() {}
 __device__ __forceinline__ void trace(int, int) {}
-__device__ __forceinline__ void trace_dump() {}
+__device__ __forceinline__ void trace_reset() {}
+__device__ __forceinline__ void trace_finish() {}
 #endif
 
 }  // namespace mlakit::sm90
