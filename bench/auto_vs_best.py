@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Reads `mlakit bench --json` output that ran single backends and `auto` on the same cases and
+"""Reads `mlakit bench --json` outputs (one or more files) that ran single backends and `auto` on the same cases and
 prints, per case, auto's time against the best single backend (the autotuner's acceptance check:
 auto within 5% of the best on every case). Exit code 1 when a case is over the limit."""
 import json
 import sys
 
 
-def main(path: str, limit: float = 1.05) -> int:
-    doc = json.load(open(path))
+def main(paths: list, limit: float = 1.05) -> int:
+    results = [r for path in paths for r in json.load(open(path))["results"]]
     cases: dict = {}
-    for r in doc["results"]:
+    for r in results:
         if r["time_us"] <= 0:
             continue
         key = (r["h_q"], r["s_q"], r["batch"], r["seq_len"], r["var"], r["page_size"])
@@ -37,4 +37,4 @@ def main(path: str, limit: float = 1.05) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

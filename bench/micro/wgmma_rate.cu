@@ -19,20 +19,11 @@ using mlakit::sm90::smem_desc_sw128;
 using mlakit::sm90::wgmma_m64n256k16_rs_tb;
 using mlakit::sm90::wgmma_m64n256k16_tb;
 using mlakit::sm90::wgmma_m64n64k16;
+using mlakit::sm90::wgmma_m64nNk16;
 
-// The decode kernel's three forms come from backends/sm90/wgmma.cuh; the other shapes studied
-// here (bf16 in, f32 accumulators) are written out below. ss: A and B from shared memory, rs: A
-// from registers; kTransA: A MN-major.
-template <int kTransA>
-__device__ __forceinline__ void mma_ss_n16(float (&d)[8], uint64_t da, uint64_t db) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, "
-      "%9, 1, 1, 1, %10, 0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7])
-      : "l"(da), "l"(db), "n"(kTransA));
-}
-
+// The decode kernels' forms come from backends/sm90/wgmma.cuh; the other shapes studied here
+// (bf16 in, f32 accumulators) are written out below. ss: A and B from shared memory, rs: A from
+// registers; ta: A MN-major.
 __device__ __forceinline__ void mma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
@@ -106,8 +97,8 @@ __device__ __forceinline__ void run_shape(uint32_t a_base, uint32_t b_base, long
       const uint64_t da = smem_desc_sw128(a_base + a_at, 8192, 1024);
       const uint64_t db = smem_desc_sw128(b_base + b_at, 8192, 1024);
       using T = __nv_bfloat16;
-      if constexpr (S == kSsN16) mma_ss_n16<0>(d, da, db);
-      if constexpr (S == kSsN16Ta) mma_ss_n16<1>(d, da, db);
+      if constexpr (S == kSsN16) wgmma_m64nNk16<__nv_bfloat16, 16, 0>(d, da, db, 1);
+      if constexpr (S == kSsN16Ta) wgmma_m64nNk16<__nv_bfloat16, 16, 1>(d, da, db, 1);
       if constexpr (S == kSsN64) wgmma_m64n64k16<T>(d, da, db, 1);
       if constexpr (S == kRsN64) mma_rs_n64(d, a_regs, db);
       if constexpr (S == kSsN128) mma_ss_n128(d, da, db);

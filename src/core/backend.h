@@ -39,9 +39,6 @@ struct BackendEntry {
   std::vector<Tactic> (*tactics)(const Problem& problem) = nullptr;
   Status (*create)(const Problem& problem, int tactic, const DeviceInfo& device,
                    std::unique_ptr<Backend>* backend) = nullptr;
-  // Optional: true where a later backend in the registry is known (measured) to be faster, so the
-  // untuned heuristic passes over this one when another can run the problem.
-  bool (*defers)(const Problem& problem, const DeviceInfo& device) = nullptr;
 };
 
 // Every backend compiled into this build, in order of preference for `auto` (fastest first).

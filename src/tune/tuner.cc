@@ -116,24 +116,14 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
 // (by up to 20%), one-shot 12 (by a median 2.2%, at most 10.5%); on skewed batches (one request
 // 32x longer) persistent is 3.6-5.9x faster (docs/sm80-decode.md). Sequence lengths live on the
 // device, so the heuristic cannot see skew: it takes the persistent default.
-// A backend that defers (BackendEntry::defers) is taken only when no later one can run the
-// problem: sm90 defers to sm80 at h_q * s_q <= 16, where sm80's 16-row tile (two CTAs per SM) was
-// 5-18% faster on 15 of the 17 standard-grid cases of h_q 16, s_q 1 (not batch 1 at L 32768, nor
-// batch 128 at L 1024; H200, bench/results/2026-11-21-h200-sm90). Elsewhere sm90 was 1.14-2.25x
-// faster than sm80 (h_q 64 and 128) or within 2% of it (h_q 16, s_q 2).
+// sm90 once deferred to sm80 at h_q * s_q <= 16 (sm80's 16-row tile was 5-18% faster on 15 of the
+// 17 cases of h_q 16, s_q 1); sm90's narrow tile is now the faster there on 15 of 17
+// (bench/results/2026-11-21-h200-narrow), so the registry's order holds everywhere.
 Choice heuristic(const Problem& problem, int, const DeviceInfo& device) {
-  const BackendEntry* deferred = nullptr;
   for (const BackendEntry* entry : backend_registry()) {
     if (entry->device_memory != device.present) continue;
     if (!entry->available(device).ok() || !entry->can_run(problem, device).ok()) continue;
-    if (entry->defers != nullptr && entry->defers(problem, device)) {
-      if (deferred == nullptr) deferred = entry;
-      continue;
-    }
     return {.backend = std::string(entry->name), .tactic = -1, .source = "heuristic"};
-  }
-  if (deferred != nullptr) {
-    return {.backend = std::string(deferred->name), .tactic = -1, .source = "heuristic"};
   }
   return {};
 }

@@ -5,7 +5,8 @@
 // with harness::default_tolerance. What sm90 claims to run, and so what is covered here: bf16 or
 // fp16 (q, kv and out alike), page sizes 32, 64 and 128, h_q 1..128, s_q 1..8 causal or not,
 // variable lengths including 0, sinks, lse, tactics 0 (persistent), 1 (one-shot) and 2 (cluster:
-// the CTAs of a request merge through distributed shared memory, no combine kernel).
+// the CTAs of a request merge through distributed shared memory, no combine kernel), and the same
+// three with the narrow tile (3, 4, 5; h_q x s_q <= 32, tiles of 16 or 32 rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,8 +71,36 @@ TEST(Sm90, ClusterSweep) {
   check_cases(cases, 300, kBackend);
 }
 
-// Tactic 2 with C clusters of S CTAs per (request, tile) forced (the host picks the shape from the
-// batch and the device's occupancy, so the sweeps above reach only some).
+// The narrow tile (tactics 3, 4, 5): both tile sizes (up to 16 rows and 17..32), partial tiles,
+// causal MTP, every page size, dtype, length kind, sinks and lse; each case under all three
+// schedules. The first batch-1 and long cases split a request across many CTAs.
+TEST(Sm90, NarrowSweep) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic (set below), batch, len}
+  const Case narrow[] = {
+      {DType::kBF16, 64, 16, 1, Lens::kFixed, true, true, 0, 1, 4001},
+      {DType::kBF16, 64, 16, 1, Lens::kVariable, false, true},
+      {DType::kFP16, 32, 16, 2, Lens::kSkewed, true, false},
+      {DType::kBF16, 128, 32, 1, Lens::kFixed, false, true, 0, 3, 700},
+      {DType::kFP16, 64, 1, 8, Lens::kVariable, true, true},
+      {DType::kBF16, 32, 3, 5, Lens::kSkewed, false, true},
+      {DType::kBF16, 128, 10, 3, Lens::kVariable, true, false},
+      {DType::kFP16, 128, 8, 4, Lens::kFixed, true, true, 0, 2, 130},
+      {DType::kBF16, 64, 1, 1, Lens::kFixed, false, false, 0, 4, 63},
+      {DType::kFP16, 32, 32, 1, Lens::kSkewed, false, true, 0, 0, 40},
+  };
+  uint64_t seed = 1200;
+  for (Case c : narrow) {
+    for (const int tactic : {3, 4, 5}) {
+      c.tactic = tactic;
+      SCOPED_TRACE(case_name(c));
+      check_case(c, seed++, kBackend);
+    }
+  }
+}
+
+// Tactic 2 (or 5, narrow) with C clusters of S CTAs per (request, tile) forced (the host picks the
+// shape from the batch and the device's occupancy, so the sweeps above reach only some).
 void check_cluster_shape(const Case& c, sm90::ClusterShape shape, uint64_t seed) {
   const std::vector<int32_t> lens = case_lengths(c, seed);
   const Problem p = case_problem(c, lens);
@@ -79,7 +108,7 @@ void check_cluster_shape(const Case& c, sm90::ClusterShape shape, uint64_t seed)
   Output ref;
   MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
   sm90::Setup setup;
-  MLAKIT_ASSERT_OK(sm90::make_setup(p, 2, current_device(), &setup));
+  MLAKIT_ASSERT_OK(sm90::make_setup(p, c.tactic, current_device(), &setup));
   ASSERT_LE(int64_t{shape.clusters} * in.batch,
             std::max<int64_t>(setup.layout.max_slots, 1));  // the workspace holds the partials
   setup.forced_cluster_shape = shape;
@@ -111,6 +140,9 @@ TEST(Sm90, ClusterShapes) {
       {DType::kBF16, 64, 40, 3, Lens::kVariable, true, true, 2, 6, 700},
       {DType::kFP16, 32, 128, 1, Lens::kSkewed, false, true, 2, 5, 30},
       {DType::kBF16, 128, 16, 2, Lens::kFixed, true, true, 2, 2, 600},
+      // The narrow tile: 16 rows (12 used) and 32 (20 used).
+      {DType::kBF16, 64, 12, 1, Lens::kVariable, true, true, 5, 6, 700},
+      {DType::kFP16, 32, 10, 2, Lens::kFixed, true, true, 5, 2, 500},
   };
   uint64_t seed = 800;
   for (const Case& c : cases) {
@@ -158,6 +190,11 @@ TEST(Sm90Sanitize, Small) {
       {DType::kFP16, 32, 16, 2, Lens::kSkewed, false, true, 2, 0, 40},
       // ~4 blocks per chunk: both stages reused within a chunk.
       {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 64, 512},
+      // The narrow tile under each schedule, 16 and 32 rows.
+      {DType::kBF16, 64, 16, 1, Lens::kSkewed, true, true, 3, 0, 12},
+      {DType::kFP16, 32, 8, 3, Lens::kVariable, false, true, 4, 0, 100},
+      {DType::kBF16, 128, 16, 2, Lens::kFixed, true, true, 5, 2, 300},
+      {DType::kBF16, 64, 16, 1, Lens::kFixed, false, false, 3, 64, 512},
   };
   check_cases(small, 900, kBackend);
 }
@@ -170,6 +207,9 @@ TEST(Sm90Sanitize, ClusterShapes) {
   check_cluster_shape(c, {.clusters = 1, .size = 3}, 951);
   check_cluster_shape(c, {.clusters = 2, .size = 8}, 952);
   check_cluster_shape(c, {.clusters = 4, .size = 1}, 953);
+  const Case narrow = {DType::kBF16, 64, 10, 2, Lens::kVariable, true, true, 5, 3, 500};
+  check_cluster_shape(narrow, {.clusters = 1, .size = 3}, 954);
+  check_cluster_shape(narrow, {.clusters = 2, .size = 8}, 955);
 }
 
 TEST(Sm90, WorkspaceTooSmallIsRefused) {

@@ -36,21 +36,22 @@ struct Stream {
   ~Stream() { cudaStreamDestroy(s); }
 };
 
-// Untuned, on an sm_90 device: sm90 for 64-row problems, sm80 where its 16-row tile was measured
-// faster (h_q * s_q <= 16; BackendEntry::defers).
+// Untuned, on an sm_90 device: sm90 everywhere, with its default tactic for the row count (the
+// narrow tile's cluster tactic up to 16 query rows, the wide tile's above; sm90_backend.cc).
 TEST(TuneGpu, UntunedHeuristicPrefersTheFasterBackendOnSm90) {
   MLAKIT_SKIP_WITHOUT_SM90();
   const std::string none = temp_cache("untuned.json");
   const struct {
     int h_q, s_q;
-    const char* backend;
-  } expected[] = {{16, 1, "sm80"}, {8, 2, "sm80"}, {16, 2, "sm90"}, {128, 1, "sm90"}};
+    int tactic;
+  } expected[] = {{16, 1, 5}, {8, 2, 5}, {16, 2, 2}, {128, 1, 2}};
   for (const auto& e : expected) {
     const Problem p{
         .h_q = e.h_q, .s_q = e.s_q, .page_size = 64, .max_batch = 8, .max_seq_len = 4096};
     std::unique_ptr<Decoder> d;
     MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = none}, &d));
-    EXPECT_EQ(d->backend_name(8), e.backend) << "h_q " << e.h_q << " s_q " << e.s_q;
+    EXPECT_EQ(d->backend_name(8), "sm90") << "h_q " << e.h_q << " s_q " << e.s_q;
+    EXPECT_EQ(d->tactic(8), e.tactic) << "h_q " << e.h_q << " s_q " << e.s_q;
   }
 }
 

@@ -1,7 +1,8 @@
 // The cluster schedule's merge (plan.h, tactic 2 of the sm90 backend): the S CTAs of a cluster
-// computed S chunks of one request for the same 64 query rows; each left its result normalized
-// by its own softmax sum (fp32, over its free KV stages) and its LSE per row in shared memory.
-// After a cluster barrier CTA k merges rows [64k / S, 64(k + 1) / S) through distributed shared
+// computed S chunks of one request for the same query tile (R = 64 rows, or 16 / 32 for the narrow
+// tile); each left its result normalized by its own softmax sum (fp32, over its free KV stages)
+// and its LSE per row in shared memory.
+// After a cluster barrier CTA k merges rows [Rk / S, R(k + 1) / S) through distributed shared
 // memory: first the weights of each row (one thread per row: the S LSEs, the merged LSE, the sink
 // factor), then every float4 of the rows from the S results. The combine kernel's arithmetic
 // (kernels/common/combine.cu), without partials in global memory; or, when the request's tile
@@ -20,11 +21,6 @@ namespace mlakit::sm90 {
 
 #ifdef MLAKIT_SM90_WGMMA
 
-// Rows of a CTA's result in shared memory: 520 floats apart, against bank conflicts.
-inline constexpr int kMergeStride = kDv + 8;
-static_assert(size_t{kRows} * kMergeStride * 4 <= size_t{kStages} * kTileBytes,
-              "the result fits over the KV stages");
-
 // Named barrier of the 256 consumer threads inside the merge (0 is __syncthreads, 1 the
 // epilogue's).
 inline constexpr int kMergeBarrier = 2;
@@ -37,7 +33,7 @@ __device__ __forceinline__ void cluster_sync() {
 
 // Called by the 256 consumer threads between two cluster barriers. kv: this CTA's KV stages (its
 // result); request, m_tile and cluster (c of C): the cluster's.
-template <typename T>
+template <typename T, int kTileRows>
 __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8_t* kv,
                                               SmallStorage& sm, int m_tile, int32_t request,
                                               int32_t cluster) {
@@ -46,13 +42,13 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
   // The output, or with several clusters per request this cluster's partial slot.
   const int64_t first_row = int64_t{clusters > 1 ? request * clusters + cluster : request} * p.rows;
   const int rank = static_cast<int>(cuda::ptx::get_sreg_cluster_ctarank());
-  const int row_begin = rank * kRows / splits;
-  const int row_end = (rank + 1) * kRows / splits;
+  const int row_begin = rank * kTileRows / splits;
+  const int row_end = (rank + 1) * kTileRows / splits;
   const int tid = static_cast<int>(threadIdx.x);
   // 1. Per row: the merged LSE and each result's weight, exp(lse_k - lse) times the sink factor.
   if (tid < row_end - row_begin) {
     const int row = row_begin + tid;
-    const int32_t r = m_tile * kRows + row;
+    const int32_t r = m_tile * kTileRows + row;
     const uint32_t lse_at = ptx::smem_u32(&sm.merge_lse[row]);
     float lse_k[kMaxClusterCtas];
     float max_lse = -INFINITY;
@@ -90,7 +86,7 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
   for (int idx = tid; idx < (row_end - row_begin) * kFloat4s; idx += kConsumerThreads) {
     const int row = row_begin + idx / kFloat4s;
     const int col4 = idx % kFloat4s;
-    const int32_t r = m_tile * kRows + row;
+    const int32_t r = m_tile * kTileRows + row;
     if (r >= p.rows) continue;
     const uint32_t at = buf + 4 * (row * kMergeStride + 4 * col4);
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -15,6 +15,14 @@
 // Shared memory, all operand tiles in 1024-byte atoms with the 128-byte swizzle that TMA writes
 // and wgmma reads: Q 64 x 576 (9 column chunks of 64 x 64), kStages KV blocks 64 x 576 (P in the
 // last chunk), then the barriers and the exchange. 219 KB of the 227 KB an sm_90 CTA may have.
+//
+// The narrow tile (kNarrowRows16 or 32 query rows, for h_q x s_q up to 32): the same producer and
+// stages, but the products transposed so that the rows are wgmma's N: S^T = K Q^T (m64nNk16, A =
+// the block's K) and O^T += V^T P^T (eight m64nNk16 per 16 tokens, A = V MN-major, B = P^T over
+// the rope chunk). O^T of all 512 columns is 64 (N 16) or 128 (N 32) registers, so each consumer
+// warpgroup computes its own blocks alone (its own max, sums and O^T, no exchange per block); the
+// two meet once per chunk, through the exchange buffer after the stages (16 rows of fp32 at a
+// time).
 #pragma once
 
 #include <cstddef>
@@ -45,26 +53,51 @@ static_assert(kDqk % 64 == 0 && kDv % 128 == 0 && kPChunk * kChunkElems == kDv);
 static_assert(kStages == 2, "warpgroup w owns the blocks of stage w");
 // Cluster schedule (plan.h): the most CTAs per cluster, the portable limit.
 inline constexpr int kMaxClusterCtas = 8;
+// Rows of a CTA's fp32 result in shared memory (the cluster merge, the narrow tile's epilogue):
+// 520 floats apart, against bank conflicts.
+inline constexpr int kMergeStride = kDv + 8;
+// The narrow tile's epilogue merges and writes 16 rows at a time.
+inline constexpr int kNarrowPassRows = 16;
 
 // Barriers and the exchange between the consumer warpgroups, after the operand tiles.
 struct SmallStorage {
   uint64_t full[kStages][kQkChunks];  // column chunk j of a KV block landed (producer + TMA bytes)
   uint64_t empty[kStages];            // both consumer warpgroups done with the stage
-  uint64_t q_full;                    // Q tile landed
-  uint64_t q_empty;                   // both consumer warpgroups done with Q
-  uint64_t published[2];              // warpgroup w's block: its max and P are out (128)
-  float row_max[2][kRows];            // per warpgroup: the running max after its last block
-  float red_sum[2][2][kRows];         // per chunk parity and warpgroup: softmax denominators
-  float merge_lse[kRows];             // cluster schedule: this CTA's LSE per row, for the merge
+  uint64_t chunk_empty[kStages][kQkChunks];  // narrow tile: column chunk j of the stage consumed
+  uint64_t q_full;                           // Q tile landed
+  uint64_t q_empty;                          // both consumer warpgroups done with Q
+  uint64_t wg_sync[2];         // narrow tile: warpgroup w's 128 threads meet (twice a block)
+  uint64_t published[2];       // warpgroup w's block: its max and P are out (128)
+  float row_max[2][kRows];     // per warpgroup: the running max after its last block
+  float red_sum[2][2][kRows];  // per chunk parity and warpgroup: softmax denominators
+  float merge_lse[kRows];      // cluster schedule: this CTA's LSE per row, for the merge
   float merge_weight[kRows][kMaxClusterCtas];  // and the weights of the S results per merged row
   plan::PartPlan part;                         // persistent: this CTA's part
+  // Narrow tile: per warpgroup and warp, the block's column (query row) max of its 16 tokens;
+  // then, at the chunk's end, the sums per warp and each warpgroup's max.
+  float col_max[2][4][32];
+  float wg_sum[2][4][32];
+  float wg_max[2][32];
 };
 
-inline constexpr size_t kQOffset = 0;
-inline constexpr size_t kKvOffset = kQOffset + kTileBytes;
-inline constexpr size_t kSmallOffset = kKvOffset + size_t{kStages} * kTileBytes;
-// The dynamic allocation: the layout above from a 1024-aligned base inside it.
-inline constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
-static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+// The shared-memory plan of a tile of kTileRows query rows (64: the wide tile; 16, 32: narrow).
+template <int kTileRows>
+struct Layout {
+  static constexpr int kQChunkBytes = kTileRows * 128;  // one column chunk of the Q tile
+  static constexpr int kQBytes = kQkChunks * kQChunkBytes;
+  static constexpr size_t kQOffset = 0;
+  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kExchangeOffset = kKvOffset + size_t{kStages} * kTileBytes;
+  static constexpr size_t kExchangeBytes =
+      kTileRows == kRows ? 0 : size_t{kNarrowPassRows} * kMergeStride * 4;
+  static constexpr size_t kSmallOffset = kExchangeOffset + kExchangeBytes;
+  // The dynamic allocation: the layout above from a 1024-aligned base inside it.
+  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+  static_assert(kTileRows == 16 || kTileRows == 32 || kTileRows == kRows);
+  static_assert(kQChunkBytes % 1024 == 0, "swizzle atoms stay 1024-aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+  static_assert(size_t{kTileRows} * kMergeStride * 4 <= size_t{kStages} * kTileBytes,
+                "the result fits over the KV stages (cluster merge)");
+};
 
 }  // namespace mlakit::sm90

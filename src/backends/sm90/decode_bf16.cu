@@ -4,11 +4,6 @@
 
 namespace mlakit::sm90 {
 
-const DecodeKernel& decode_kernel_bf16() {
-  static constexpr DecodeKernel kEntry{.prepare = prepare_decode<__nv_bfloat16>,
-                                       .launch = launch_decode<__nv_bfloat16>,
-                                       .max_active_clusters = max_active_clusters<__nv_bfloat16>};
-  return kEntry;
-}
+const DecodeKernel& decode_kernel_bf16() { return decode_kernel_entry<__nv_bfloat16, kRows>(); }
 
 }  // namespace mlakit::sm90

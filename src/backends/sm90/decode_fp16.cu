@@ -4,11 +4,6 @@
 
 namespace mlakit::sm90 {
 
-const DecodeKernel& decode_kernel_fp16() {
-  static constexpr DecodeKernel kEntry{.prepare = prepare_decode<__half>,
-                                       .launch = launch_decode<__half>,
-                                       .max_active_clusters = max_active_clusters<__half>};
-  return kEntry;
-}
+const DecodeKernel& decode_kernel_fp16() { return decode_kernel_entry<__half, kRows>(); }
 
 }  // namespace mlakit::sm90

@@ -26,6 +26,9 @@
 
 #include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
+#include "backends/sm90/decode_narrow.cuh"
+#include "backends/sm90/device.cuh"
+#include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
@@ -40,42 +43,16 @@ namespace mlakit::sm90 {
 
 #ifdef MLAKIT_SM90_WGMMA
 
-struct Smem {
-  uint8_t* q;
-  uint8_t* kv;
-  SmallStorage* small;
-};
-
-__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
-}
-
-__device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
-
-// The named barrier of the two consumer warpgroups at the epilogue (256 threads; id 0 is
-// __syncthreads).
-inline constexpr int kEpilogueBarrier = 1;
-
-__device__ __forceinline__ void consumer_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
-}
-
-__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, int32_t col,
-                                            int32_t row, uint64_t* bar) {
-  const int32_t coords[2] = {col, row};
-  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
-                                  coords, bar);
-}
-
 // The producer warp: walks the same chunks as the consumers and keeps the stages full.
+template <int kTileRows>
 __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, int m_tile,
                                         int32_t cta) {
+  using L = Layout<kTileRows>;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   SmallStorage& sm = *s.small;
   const int page_size = 1 << p.page_shift;
   const bool two_pages = page_size < kBlockN;  // page 32: two pages per block
-  const int32_t row0 = m_tile * kRows;
+  const int32_t row0 = m_tile * kTileRows;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
@@ -84,12 +61,12 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
     if (lane == 0) {
       wait_parity(&sm.q_empty, (n_chunk & 1) ^ 1);
       (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                 cuda::ptx::space_shared, &sm.q_full, kTileBytes);
+                                                 cuda::ptx::space_shared, &sm.q_full, L::kQBytes);
     }
     __syncwarp();
     if (lane < kQkChunks) {
-      tma_load_2d(s.q + lane * kChunkBytes, &p.q_map, lane * kChunkElems, c.request * p.rows + row0,
-                  &sm.q_full);
+      tma_load_2d(s.q + lane * L::kQChunkBytes, &p.q_map, lane * kChunkElems,
+                  c.request * p.rows + row0, &sm.q_full);
     }
     ++n_chunk;
     const int32_t* table = p.block_table + c.request * p.block_table_stride;
@@ -108,7 +85,11 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       const int32_t id0 = __shfl_sync(0xffffffffu, ids, page % 32);
       const int32_t id1 = __shfl_sync(0xffffffffu, ids, (page + 1) % 32);
       const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
-      if (lane == 0) wait_parity(&sm.empty[stage], phase ^ 1);
+      if constexpr (kTileRows == kRows) {
+        if (lane == 0) wait_parity(&sm.empty[stage], phase ^ 1);
+      } else if (lane < kQkChunks) {
+        wait_parity(&sm.chunk_empty[stage][lane], phase ^ 1);  // narrow: chunk by chunk
+      }
       __syncwarp();
       trace(2, 8);
       // Lane j issues column chunk j onto its own barrier. With two pages the second is loaded
@@ -151,25 +132,6 @@ __device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int3
   }
 }
 #endif
-
-// Byte offset of element (row, col) of a 64-column chunk in the 128-byte swizzle.
-__device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
-  return row * 128 + ((((col_bytes >> 4) ^ row) & 7) << 4) + (col_bytes & 15);
-}
-
-// The row max after a block and the factor by which the sums so far shrink (both warpgroups
-// compute it from the same two maxima, so their halves of O stay consistent).
-struct MaxStep {
-  float scaled;  // m_new * scale_log2 (0 while the row has seen nothing)
-  float alpha;   // exp2((m_old - m_new) * scale_log2)
-};
-
-__device__ __forceinline__ MaxStep max_step(float& m, float m_new, float scale_log2) {
-  const float scaled = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-  const MaxStep step{scaled, ptx::ex2_approx_ftz_f32(m * scale_log2 - scaled)};
-  m = m_new;
-  return step;
-}
 
 // This warpgroup's half of V, rows [valid, 64) of the stage, set to zero (past the request's
 // length the pages hold anything, NaN in the tests: P is 0 there but 0 x NaN is not).
@@ -432,18 +394,22 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 
 #endif  // MLAKIT_SM90_WGMMA
 
-template <typename T>
+// kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh).
+template <typename T, int kTileRows>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
+  using L = Layout<kTileRows>;
+  constexpr bool kNarrow = kTileRows != kRows;
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_u32(smem_raw);
   uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
-  const Smem s{.q = base + kQOffset,
-               .kv = base + kKvOffset,
-               .small = reinterpret_cast<SmallStorage*>(base + kSmallOffset)};
+  const Smem s{.q = base + L::kQOffset,
+               .kv = base + L::kKvOffset,
+               .exchange = reinterpret_cast<float*>(base + L::kExchangeOffset),
+               .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
   SmallStorage& sm = *s.small;
-  const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
+  const int32_t m_tiles = (p.rows + kTileRows - 1) / kTileRows;
   // Cluster schedule: blockIdx.x = (request * m_tiles + tile) * C S + split, C clusters of S per
   // (request, tile); cta = request * C S + split for the chunk iterator. Else the query tile
   // fastest.
@@ -463,10 +429,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kStages; ++i) {
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.full[i][j], 1);
       cuda::ptx::mbarrier_init(&sm.empty[i], 2);
+      for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.chunk_empty[i][j], 1);
       cuda::ptx::mbarrier_init(&sm.published[i], 128);
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
+    for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.wg_sync[w], 128);
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
@@ -489,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (threadIdx.x < kConsumerThreads + 32) produce(p, s, m_tile, cta);
+    if (threadIdx.x < kConsumerThreads + 32) produce<kTileRows>(p, s, m_tile, cta);
 #ifdef MLAKIT_SM90_TRACE
     if (threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
         blockIdx.x == 0) {
@@ -502,10 +470,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
-    consume<T>(p, s, m_tile, cta);
+    if constexpr (kNarrow) {
+      consume_narrow<T, kTileRows>(p, s, m_tile, cta);
+    } else {
+      consume<T>(p, s, m_tile, cta);
+    }
     if (merges) {
       cluster_sync();  // every CTA's result and LSE in its shared memory
-      merge_cluster<T>(p, s.kv, sm, m_tile, cta / splits, split / p.plan.cluster_size);
+      merge_cluster<T, kTileRows>(p, s.kv, sm, m_tile, cta / splits, split / p.plan.cluster_size);
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }
@@ -513,12 +485,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T>
+template <typename T, int kTileRows>
 Status prepare_decode() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          Layout<kTileRows>::kSmemBytes));
   cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T>));
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows>));
   if (attributes.binaryVersion != 90) {
     return unsupported(
         "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
@@ -528,27 +501,37 @@ Status prepare_decode() {
   return Status::Ok();
 }
 
-template <typename T>
+template <typename T, int kTileRows>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
   trace_print_at_exit();
-  MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T>, grid, dim3(kThreads), kSmemBytes,
-                                           stream, pdl, static_cast<unsigned>(cluster), p));
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T, kTileRows>, grid, dim3(kThreads),
+                                           Layout<kTileRows>::kSmemBytes, stream, pdl,
+                                           static_cast<unsigned>(cluster), p));
   return Status::Ok();
 }
 
 // How many clusters of `cluster` CTAs of the kernel the device runs at once (one CTA per SM; a
 // cluster's CTAs share a GPC, so this can be less than SMs / cluster).
-template <typename T>
+template <typename T, int kTileRows>
 Status max_active_clusters(int cluster, int* count) {
   cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(cluster));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.dynamicSmemBytes = Layout<kTileRows>::kSmemBytes;
   config.attrs = attribute;
   config.numAttrs = 1;
-  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(count, decode_kernel<T>, &config));
+  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(count, decode_kernel<T, kTileRows>, &config));
   return Status::Ok();
+}
+
+// The entry of one instantiation (launch.h); each decode_<dtype>*.cu defines one.
+template <typename T, int kTileRows>
+const DecodeKernel& decode_kernel_entry() {
+  static constexpr DecodeKernel kEntry{.prepare = prepare_decode<T, kTileRows>,
+                                       .launch = launch_decode<T, kTileRows>,
+                                       .max_active_clusters = max_active_clusters<T, kTileRows>};
+  return kEntry;
 }
 
 }  // namespace mlakit::sm90

@@ -15,7 +15,7 @@
 
 namespace mlakit::sm90 {
 
-// One explicit instantiation of the decode kernel (per dtype).
+// One explicit instantiation of the decode kernel (per dtype and tile rows).
 struct DecodeKernel {
   // Sets the shared-memory limit; fails when the build has no sm_90a code for the kernel.
   Status (*prepare)();
@@ -26,9 +26,20 @@ struct DecodeKernel {
   Status (*max_active_clusters)(int cluster, int* count);
 };
 
-// Defined in decode_<dtype>.cu.
+// Defined in decode_<dtype>.cu (the wide tile of 64 rows) and decode_<dtype>_narrow<rows>.cu.
 const DecodeKernel& decode_kernel_bf16();
 const DecodeKernel& decode_kernel_fp16();
+const DecodeKernel& decode_kernel_bf16_narrow16();
+const DecodeKernel& decode_kernel_bf16_narrow32();
+const DecodeKernel& decode_kernel_fp16_narrow16();
+const DecodeKernel& decode_kernel_fp16_narrow32();
+
+// Tactics: 0 persistent, 1 one-shot, 2 cluster (plan.h: C clusters of S CTAs per request and query
+// tile, each cluster merging through distributed shared memory, the combine kernel only when
+// C > 1; the shape picked per call from the batch); kNarrowTactic + each of them with the narrow
+// tile (config.h; h_q x s_q <= 32 only).
+inline constexpr int kNarrowTactic = 3;
+inline constexpr int kMaxNarrowRows = 32;
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {
@@ -39,7 +50,8 @@ struct ClusterShape {
 struct Setup {
   Problem problem;
   const DecodeKernel* kernel = nullptr;
-  int32_t m_tiles = 1;  // query tiles per request
+  int32_t tile_rows = kRows;  // 64, or 16 / 32 for the narrow tile
+  int32_t m_tiles = 1;        // query tiles per request
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
   bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel
@@ -53,9 +65,7 @@ struct Setup {
   ClusterShape forced_cluster_shape{.clusters = 0, .size = 0};
 };
 
-// tactic: 0 persistent, 1 one-shot, 2 cluster (plan.h: C clusters of S CTAs per request and query
-// tile, each cluster merging through distributed shared memory, the combine kernel only when
-// C > 1; the shape picked per call from the batch).
+// tactic: above (kNarrowTactic).
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
 
 // Plan, decode and combine on `stream`. Host work only (the tensor maps are encoded here).

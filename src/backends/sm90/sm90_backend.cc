@@ -58,16 +58,27 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   return Status::Ok();
 }
 
-// Up to 16 query rows the 64-row wgmma tile computes 4x the rows it needs; sm80's 16-row tile
-// ran faster there (tune/tuner.cc, heuristic).
-bool defers(const Problem& p, const DeviceInfo&) { return p.h_q * p.s_q <= 16; }
-
-// The first is the default (untuned calls): over the reference grid on an H200 cluster was
-// within 1.3% of the fastest tactic (geometric mean, worst row 1.12x), persistent 5.3% (worst
-// 1.43x), one-shot 9.8% (bench/results/2026-11-21-h200-cluster-two-level).
-std::vector<Tactic> tactics(const Problem&) {
-  return {
-      {.id = 2, .name = "cluster"}, {.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
+// The first is the default (untuned calls). Over the reference grid on an H200 the cluster tactic
+// was within 1.3% of the fastest (geometric mean, worst row 1.12x), persistent 5.3% (worst 1.43x),
+// one-shot 9.8% (bench/results/2026-11-21-h200-cluster-two-level). Up to 16 query rows the narrow
+// tile's cluster tactic was within 0.6% of the fastest tactic of either backend (worst 1.08x) over
+// the 17 cases of h_q 16, s_q 1, against 7.0% for the wide cluster tactic and 7.5% for sm80's
+// persistent one; at 17..32 rows (h_q 16, s_q 2) the wide cluster tactic stays first (2.1%,
+// narrow cluster 6.5%) (bench/results/2026-11-21-h200-narrow).
+std::vector<Tactic> tactics(const Problem& p) {
+  const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
+               one_shot = {.id = 1, .name = "one-shot"};
+  const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
+               narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
+               narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
+  const int32_t rows = p.h_q * p.s_q;
+  if (rows <= 16) {
+    return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
+  }
+  if (rows <= sm90::kMaxNarrowRows) {
+    return {cluster, persistent, one_shot, narrow_cluster, narrow_persistent, narrow_one_shot};
+  }
+  return {cluster, persistent, one_shot};
 }
 
 Status create(const Problem& problem, int tactic, const DeviceInfo& device,
@@ -87,13 +98,13 @@ const BackendEntry& sm90_backend_entry() {
       .supports =
           "sm_90 only; q/kv/out bf16 or fp16; page size 32, 64, 128; h_q 1..128; s_q "
           "1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: "
-          "persistent, one-shot, cluster",
+          "cluster, persistent, one-shot, and the same three with the narrow tile (h_q x s_q <= "
+          "32)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,
       .tactics = tactics,
       .create = create,
-      .defers = defers,
   };
   return entry;
 }

@@ -1,10 +1,11 @@
 // Warpgroup MMA (wgmma, sm_90a) for the sm90 decode kernel: shared-memory matrix descriptors and
-// the two instruction shapes the kernel issues, both with A and B from shared memory and fp32
-// accumulators:
+// the instruction shapes the kernels issue, with fp32 accumulators:
 //   m64n64k16,  B K-major:  S = Q K^T over a 64-token block (by the warpgroup that owns it);
 //   m64n256k16, B MN-major: O += P V, one warpgroup's 256 of the 512 output columns (V is stored
 //                           token-major, columns contiguous, so B is transposed); A (P) from
-//                           shared memory or, for the warpgroup that computed P, registers.
+//                           shared memory or, for the warpgroup that computed P, registers;
+//   m64n16k16 / m64n32k16, A and B from shared memory (the narrow tile for up to 32 query rows):
+//                           S^T = K Q^T (A K-major) and O^T += V^T P^T (A = V, MN-major).
 // CCCL's cuda::ptx has no wgmma.mma_async; these are the only hand-written forms. The accumulator
 // of m64nNk16 in thread t of the warpgroup: d[i] is row 16 * (t / 32) + (t % 32) / 4 +
 // 8 * ((i / 2) % 2), column 8 * (i / 4) + 2 * (t % 4) + i % 2.
@@ -193,7 +194,54 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[128], const ui
 #endif
 }
 
+// The narrow tile's operands (N 16: %0..%7, then %8 desc_a, %9 desc_b, %10 scale_d, %11 the A
+// transpose; N 32: %0..%15, then %16..%19).
+#define MLAKIT_WGMMA_N16_TAIL "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
+#define MLAKIT_WGMMA_N16_OUTPUTS \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define MLAKIT_WGMMA_N32_TAIL                                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, " \
+  "%19, 0;\n}\n"
+#define MLAKIT_WGMMA_N32_OUTPUTS                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15])
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} d, desc_a, desc_b, p, 1, 1, kTransA, 0
+// (sm_90a), N 16 or 32: d = A B + (scale_d ? d : 0), B K-major, A K-major (kTransA 0) or MN-major
+// (1). The narrow tile's two products (config.h): S^T = K Q^T and O^T += V^T P^T.
+template <typename T, int N, int kTransA>
+__device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                               int scale_d) {
+  static_assert(N == 16 || N == 32);
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>);
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (N == 16 && kBf16) {
+    asm volatile(MLAKIT_WGMMA_SCALE_D(10) "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 MLAKIT_WGMMA_N16_TAIL:MLAKIT_WGMMA_N16_OUTPUTS
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+  } else if constexpr (N == 16) {
+    asm volatile(MLAKIT_WGMMA_SCALE_D(10) "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+                 MLAKIT_WGMMA_N16_TAIL:MLAKIT_WGMMA_N16_OUTPUTS
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+  } else if constexpr (kBf16) {
+    asm volatile(MLAKIT_WGMMA_SCALE_D(18) "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 MLAKIT_WGMMA_N32_TAIL:MLAKIT_WGMMA_N32_OUTPUTS
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+  } else {
+    asm volatile(MLAKIT_WGMMA_SCALE_D(18) "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+                 MLAKIT_WGMMA_N32_TAIL:MLAKIT_WGMMA_N32_OUTPUTS
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA));
+  }
+#endif
+}
+
 #undef MLAKIT_WGMMA_SCALE_D
+#undef MLAKIT_WGMMA_N16_TAIL
+#undef MLAKIT_WGMMA_N16_OUTPUTS
+#undef MLAKIT_WGMMA_N32_TAIL
+#undef MLAKIT_WGMMA_N32_OUTPUTS
 #undef MLAKIT_WGMMA_N64_REGS
 #undef MLAKIT_WGMMA_N64_OUTPUTS
 #undef MLAKIT_WGMMA_N256_REGS

@@ -1,0 +1,66 @@
+// Device helpers shared by the sm90 decode kernel's consumers (the wide tile in decode_kernel.cuh,
+// the narrow tile in decode_narrow.cuh): the shared-memory regions, mbarrier waits, named
+// barriers, TMA loads, the swizzled layout and the online-softmax max step.
+#pragma once
+
+#include <cuda/ptx>
+
+#include "backends/sm90/config.h"
+#include "backends/sm90/wgmma.cuh"
+#include "kernels/common/ptx.h"
+
+namespace mlakit::sm90 {
+
+#ifdef MLAKIT_SM90_WGMMA
+
+struct Smem {
+  uint8_t* q;
+  uint8_t* kv;
+  float* exchange;  // narrow tile: kNarrowPassRows rows of fp32 (Layout)
+  SmallStorage* small;
+};
+
+__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
+
+// The named barrier of the two consumer warpgroups at the epilogue (256 threads; id 0 is
+// __syncthreads).
+inline constexpr int kEpilogueBarrier = 1;
+
+__device__ __forceinline__ void consumer_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, int32_t col,
+                                            int32_t row, uint64_t* bar) {
+  const int32_t coords[2] = {col, row};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
+                                  coords, bar);
+}
+
+// Byte offset of element (row, col) of a 64-column chunk in the 128-byte swizzle.
+__device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
+  return row * 128 + ((((col_bytes >> 4) ^ row) & 7) << 4) + (col_bytes & 15);
+}
+
+// The row max after a block and the factor by which the sums so far shrink (both warpgroups
+// compute it from the same two maxima, so their halves of O stay consistent).
+struct MaxStep {
+  float scaled;  // m_new * scale_log2 (0 while the row has seen nothing)
+  float alpha;   // exp2((m_old - m_new) * scale_log2)
+};
+
+__device__ __forceinline__ MaxStep max_step(float& m, float m_new, float scale_log2) {
+  const float scaled = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+  const MaxStep step{scaled, ptx::ex2_approx_ftz_f32(m * scale_log2 - scaled)};
+  m = m_new;
+  return step;
+}
+
+#endif  // MLAKIT_SM90_WGMMA
+
+}  // namespace mlakit::sm90
