@@ -16,13 +16,13 @@
 // and wgmma reads: Q 64 x 576 (9 column chunks of 64 x 64), kStages KV blocks 64 x 576 (P in the
 // last chunk), then the barriers and the exchange. 219 KB of the 227 KB an sm_90 CTA may have.
 //
-// The narrow tile (kNarrowRows16 or 32 query rows, for h_q x s_q up to 32): the same producer and
+// The narrow tile (16 or 32 query rows, for h_q x s_q up to 32; launch.h): the same producer and
 // stages, but the products transposed so that the rows are wgmma's N: S^T = K Q^T (m64nNk16, A =
-// the block's K) and O^T += V^T P^T (eight m64nNk16 per 16 tokens, A = V MN-major, B = P^T over
-// the rope chunk). O^T of all 512 columns is 64 (N 16) or 128 (N 32) registers, so each consumer
-// warpgroup computes its own blocks alone (its own max, sums and O^T, no exchange per block); the
-// two meet once per chunk, through the exchange buffer after the stages (16 rows of fp32 at a
-// time).
+// the block's K) and O^T += V^T P^T (eight m64nNk16 per 16 tokens, A = V MN-major, B = P^T in
+// the warpgroup's share of the exchange buffer). O^T of all 512 columns is 64 (N 16) or 128 (N 32)
+// registers, so each consumer warpgroup computes its own blocks alone (its own max, sums and O^T,
+// no exchange per block); the two meet once per chunk, through the exchange buffer after the stages
+// (16 rows of fp32 at a time).
 #pragma once
 
 #include <cstddef>

@@ -109,11 +109,14 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
                             tactic);
   }
   const bool bf16 = p.kv_dtype == DType::kBF16;
-  const int32_t tile_rows = !narrow ? kRows : rows <= 16 ? 16 : 32;
+  const int32_t tile_rows = !narrow                    ? kRows
+                            : rows <= kSmallNarrowRows ? kSmallNarrowRows
+                                                       : kMaxNarrowRows;
   const DecodeKernel& kernel =
-      !narrow           ? (bf16 ? decode_kernel_bf16() : decode_kernel_fp16())
-      : tile_rows == 16 ? (bf16 ? decode_kernel_bf16_narrow16() : decode_kernel_fp16_narrow16())
-                        : (bf16 ? decode_kernel_bf16_narrow32() : decode_kernel_fp16_narrow32());
+      !narrow ? (bf16 ? decode_kernel_bf16() : decode_kernel_fp16())
+      : tile_rows == kSmallNarrowRows
+          ? (bf16 ? decode_kernel_bf16_narrow16() : decode_kernel_fp16_narrow16())
+          : (bf16 ? decode_kernel_bf16_narrow32() : decode_kernel_fp16_narrow32());
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = p;

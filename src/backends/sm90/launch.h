@@ -40,6 +40,8 @@ const DecodeKernel& decode_kernel_fp16_narrow32();
 // tile (config.h; h_q x s_q <= 32 only).
 inline constexpr int kNarrowTactic = 3;
 inline constexpr int kMaxNarrowRows = 32;
+// The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.
+inline constexpr int kSmallNarrowRows = 16;
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {

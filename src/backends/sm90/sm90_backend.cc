@@ -72,7 +72,7 @@ std::vector<Tactic> tactics(const Problem& p) {
                narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
                narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
   const int32_t rows = p.h_q * p.s_q;
-  if (rows <= 16) {
+  if (rows <= sm90::kSmallNarrowRows) {
     return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
   }
   if (rows <= sm90::kMaxNarrowRows) {
