@@ -17,6 +17,7 @@ struct TuneFlags {
   std::string cache;
   int replays = 10;
   bool force = false;
+  bool uniform_only = false;
 };
 
 int run_tune(TuneFlags& f) {
@@ -43,8 +44,9 @@ int run_tune(TuneFlags& f) {
   if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
 
   std::printf("tuning %zu shapes on %s into %s\n", cases.size(), device.name.c_str(), path.c_str());
-  std::printf("%-58s %-16s %9s %-16s %9s %6s\n", "bucket", "winner", "us", "runner-up", "us",
-              "ratio");
+  // us: every request at the bucket's length; ragged: lengths spread over [L/16, L] (tune::rank).
+  std::printf("%-58s %-12s %9s %9s %-12s %9s %9s\n", "bucket", "winner", "us", "ragged",
+              "runner-up", "us", "ragged");
   std::set<std::string> seen;
   int failures = 0;
   size_t done = 0;
@@ -62,7 +64,8 @@ int run_tune(TuneFlags& f) {
     } else {
       std::vector<tune::Measurement> measured;
       const Status st = tune::tune_bucket(
-          c.problem, b, l, {.replays = f.replays, .seed = f.sweep.seed}, &measured, &entry);
+          c.problem, b, l, {.ragged = !f.uniform_only, .replays = f.replays, .seed = f.sweep.seed},
+          &measured, &entry);
       for (const tune::Measurement& m : measured) {
         if (!m.status.ok()) {
           std::fprintf(stderr, "\n  %s skipped: %s\n", m.candidate.label.c_str(),
@@ -84,9 +87,9 @@ int run_tune(TuneFlags& f) {
     const std::string runner = entry.runner_up.empty()
                                    ? std::string("-")
                                    : str_cat(entry.runner_up, ":", entry.runner_up_tactic);
-    std::printf("%-58s %-16s %9.1f %-16s %9.1f %6.2f%s\n", key.c_str(), winner.c_str(),
-                entry.time_us, runner.c_str(), entry.runner_up_us,
-                entry.runner_up_us > 0 ? entry.runner_up_us / entry.time_us : 1.0, note.c_str());
+    std::printf("%-58s %-12s %9.1f %9.1f %-12s %9.1f %9.1f%s\n", key.c_str(), winner.c_str(),
+                entry.time_us, entry.ragged_us, runner.c_str(), entry.runner_up_us,
+                entry.runner_up_ragged_us, note.c_str());
   }
   progress(cases.size(), cases.size());
   std::printf("%zu buckets in %s, %d failure(s)\n", cache.entries().size(), path.c_str(), failures);
@@ -107,6 +110,10 @@ void add_tune_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--replays", f.replays, "timed graph replays per candidate")
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--force", f.force, "measure buckets already in the cache again");
+  cmd->add_flag("--uniform-only", f.uniform_only,
+                "choose on the uniform batch alone (default: also time a ragged batch, lengths "
+                "spread over [L/16, L], and choose by the geometric mean of both ratios to the "
+                "fastest)");
   cmd->callback([exit_code] { *exit_code = run_tune(f); });
 }
 

@@ -138,6 +138,20 @@ std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t s
   return lens;
 }
 
+std::vector<int32_t> make_ragged_lens(int batch, int len, uint64_t seed) {
+  std::vector<int32_t> lens(batch, len);
+  if (batch < 2) return lens;
+  const int64_t lo = std::max(1, len / 16), hi = std::max<int64_t>(lo, len);
+  for (int i = 0; i < batch; ++i) {  // i = batch - 1 is the longest, exactly hi
+    lens[i] = static_cast<int32_t>(lo + (hi - lo) * i / (batch - 1));
+  }
+  const Rng rng{seed};
+  for (int k = batch - 1; k > 0; --k) {
+    std::swap(lens[k], lens[static_cast<int>(rng.uniform(kLens, 2000003 + k) * (k + 1))]);
+  }
+  return lens;
+}
+
 void fill_nan(void* data, size_t count, DType dtype) {
   switch (dtype) {
     case DType::kBF16: std::fill_n(static_cast<uint16_t*>(data), count, uint16_t{0x7fc0}); break;

@@ -20,7 +20,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kFormatVersion = 1;
+// 2: entries chosen on a uniform and a ragged batch (tune::rank), with "ragged_us" and
+// "runner_up_ragged_us". Files of format 1 chose on the uniform batch alone and are ignored.
+constexpr int kFormatVersion = 2;
 
 json to_json(const Metadata& m) {
   return {{"gpu", m.gpu},
@@ -31,12 +33,10 @@ json to_json(const Metadata& m) {
 }
 
 json to_json(const Entry& e) {
-  return {{"backend", e.backend},
-          {"tactic", e.tactic},
-          {"time_us", e.time_us},
-          {"runner_up", e.runner_up},
-          {"runner_up_tactic", e.runner_up_tactic},
-          {"runner_up_us", e.runner_up_us}};
+  return {{"backend", e.backend},           {"tactic", e.tactic},
+          {"time_us", e.time_us},           {"ragged_us", e.ragged_us},
+          {"runner_up", e.runner_up},       {"runner_up_tactic", e.runner_up_tactic},
+          {"runner_up_us", e.runner_up_us}, {"runner_up_ragged_us", e.runner_up_ragged_us}};
 }
 
 // Parses a cache document; returns false (with the reason) on any structural problem.
@@ -62,9 +62,11 @@ bool parse(const std::string& text, Metadata* meta, std::map<std::string, Entry>
       Entry entry{.backend = e.at("backend").get<std::string>(),
                   .tactic = e.at("tactic").get<int>(),
                   .time_us = e.at("time_us").get<double>(),
+                  .ragged_us = e.value("ragged_us", 0.0),
                   .runner_up = e.value("runner_up", std::string()),
                   .runner_up_tactic = e.value("runner_up_tactic", 0),
-                  .runner_up_us = e.value("runner_up_us", 0.0)};
+                  .runner_up_us = e.value("runner_up_us", 0.0),
+                  .runner_up_ragged_us = e.value("runner_up_ragged_us", 0.0)};
       (*entries)[key] = entry;
     }
   } catch (const json::exception& e) {

@@ -1,8 +1,9 @@
 // The autotuner's persistent cache: a JSON file with a metadata block (GPU, SM count, driver and
 // CUDA versions, library version) and one entry per bucket (winner, its time, the runner-up and
-// its time). A file that does not parse or whose metadata does not match is ignored with a
-// warning; writes are atomic (temp file + rename) under an advisory lock and merge with what the
-// file already holds, so concurrent tuners leave a valid file with every entry.
+// its times on a uniform and a ragged batch). A file that does not parse or whose metadata does not
+// match is ignored with a warning; writes are atomic (temp file + rename) under an advisory lock
+// and merge with what the file already holds, so concurrent tuners leave a valid file with every
+// entry.
 #pragma once
 
 #include <map>
@@ -26,10 +27,12 @@ Metadata current_metadata(const DeviceInfo& device);
 struct Entry {
   std::string backend;
   int tactic = 0;
-  double time_us = 0;
+  double time_us = 0;     // uniform batch
+  double ragged_us = 0;   // ragged batch (tune::TuneOptions::ragged); 0 when not measured
   std::string runner_up;  // "" when there was one candidate
   int runner_up_tactic = 0;
   double runner_up_us = 0;
+  double runner_up_ragged_us = 0;
 };
 
 class Cache {

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 
 #include "core/backend.h"
 #include "core/check.h"
@@ -42,6 +44,29 @@ bool stream_capturing(Stream stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+std::vector<const Measurement*> rank(const std::vector<Measurement>& measurements) {
+  std::vector<const Measurement*> ok;
+  for (const Measurement& m : measurements) {
+    if (m.status.ok() && m.time_us > 0) ok.push_back(&m);
+  }
+  if (ok.empty()) return ok;
+  const bool ragged =
+      std::all_of(ok.begin(), ok.end(), [](const Measurement* m) { return m->ragged_us > 0; });
+  double best = ok[0]->time_us, best_ragged = ok[0]->ragged_us;
+  for (const Measurement* m : ok) {
+    best = std::min(best, m->time_us);
+    best_ragged = std::min(best_ragged, m->ragged_us);
+  }
+  auto score = [&](const Measurement* m) {
+    return ragged ? std::sqrt(m->time_us / best * (m->ragged_us / best_ragged)) : m->time_us / best;
+  };
+  std::stable_sort(ok.begin(), ok.end(), [&](const Measurement* a, const Measurement* b) {
+    const double sa = score(a), sb = score(b);
+    return sa != sb ? sa < sb : a->time_us < b->time_us;
+  });
+  return ok;
+}
+
 Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions& options,
                    std::vector<Measurement>* measurements, Entry* entry) {
   const DeviceInfo device = current_device();
@@ -68,43 +93,52 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
   }
   if (cands.empty()) return unsupported("no GPU backend can run ", describe(p));
 
+  std::vector<std::unique_ptr<Decoder>> decoders(cands.size());
+  const size_t first = measurements->size();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Measurement m{.candidate = cands[i]};
+    m.status =
+        Decoder::create(p, {.backend = cands[i].backend, .tactic = cands[i].tactic}, &decoders[i]);
+    measurements->push_back(m);
+  }
+  // One batch at a time (its cold copies take up to `limit`): every candidate on the uniform
+  // batch, then every one still running on the ragged batch.
   harness::WorkloadOptions wopt;
   wopt.seed = options.seed;
   wopt.poison = false;
-  const std::vector<int32_t> lens(batch, len);
-  const harness::HostInputs host = harness::make_inputs(p, lens, wopt);
-  std::vector<harness::DeviceInputs> dev;
-  MLAKIT_RETURN_IF_ERROR(harness::upload_cold_copies(host, device.l2_bytes, limit, &dev));
-
-  for (const Candidate& c : cands) {
-    Measurement m{.candidate = c};
-    std::unique_ptr<Decoder> decoder;
-    m.status = Decoder::create(p, {.backend = c.backend, .tactic = c.tactic}, &decoder);
-    harness::Timing timing;
-    if (m.status.ok()) {
+  const bool ragged = options.ragged && batch > 1;
+  for (int pass = 0; pass < (ragged ? 2 : 1); ++pass) {
+    const std::vector<int32_t> lens = pass == 0
+                                          ? std::vector<int32_t>(batch, len)
+                                          : harness::make_ragged_lens(batch, len, options.seed);
+    std::vector<harness::DeviceInputs> dev;
+    {
+      const harness::HostInputs host = harness::make_inputs(p, lens, wopt);
+      MLAKIT_RETURN_IF_ERROR(harness::upload_cold_copies(host, device.l2_bytes, limit, &dev));
+    }
+    for (size_t i = 0; i < cands.size(); ++i) {
+      Measurement& m = (*measurements)[first + i];
+      if (!m.status.ok()) continue;
       harness::TimingOptions topt;
       topt.replays = options.replays;
       topt.warmup = options.warmup;
-      m.status = harness::time_gpu(*decoder, dev, topt, &timing);
-      m.time_us = timing.median_us;
+      harness::Timing timing;
+      m.status = harness::time_gpu(*decoders[i], dev, topt, &timing);
+      (pass == 0 ? m.time_us : m.ragged_us) = timing.median_us;
+      (void)cudaGetLastError();  // a failed candidate must not poison the next one
     }
-    (void)cudaGetLastError();  // a failed candidate must not poison the next one
-    measurements->push_back(m);
   }
-  std::vector<const Measurement*> ok;
-  for (const Measurement& m : *measurements) {
-    if (m.status.ok()) ok.push_back(&m);
-  }
+  const std::vector<const Measurement*> ok = rank(*measurements);
   if (ok.empty()) return Status(StatusCode::kInternal, "every candidate failed to run");
-  std::sort(ok.begin(), ok.end(),
-            [](const Measurement* a, const Measurement* b) { return a->time_us < b->time_us; });
   *entry = Entry{.backend = ok[0]->candidate.backend,
                  .tactic = ok[0]->candidate.tactic,
-                 .time_us = ok[0]->time_us};
+                 .time_us = ok[0]->time_us,
+                 .ragged_us = ok[0]->ragged_us};
   if (ok.size() > 1) {
     entry->runner_up = ok[1]->candidate.backend;
     entry->runner_up_tactic = ok[1]->candidate.tactic;
     entry->runner_up_us = ok[1]->time_us;
+    entry->runner_up_ragged_us = ok[1]->ragged_us;
   }
   return Status::Ok();
 }
@@ -119,11 +153,18 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
 // sm90 once deferred to sm80 at h_q * s_q <= 16 (sm80's 16-row tile was 5-18% faster on 15 of the
 // 17 cases of h_q 16, s_q 1); sm90's narrow tile is now the faster there on 15 of 17
 // (bench/results/2026-11-21-h200-narrow), so the registry's order holds everywhere.
-Choice heuristic(const Problem& problem, int, const DeviceInfo& device) {
+// The tactic is the backend's default for the bucket's batch (`tactics` of the problem with
+// max_batch = batch: sm90 orders by batch and length).
+Choice heuristic(const Problem& problem, int batch, const DeviceInfo& device) {
   for (const BackendEntry* entry : backend_registry()) {
     if (entry->device_memory != device.present) continue;
     if (!entry->available(device).ok() || !entry->can_run(problem, device).ok()) continue;
-    return {.backend = std::string(entry->name), .tactic = -1, .source = "heuristic"};
+    Problem bucket = problem;
+    bucket.max_batch = std::clamp(batch, 1, problem.max_batch);
+    const std::vector<Tactic> tactics = entry->tactics(bucket);
+    return {.backend = std::string(entry->name),
+            .tactic = tactics.empty() ? -1 : tactics.front().id,
+            .source = "heuristic"};
   }
   return {};
 }

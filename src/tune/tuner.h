@@ -22,6 +22,8 @@ std::vector<Candidate> candidates(const Problem& problem, const DeviceInfo& devi
                                   std::vector<std::string>* skipped);
 
 struct TuneOptions {
+  // Also time a ragged batch (harness::make_ragged_lens) and choose by both (see rank()).
+  bool ragged = true;
   int replays = 10;
   int warmup = 2;
   uint64_t seed = 1;
@@ -30,12 +32,21 @@ struct TuneOptions {
 
 struct Measurement {
   Candidate candidate;
-  double time_us = 0;
-  Status status;  // not ok: the candidate failed and was skipped
+  double time_us = 0;    // every request at the bucket's length
+  double ragged_us = 0;  // the ragged batch; 0 when not measured
+  Status status;         // not ok: the candidate failed and was skipped
 };
 
+// The measurements that ran, best first. With ragged times (on every one of them), a candidate's
+// score is the geometric mean of its time over the fastest on each batch, uniform and ragged:
+// a schedule sized by the longest request (sm90's cluster tactics) can win the uniform batch by
+// a few percent and lose the ragged one by 1.3-2x, and servers' batches are ragged. Without,
+// the uniform time. Ties go to the faster uniform time.
+std::vector<const Measurement*> rank(const std::vector<Measurement>& measurements);
+
 // Measures every candidate on synthetic inputs of the bucket (batch requests of len tokens,
-// random data, cold L2, graph replay, median) and fills `entry` with the winner and runner-up.
+// random data, cold L2, graph replay, median), then on the ragged batch of the bucket when
+// options.ragged and batch > 1, and fills `entry` with the winner and runner-up of rank().
 Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions& options,
                    std::vector<Measurement>* measurements, Entry* entry);
 

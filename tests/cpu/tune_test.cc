@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "harness/workload.h"
 #include "mlakit/mlakit.h"
 #include "tune/bucket.h"
 #include "tune/cache.h"
@@ -37,9 +39,11 @@ Entry entry(const std::string& backend, int tactic, double us) {
   return {.backend = backend,
           .tactic = tactic,
           .time_us = us,
+          .ragged_us = us * 0.75,
           .runner_up = "other",
           .runner_up_tactic = 1,
-          .runner_up_us = us * 1.5};
+          .runner_up_us = us * 1.5,
+          .runner_up_ragged_us = us * 0.5};
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -92,8 +96,10 @@ TEST(Cache, RoundTrip) {
   EXPECT_EQ(e->backend, "sm80");
   EXPECT_EQ(e->tactic, 1);
   EXPECT_DOUBLE_EQ(e->time_us, 12.5);
+  EXPECT_DOUBLE_EQ(e->ragged_us, 9.375);
   EXPECT_EQ(e->runner_up, "other");
   EXPECT_DOUBLE_EQ(e->runner_up_us, 18.75);
+  EXPECT_DOUBLE_EQ(e->runner_up_ragged_us, 6.25);
 }
 
 TEST(Cache, SaveMergesWithTheFile) {
@@ -142,10 +148,14 @@ TEST(Cache, CorruptAndTruncatedFilesAreIgnoredWithAWarning) {
       "not json at all",
       "",
       "[]",
-      R"({"format": 1, "metadata": {"gpu": 3}, "entries": {}})",
-      R"({"format": 2, "metadata": {}, "entries": {}})",
-      R"({"format": 1, "metadata": {"gpu": "Test GPU", "sm_count": 132, "driver_version": 13000,
+      R"({"format": 2, "metadata": {"gpu": 3}, "entries": {}})",
+      R"({"format": 3, "metadata": {}, "entries": {}})",
+      R"({"format": 2, "metadata": {"gpu": "Test GPU", "sm_count": 132, "driver_version": 13000,
           "runtime_version": 13000, "library_version": "0.1.0"}, "entries": {"x": {"tactic": 0}}})",
+      // Format 1 chose on uniform batches alone (tune::rank): stale, whatever it holds.
+      R"({"format": 1, "metadata": {"gpu": "Test GPU", "sm_count": 132, "driver_version": 13000,
+          "runtime_version": 13000, "library_version": "0.1.0"},
+          "entries": {"x": {"backend": "sm90", "tactic": 2, "time_us": 10}}})",
       std::string("\0\xff\xfe garbage", 12),
   };
   for (const std::string& text : bad) {
@@ -264,6 +274,64 @@ TEST_F(AutoChoice, CorruptCacheIsANoteNotAnError) {
   std::unique_ptr<Decoder> d;
   ASSERT_TRUE(Decoder::create(problem_, {.tune_cache_path = path}, &d).ok());
   EXPECT_NE(d->notes().find("ignored"), std::string::npos) << d->notes();
+}
+
+Measurement measured(const std::string& label, double us, double ragged_us, bool ok = true) {
+  return {.candidate = {.backend = label, .label = label},
+          .time_us = us,
+          .ragged_us = ragged_us,
+          .status = ok ? Status::Ok() : Status(StatusCode::kInternal, "failed")};
+}
+
+std::vector<std::string> order(const std::vector<Measurement>& ms) {
+  std::vector<std::string> out;
+  for (const Measurement* m : rank(ms)) out.push_back(m->candidate.label);
+  return out;
+}
+
+TEST(Tuner, RankByUniformTimeWithoutRaggedTimes) {
+  EXPECT_EQ(order({measured("a", 12, 0), measured("b", 10, 0), measured("c", 11, 0),
+                   measured("d", 1, 0, /*ok=*/false)}),
+            (std::vector<std::string>{"b", "c", "a"}));
+  EXPECT_TRUE(rank({measured("x", 1, 1, false)}).empty());
+}
+
+TEST(Tuner, RankByBothBatchesWhenRaggedTimesAreThere) {
+  // The h_q 16, b 128, L 8192 shape of the recorded run 2026-11-21-h200-narrow: the cluster
+  // tactic is 1.7% faster on the uniform batch and 33% slower on the ragged one.
+  const std::vector<Measurement> ms = {measured("cluster", 281.8, 409.0),
+                                       measured("persistent", 286.7, 307.7),
+                                       measured("one-shot", 322.7, 336.4)};
+  EXPECT_EQ(order(ms), (std::vector<std::string>{"persistent", "one-shot", "cluster"}));
+  // Score = sqrt(uniform / best uniform * ragged / best ragged); equal scores: faster uniform.
+  EXPECT_EQ(order({measured("a", 10, 40), measured("b", 20, 20), measured("c", 40, 10)}),
+            (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(order({measured("c", 40, 10), measured("b", 20, 20), measured("a", 10, 40)}),
+            (std::vector<std::string>{"a", "b", "c"}));
+  // A large uniform win still wins.
+  EXPECT_EQ(order({measured("cluster", 32.1, 30), measured("persistent", 45.7, 27)}),
+            (std::vector<std::string>{"cluster", "persistent"}));
+}
+
+TEST(Tuner, RaggedLengthsSpreadOverTheBucket) {
+  for (const int batch : {2, 3, 8, 64, 128, 300}) {
+    for (const int len : {1, 15, 64, 1024, 16384}) {
+      std::vector<int32_t> lens = harness::make_ragged_lens(batch, len, 7);
+      ASSERT_EQ(static_cast<int>(lens.size()), batch);
+      EXPECT_EQ(lens, harness::make_ragged_lens(batch, len, 7));  // deterministic
+      std::sort(lens.begin(), lens.end());
+      EXPECT_EQ(lens.back(), len) << "batch " << batch << " len " << len;
+      EXPECT_EQ(lens.front(), std::max(1, len / 16));
+      for (int i = 1; i < batch; ++i) {
+        // Even steps: neighbours differ by at most the step (rounded up).
+        EXPECT_LE(lens[i] - lens[i - 1], (len - std::max(1, len / 16)) / (batch - 1) + 1);
+      }
+    }
+  }
+  EXPECT_EQ(harness::make_ragged_lens(1, 4096, 7), (std::vector<int32_t>{4096}));
+  // Shuffled: not sorted for a batch of 64.
+  const std::vector<int32_t> lens = harness::make_ragged_lens(64, 4096, 7);
+  EXPECT_FALSE(std::is_sorted(lens.begin(), lens.end()));
 }
 
 TEST(Tuner, RefusesWithoutAGpu) {

@@ -7,10 +7,12 @@
 
 #include <filesystem>
 
+#include "core/check.h"
 #include "harness/workload.h"
 #include "sm80_test_util.h"
 #include "tune/bucket.h"
 #include "tune/cache.h"
+#include "tune/tuner.h"
 
 namespace mlakit::testing {
 namespace {
@@ -36,22 +38,27 @@ struct Stream {
   ~Stream() { cudaStreamDestroy(s); }
 };
 
-// Untuned, on an sm_90 device: sm90 everywhere, with its default tactic for the row count (the
-// narrow tile's cluster tactic up to 16 query rows, the wide tile's above; sm90_backend.cc).
+// Untuned, on an sm_90 device: sm90 everywhere, with its default tactic for the row count, the
+// batch bucket and the maximum length (sm90_backend.cc): cluster tactics up to 2048 tokens or at
+// batch 1, persistent ones above; the narrow tile's up to 16 query rows.
 TEST(TuneGpu, UntunedHeuristicPrefersTheFasterBackendOnSm90) {
   MLAKIT_SKIP_WITHOUT_SM90();
   const std::string none = temp_cache("untuned.json");
   const struct {
-    int h_q, s_q;
+    int h_q, s_q, max_seq_len, batch;
     int tactic;
-  } expected[] = {{16, 1, 5}, {8, 2, 5}, {16, 2, 2}, {128, 1, 2}};
+  } expected[] = {{16, 1, 4096, 8, 3},  {8, 2, 4096, 8, 3},  {16, 2, 4096, 8, 0},
+                  {128, 1, 4096, 8, 0}, {16, 1, 4096, 1, 5}, {128, 1, 4096, 1, 2},
+                  {16, 1, 1024, 8, 5},  {16, 2, 2048, 8, 2}, {128, 1, 1024, 8, 2}};
   for (const auto& e : expected) {
     const Problem p{
-        .h_q = e.h_q, .s_q = e.s_q, .page_size = 64, .max_batch = 8, .max_seq_len = 4096};
+        .h_q = e.h_q, .s_q = e.s_q, .page_size = 64, .max_batch = 8, .max_seq_len = e.max_seq_len};
     std::unique_ptr<Decoder> d;
     MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = none}, &d));
-    EXPECT_EQ(d->backend_name(8), "sm90") << "h_q " << e.h_q << " s_q " << e.s_q;
-    EXPECT_EQ(d->tactic(8), e.tactic) << "h_q " << e.h_q << " s_q " << e.s_q;
+    const std::string what =
+        str_cat("h_q ", e.h_q, " s_q ", e.s_q, " L ", e.max_seq_len, " batch ", e.batch);
+    EXPECT_EQ(d->backend_name(e.batch), "sm90") << what;
+    EXPECT_EQ(d->tactic(e.batch), e.tactic) << what;
   }
 }
 
@@ -90,6 +97,7 @@ TEST(TuneGpu, TuningAtCreationFillsTheCacheAndAutoUsesIt) {
   const tune::Entry* entry = cache.find(key);
   ASSERT_NE(entry, nullptr) << "no entry " << key << "; notes: " << tuned->notes();
   EXPECT_GT(entry->time_us, 0);
+  EXPECT_GT(entry->ragged_us, 0);  // batch bucket 4: the ragged batch is timed too
   EXPECT_EQ(tuned->backend_name(p.max_batch), entry->backend);
   EXPECT_EQ(tuned->tactic(p.max_batch), entry->tactic);
   EXPECT_NE(tuned->notes().find("(cache)"), std::string::npos) << tuned->notes();
@@ -99,6 +107,36 @@ TEST(TuneGpu, TuningAtCreationFillsTheCacheAndAutoUsesIt) {
   MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = path}, &again));
   EXPECT_EQ(again->backend_name(p.max_batch), entry->backend);
   EXPECT_EQ(again->tactic(p.max_batch), entry->tactic);
+}
+
+// Every candidate is timed on both batches and the entry is rank()'s winner; with
+// `ragged = false`, or at batch 1, only the uniform batch is timed.
+TEST(TuneGpu, TuneBucketTimesTheUniformAndTheRaggedBatch) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Problem p = small_problem();
+  for (const bool ragged : {true, false}) {
+    for (const int batch : {1, 8}) {
+      std::vector<tune::Measurement> measured;
+      tune::Entry entry;
+      MLAKIT_ASSERT_OK(
+          tune::tune_bucket(p, batch, 1024, {.ragged = ragged, .replays = 3}, &measured, &entry));
+      const bool both = ragged && batch > 1;
+      int timed = 0;
+      for (const tune::Measurement& m : measured) {
+        if (!m.status.ok()) continue;
+        ++timed;
+        EXPECT_GT(m.time_us, 0) << m.candidate.label;
+        EXPECT_EQ(m.ragged_us > 0, both) << m.candidate.label << " batch " << batch;
+      }
+      ASSERT_GT(timed, 1);  // at least sm80's two tactics
+      const std::vector<const tune::Measurement*> ranked = tune::rank(measured);
+      ASSERT_FALSE(ranked.empty());
+      EXPECT_EQ(entry.backend, ranked[0]->candidate.backend);
+      EXPECT_EQ(entry.tactic, ranked[0]->candidate.tactic);
+      EXPECT_EQ(entry.ragged_us, ranked[0]->ragged_us);
+      EXPECT_EQ(entry.runner_up_tactic, ranked[1]->candidate.tactic);
+    }
+  }
 }
 
 TEST(TuneGpu, NoTuningWhileTheStreamCapturesAndTheCapturedCallWorks) {

@@ -58,27 +58,37 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   return Status::Ok();
 }
 
-// The first is the default (untuned calls). Over the reference grid on an H200 the cluster tactic
-// was within 1.3% of the fastest (geometric mean, worst row 1.12x), persistent 5.3% (worst 1.43x),
-// one-shot 9.8% (bench/results/2026-11-21-h200-cluster-two-level). Up to 16 query rows the narrow
-// tile's cluster tactic was within 0.6% of the fastest tactic of either backend (worst 1.08x) over
-// the 17 cases of h_q 16, s_q 1, against 7.0% for the wide cluster tactic and 7.5% for sm80's
-// persistent one; at 17..32 rows (h_q 16, s_q 2) the wide cluster tactic stays first (2.1%,
-// narrow cluster 6.5%) (bench/results/2026-11-21-h200-narrow).
+// The first is the default (untuned calls). Lengths live on the device, so the default must hold
+// up on ragged batches, which servers' are. Tuned per bucket on a uniform and a ragged batch
+// (lengths spread over [L/16, L]; tune::rank), the persistent tactics (0, and 3 up to 16 query
+// rows) won every bucket of batch >= 8 and L >= 4096 on an H200, and the cluster tactics (2, 5)
+// every bucket of L 1024 and most of batch 1 (bench/results/2026-11-21-h200-ragged-tune): a
+// cluster is sized by the longest request (max_seq_len), so on the ragged batch it was 1.2-1.6x
+// slower than persistent from L 4096 on, while winning the uniform one by up to 16%. So: cluster
+// first up to 2048 tokens or at batch 1, persistent first above. Up to 16 query rows the narrow
+// tile's tactics come first (narrow cluster within 0.6% of the fastest tactic of either backend
+// over the uniform cases of h_q 16, s_q 1, 2026-11-21-h200-narrow); at 17..32 rows (h_q 16, s_q 2)
+// the wide tile's (2.1% against 6.5%).
 std::vector<Tactic> tactics(const Problem& p) {
   const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
                one_shot = {.id = 1, .name = "one-shot"};
   const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
                narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
                narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
+  const bool cluster_first = p.max_seq_len <= 2048 || p.max_batch <= 1;
   const int32_t rows = p.h_q * p.s_q;
   if (rows <= sm90::kSmallNarrowRows) {
-    return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
+    if (cluster_first) {
+      return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
+    }
+    return {narrow_persistent, persistent, one_shot, narrow_one_shot, narrow_cluster, cluster};
   }
+  std::vector<Tactic> out = cluster_first ? std::vector<Tactic>{cluster, persistent, one_shot}
+                                          : std::vector<Tactic>{persistent, one_shot, cluster};
   if (rows <= sm90::kMaxNarrowRows) {
-    return {cluster, persistent, one_shot, narrow_cluster, narrow_persistent, narrow_one_shot};
+    out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
   }
-  return {cluster, persistent, one_shot};
+  return out;
 }
 
 Status create(const Problem& problem, int tactic, const DeviceInfo& device,
