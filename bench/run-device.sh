@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recorded GPU run: build, GPU tests, sanitizer, read bandwidth, autotuning of the standard
-# grid for h_q 128, 64 and 16 x s_q 1, 2 (PDL on), and the whole reference grid (h_q 128, 64, 16 x s_q 1, 2)
-# on each single backend and tactic and on auto.
+# grid for h_q 128, 64 and 16 x s_q 1, 2 (PDL on), and the whole reference grid (h_q 128, 64, 16 x
+# s_q 1, 2) and its rows of variable lengths on each single backend and tactic and on auto.
 # Usage on the GPU machine (no network; .deps carried): bench/run-device.sh OUTDIR
 # Environment: HEADS, the h_q of the grid to tune and run (default "128 64 16"); CHECKS=0 skips
 # the tests, sanitizers and bandwidth measurement (a second call on the same machine).
@@ -41,14 +41,17 @@ for h in $heads; do
   $B bench --grid standard --heads "$h" --s-q 1,2 --pdl --backend "$(backends_for "$h")" \
     --tune-cache "$out/tune.json" --reference "$ref" --json "$out/grid-h$h.json" >"$out/grid-h$h.txt" 2>&1
 done
-# The reference's rows of variable lengths.
+# The reference's rows of variable lengths (lengths in [L/8, 2L)), with their own bucket (max
+# length 2L) tuned first.
 for c in "128 1 64 4096" "16 1 128 8192" "128 2 32 8192"; do
   set -- $c
   [[ " $heads " == *" $1 "* ]] || continue
+  $B tune --heads "$1" --s-q "$2" --batch "$3" --seq-len $(($4 * 2)) --pdl --cache "$out/tune.json" \
+    >"$out/tune-var-$1-$2-$3-$4.txt" 2>&1
   $B bench --heads "$1" --s-q "$2" --batch "$3" --seq-len "$4" --var 1 --pdl \
     --backend "$(backends_for "$1")" --tune-cache "$out/tune.json" --reference "$ref" \
     --json "$out/var-$1-$2-$3-$4.json" 2>&1 | tail -5
 done >>"$out/grid-var.txt"
 python3 bench/vs_reference.py "$out"/grid-h*.json "$out"/var-*.json | tee "$out/vs-flashmla.txt" | tail -6
-python3 bench/auto_vs_best.py "$out"/grid-h*.json | tee "$out/auto-vs-best.txt" | tail -1
+python3 bench/auto_vs_best.py "$out"/grid-h*.json "$out"/var-*.json | tee "$out/auto-vs-best.txt" | tail -1
 tar czf "$top/run.tgz" -C "$top" run && rm -rf "$out"
