@@ -73,7 +73,7 @@ int run_tune(TuneFlags& f) {
         }
       }
       if (!st.ok()) {
-        std::printf("%-58s %s\n", key.substr(key.find('.') - 4).c_str(), st.to_string().c_str());
+        std::printf("%-58s %s\n", key.c_str(), st.to_string().c_str());
         ++failures;
         continue;
       }
@@ -87,9 +87,14 @@ int run_tune(TuneFlags& f) {
     const std::string runner = entry.runner_up.empty()
                                    ? std::string("-")
                                    : str_cat(entry.runner_up, ":", entry.runner_up_tactic);
-    std::printf("%-58s %-12s %9.1f %9.1f %-12s %9.1f %9.1f%s\n", key.c_str(), winner.c_str(),
-                entry.time_us, entry.ragged_us, runner.c_str(), entry.runner_up_us,
-                entry.runner_up_ragged_us, note.c_str());
+    auto us = [](double t) {
+      char buf[32] = "-";
+      if (t > 0) std::snprintf(buf, sizeof(buf), "%.1f", t);
+      return std::string(buf);
+    };
+    std::printf("%-58s %-12s %9.1f %9s %-12s %9.1f %9s%s\n", key.c_str(), winner.c_str(),
+                entry.time_us, us(entry.ragged_us).c_str(), runner.c_str(), entry.runner_up_us,
+                us(entry.runner_up_ragged_us).c_str(), note.c_str());
   }
   progress(cases.size(), cases.size());
   std::printf("%zu buckets in %s, %d failure(s)\n", cache.entries().size(), path.c_str(), failures);
@@ -109,11 +114,13 @@ void add_tune_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--cache", f.cache, "the tune cache file (default: $MLAKIT_TUNE_CACHE)");
   cmd->add_option("--replays", f.replays, "timed graph replays per candidate")
       ->check(CLI::Range(1, 1000));
-  cmd->add_flag("--force", f.force, "measure buckets already in the cache again");
+  cmd->add_flag("--force", f.force,
+                "measure buckets already in the cache again (an entry is kept whichever of the "
+                "two modes below made it)");
   cmd->add_flag("--uniform-only", f.uniform_only,
                 "choose on the uniform batch alone (default: also time a ragged batch, lengths "
                 "spread over [L/16, L], and choose by the geometric mean of both ratios to the "
-                "fastest)");
+                "fastest; ragged: - where not measured, at batch 1 and for top-k problems)");
   cmd->callback([exit_code] { *exit_code = run_tune(f); });
 }
 

@@ -188,11 +188,14 @@ struct DecoderOptions {
   // "auto": per batch bucket, the tune cache's winner for this GPU, else the nearest tuned
   // bucket, else a heuristic; or a backend name ("cpu", "sm80", ...).
   std::string backend = "auto";
-  int tactic = -1;              // backend-specific tactic, -1 = the backend's default
+  // Backend-specific tactic; -1 = the backend's default for each batch bucket (sm90's depends on
+  // the batch and max_seq_len; `tactic(batch)` says which runs).
+  int tactic = -1;
   std::string tune_cache_path;  // tune cache (JSON); empty = $MLAKIT_TUNE_CACHE, or none
   // With backend "auto": measure the bucket of (max_batch, max_seq_len) now if the cache has no
-  // entry for it, and save the result to the cache. Never while `stream` is capturing a graph
-  // (then the cache or the heuristic decides and notes() says so).
+  // entry for it, and save the result to the cache. It times a uniform and a ragged batch
+  // (docs/autotuner.md), which takes about twice as long as the uniform one alone. Never while
+  // `stream` is capturing a graph (then the cache or the heuristic decides and notes() says so).
   bool tune = false;
   Stream stream = nullptr;
 };

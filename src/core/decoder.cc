@@ -111,9 +111,17 @@ Status Decoder::create(const Problem& problem, const DecoderOptions& options,
                               options.backend);
     }
     MLAKIT_RETURN_IF_ERROR(check_backend(*entry, problem, device));
-    int tactic = 0;
-    MLAKIT_RETURN_IF_ERROR(resolve_tactic(*entry, problem, options.tactic, &tactic));
-    std::fill(picks.begin(), picks.end(), std::make_pair(entry, tactic));
+    // Tactic -1: the backend's default for each batch bucket (its tactic order may depend on the
+    // batch, as sm90's does), the same choice as auto's heuristic.
+    for (int k = 0; k < buckets; ++k) {
+      Problem bucket = problem;
+      bucket.max_batch = std::min(tune::batch_bucket_at(k), problem.max_batch);
+      int tactic = 0;
+      MLAKIT_RETURN_IF_ERROR(
+          resolve_tactic(*entry, options.tactic < 0 ? bucket : problem, options.tactic, &tactic));
+      MLAKIT_RETURN_IF_ERROR(resolve_tactic(*entry, problem, tactic, &tactic));
+      picks[k] = {entry, tactic};
+    }
   } else {
     // Never falls back from a GPU to the cpu backend: the caller's device pointers would be read
     // from the host. The tuner only considers backends taking this machine's memory.

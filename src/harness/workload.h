@@ -55,8 +55,8 @@ HostInputs make_inputs(const Problem& problem, std::span<const int32_t> seq_lens
 std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t seed);
 
 // The tuner's ragged batch for a bucket of maximum length `len`: `batch` lengths evenly spread
-// over [len/16, len] (the longest is `len`; the spread of make_seq_lens(batch, len/2, true, ...)),
-// in a seeded random order. Batch 1 gives {len}.
+// over [max(1, len/16), len] for len >= 1 (the longest is `len`; the spread of
+// make_seq_lens(batch, len/2, true, ...)), in a seeded random order. Batch 1 gives {len}.
 std::vector<int32_t> make_ragged_lens(int batch, int len, uint64_t seed);
 
 // Fills `n` bytes-worth of `dtype` elements with NaN (out poisoning).

@@ -101,16 +101,13 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
         Decoder::create(p, {.backend = cands[i].backend, .tactic = cands[i].tactic}, &decoders[i]);
     measurements->push_back(m);
   }
-  // One batch at a time (its cold copies take up to `limit`): every candidate on the uniform
-  // batch, then every one still running on the ragged batch.
+  // One batch at a time (its cold copies take up to `limit`): every candidate on `lens`, the
+  // median into `field`. A candidate that fails is skipped from then on.
   harness::WorkloadOptions wopt;
   wopt.seed = options.seed;
   wopt.poison = false;
-  const bool ragged = options.ragged && batch > 1;
-  for (int pass = 0; pass < (ragged ? 2 : 1); ++pass) {
-    const std::vector<int32_t> lens = pass == 0
-                                          ? std::vector<int32_t>(batch, len)
-                                          : harness::make_ragged_lens(batch, len, options.seed);
+  auto time_all = [&](const std::vector<int32_t>& lens, double Measurement::*field,
+                      const char* batch_name) -> Status {
     std::vector<harness::DeviceInputs> dev;
     {
       const harness::HostInputs host = harness::make_inputs(p, lens, wopt);
@@ -124,8 +121,27 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
       topt.warmup = options.warmup;
       harness::Timing timing;
       m.status = harness::time_gpu(*decoders[i], dev, topt, &timing);
-      (pass == 0 ? m.time_us : m.ragged_us) = timing.median_us;
+      if (!m.status.ok()) {
+        m.status = Status(m.status.code(), str_cat(batch_name, " batch: ", m.status.message()));
+      }
+      m.*field = timing.median_us;
       (void)cudaGetLastError();  // a failed candidate must not poison the next one
+    }
+    return Status::Ok();
+  };
+  MLAKIT_RETURN_IF_ERROR(
+      time_all(std::vector<int32_t>(batch, len), &Measurement::time_us, "uniform"));
+  // The ragged batch: not at batch 1, and not for sparse problems (top-k fixes their work). If
+  // it cannot be set up, the uniform times decide and a note says why.
+  if (options.ragged && batch > 1 && !p.sparse()) {
+    const Status st = time_all(harness::make_ragged_lens(batch, len, options.seed),
+                               &Measurement::ragged_us, "ragged");
+    if (!st.ok()) {
+      for (size_t i = first; i < measurements->size(); ++i) (*measurements)[i].ragged_us = 0;
+      measurements->push_back(
+          {.candidate = {.label = "ragged batch"},
+           .status =
+               Status(st.code(), str_cat("ranked on the uniform batch alone: ", st.message()))});
     }
   }
   const std::vector<const Measurement*> ok = rank(*measurements);

@@ -60,15 +60,18 @@ Status can_run(const Problem& p, const DeviceInfo&) {
 
 // The first is the default (untuned calls). Lengths live on the device, so the default must hold
 // up on ragged batches, which servers' are. Tuned per bucket on a uniform and a ragged batch
-// (lengths spread over [L/16, L]; tune::rank), the persistent tactics (0, and 3 up to 16 query
-// rows) won every bucket of batch >= 8 and L >= 4096 on an H200, and the cluster tactics (2, 5)
-// every bucket of L 1024 and most of batch 1 (bench/results/2026-11-21-h200-ragged-tune): a
-// cluster is sized by the longest request (max_seq_len), so on the ragged batch it was 1.2-1.6x
-// slower than persistent from L 4096 on, while winning the uniform one by up to 16%. So: cluster
-// first up to 2048 tokens or at batch 1, persistent first above. Up to 16 query rows the narrow
-// tile's tactics come first (narrow cluster within 0.6% of the fastest tactic of either backend
-// over the uniform cases of h_q 16, s_q 1, 2026-11-21-h200-narrow); at 17..32 rows (h_q 16, s_q 2)
-// the wide tile's (2.1% against 6.5%).
+// (lengths spread over [L/16, L]; tune::rank) over the standard grid of h_q 128, 64, 16 x s_q 1,
+// 2 on an H200 (bench/results/2026-11-21-h200-ragged-tune/tune-h*.txt): at batch >= 8 and L >=
+// 4096 a persistent tactic (sm90's 0 or 3, or sm80's) won 52 of 54 buckets; at L 1024 a cluster
+// tactic won 23 of 24; at batch 1, 11 cluster and 13 persistent, mostly within 2% (at h_q 16 the
+// narrow cluster was 5-13% faster than narrow persistent). A cluster is sized by the longest
+// request, so on the ragged batch it was 1.2-1.6x slower than persistent from L 4096 on, while
+// winning the uniform one by up to 16%. So: cluster first up to 2048 tokens or at batch 1,
+// persistent first above. Not measured: L 2048 (the cut between 1024 and 4096 is a guess), and
+// batches 2 and 4 (they take persistent, as batch 8 does). Up to 16 query rows the narrow tile's
+// tactics come first (narrow cluster within 0.6% of the fastest tactic of either backend over the
+// uniform cases of h_q 16, s_q 1, 2026-11-21-h200-narrow); at 17..32 rows (h_q 16, s_q 2) the wide
+// tile's (2.1% against 6.5%).
 std::vector<Tactic> tactics(const Problem& p) {
   const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
                one_shot = {.id = 1, .name = "one-shot"};
