@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <tuple>
 
 #include "backends/sm90/config.h"
 #include "core/check.h"
@@ -25,28 +26,43 @@ constexpr int32_t kMinChunkBlocks = 1;
 // Cluster schedule: what the combine kernel costs a call, in blocks of one CTA's work (4-5 us
 // against ~2.4 us a block; docs/sm90-decode.md).
 constexpr int64_t kCombineCostBlocks = 2;
+constexpr int64_t kMinCostedBlocks = 2;
 
 // The cluster schedule's shape for a call: C clusters of S CTAs per (request, tile), all in one
 // wave (setup.cluster_ctas), at most one partial slot per request and cluster (slots), splits no
-// more than the longest request's blocks; the cheapest by blocks per CTA plus the combine's cost
-// when C > 1, ties to larger clusters (fewer partials). (The CTAs that run at once are not
-// monotonic in S: a cluster's CTAs share a GPC; on an H200 S 7 never fits better than 6 or 8.)
+// more than the longest request's blocks. The cheapest by blocks per CTA (at least
+// kMinCostedBlocks: with two stages a CTA's first two blocks load at once) plus the combine's
+// cost when C > 1; among equal costs, C = 1 (no combine), then the fewest CTAs (fewer Q loads
+// and partials), then the smallest S (a cluster merge through distributed shared memory cost
+// more than the combine kernel's share at batch 1).
+// (The CTAs that run at once are not monotonic in S: a cluster's CTAs share a GPC; on an H200 S
+// 7 never fits better than 6 or 8.)
+// Measured (H200, bench/results/2026-11-21-h200-cluster-shape): at batch 1 with every shape
+// forced, h_q 16 L 4096 (64 blocks): (C, S) (8, 8) 13.0 us, (32, 1) 12.3, (64, 1) 12.2; L 8192:
+// (8, 8) 15.6, (64, 1) 13.5; h_q 128 L 4096: (32, 2) 17.8, (32, 1) 16.4. Against the previous
+// rule (C in {most, 1}, ties to larger S, no floor) over 84 cases of batch 1, 8, 32: geomean 1.034x
+// faster, up to 1.34x (h_q 16 s_q 2 b 1 L 8192), worst 0.97x (h_q 64 b 1 L 32768).
 ClusterShape cluster_shape(const Setup& setup, int32_t batch, int64_t slots) {
   const int64_t tiles = int64_t{batch} * setup.m_tiles;
   const int64_t max_blocks =
       std::max<int64_t>(1, plan::ceil_div<int64_t>(setup.problem.max_seq_len, kBlockN));
   ClusterShape best;
-  int64_t best_cost = max_blocks + 1;
+  int64_t best_cost = -1, best_ctas = 0;
   for (int32_t size = 1; size <= kMaxClusterCtas && size <= max_blocks; ++size) {
     const int64_t fit = setup.cluster_ctas[size] / (tiles * size);
-    if (fit < 1) continue;
     const int64_t most = std::min({fit, slots / batch, plan::ceil_div<int64_t>(max_blocks, size)});
-    for (const int64_t clusters : {most, int64_t{1}}) {
-      if (clusters < 1) continue;
+    for (int64_t clusters = 1; clusters <= std::max<int64_t>(most, fit >= 1 ? 1 : 0); ++clusters) {
+      const int64_t per_cta = plan::ceil_div(max_blocks, clusters * size);
       const int64_t cost =
-          plan::ceil_div(max_blocks, clusters * size) + (clusters > 1 ? kCombineCostBlocks : 0);
-      if (cost <= best_cost) {
+          std::max(per_cta, kMinCostedBlocks) + (clusters > 1 ? kCombineCostBlocks : 0);
+      const int64_t ctas = clusters * size;
+      const bool better = best_cost < 0 || cost < best_cost ||
+                          (cost == best_cost &&
+                           std::make_tuple(clusters > 1, ctas, size) <
+                               std::make_tuple(best.clusters > 1, best_ctas, int64_t{best.size}));
+      if (better) {
         best_cost = cost;
+        best_ctas = ctas;
         best = {static_cast<int32_t>(clusters), size};
       }
     }
