@@ -5,7 +5,8 @@
 //   qk alone / pv alone: the one kind only;
 //   qk first: the P V warpgroups wait (an mbarrier) until warpgroup 0 has issued all 36;
 //   pv first: warpgroup 0 waits until both P V warpgroups have issued theirs;
-//   together: nobody waits.
+//   together: nobody waits;
+//   qk x2: warpgroups 0 and 1 each issue a Q K^T (of different blocks), at once.
 // Each warpgroup notes when its group completed, in cycles from the round's start (clock64, one
 // SM). In issue order, "qk first" finishes Q K^T as early as "qk alone" and P V about a Q K^T
 // later; if the pipe shares itself between warpgroups, Q K^T finishes later than alone.
@@ -24,8 +25,9 @@ using mlakit::sm90::smem_desc_sw128;
 using mlakit::sm90::wgmma_m64n256k16_tb;
 using mlakit::sm90::wgmma_m64n64k16;
 
-enum Order { kQkAlone, kPvAlone, kQkFirst, kPvFirst, kTogether };
-constexpr const char* kNames[] = {"qk alone", "pv alone", "qk first", "pv first", "together"};
+enum Order { kQkAlone, kPvAlone, kQkFirst, kPvFirst, kTogether, kQkTwice };
+constexpr const char* kNames[] = {"qk alone", "pv alone", "qk first",
+                                  "pv first", "together", "qk x2"};
 constexpr int kRounds = 256;
 constexpr int kABytes = 73728, kBBytes = 131072;
 
@@ -104,7 +106,14 @@ __global__ void __launch_bounds__(384, 1) order_kernel(long long* sums) {
   const uint32_t b_base = a_base + kABytes;
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   long long total = 0;
-  if (wg == 0) {
+  if (kOrder == kQkTwice) {
+    // Warpgroups 0 and 1, each its own block (B 36 KB apart), warpgroup 2 idle.
+    if (wg < 2) {
+      total = run_qk<kOrder>(a_base, b_base + wg * 36864, &issued);
+    } else {
+      for (int r = 0; r < kRounds; ++r) __syncthreads();
+    }
+  } else if (wg == 0) {
     // Without work the warpgroup still meets the others each round.
     if (kOrder == kPvAlone) {
       for (int r = 0; r < kRounds; ++r) __syncthreads();
@@ -152,5 +161,6 @@ int main() {
   measure<kQkFirst>(dev);
   measure<kPvFirst>(dev);
   measure<kTogether>(dev);
+  measure<kQkTwice>(dev);
   return 0;
 }
