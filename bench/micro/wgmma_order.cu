@@ -22,8 +22,11 @@
 #include "backends/sm90/wgmma.cuh"
 
 using mlakit::sm90::smem_desc_sw128;
+using mlakit::sm90::wgmma_commit_group;
+using mlakit::sm90::wgmma_fence;
 using mlakit::sm90::wgmma_m64n256k16_tb;
 using mlakit::sm90::wgmma_m64n64k16;
+using mlakit::sm90::wgmma_wait_group;
 
 enum Order { kQkAlone, kPvAlone, kQkFirst, kPvFirst, kTogether, kQkTwice };
 constexpr const char* kNames[] = {"qk alone", "pv alone", "qk first",
@@ -36,28 +39,45 @@ __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
   }
 }
 
+// The rounds of one warpgroup: meet, wait for the others' issue if `wait` (the order), issue one
+// commit group, let the others go on if `signal`, wait for the group; the sum of each round's
+// cycles to its group done. `issue` issues the group's wgmmas.
+template <typename Issue>
+__device__ __forceinline__ long long timed_rounds(uint64_t* issued, bool wait, bool signal,
+                                                  Issue issue) {
+  long long total = 0;
+  for (int r = 0; r < kRounds; ++r) {
+    __syncthreads();
+    const long long t0 = clock64();
+    if (wait) wait_parity(issued, r & 1);
+    wgmma_fence();
+    issue();
+    wgmma_commit_group();
+    if (signal) (void)cuda::ptx::mbarrier_arrive(issued);
+    wgmma_wait_group<0>();
+    total += clock64() - t0;
+  }
+  return total;
+}
+
+// A warpgroup without work still meets the others each round.
+__device__ __forceinline__ void idle_rounds() {
+  for (int r = 0; r < kRounds; ++r) __syncthreads();
+}
+
 // Warpgroup 0's part (Q K^T) and the others' (a half P V each), each with only its own
 // accumulators in registers.
 template <int kOrder>
 __device__ __forceinline__ long long run_qk(uint32_t a_base, uint32_t b_base, uint64_t* issued) {
   float s[32] = {};
-  long long total = 0;
-  for (int r = 0; r < kRounds; ++r) {
-    __syncthreads();
-    const long long t0 = clock64();
-    if (kOrder == kPvFirst) wait_parity(issued, r & 1);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  const long long total = timed_rounds(issued, kOrder == kPvFirst, kOrder == kQkFirst, [&] {
 #pragma unroll
     for (int i = 0; i < 36; ++i) {
       const uint32_t at = (i / 4) * 8192 + (i % 4) * 32;
       wgmma_m64n64k16<__nv_bfloat16>(s, smem_desc_sw128(a_base + at, 0, 1024),
                                      smem_desc_sw128(b_base + at, 0, 1024), 1);
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    if (kOrder == kQkFirst) (void)cuda::ptx::mbarrier_arrive(issued);
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    total += clock64() - t0;
-  }
+  });
   float keep = 0.0f;
   for (int i = 0; i < 32; ++i) keep += s[i];
   return total + (keep == 1.0f ? 1 : 0);
@@ -67,23 +87,14 @@ template <int kOrder>
 __device__ __forceinline__ long long run_pv(uint32_t a_base, uint32_t b_base, uint64_t* issued,
                                             int wg) {
   float o[128] = {};
-  long long total = 0;
-  for (int r = 0; r < kRounds; ++r) {
-    __syncthreads();
-    const long long t0 = clock64();
-    if (kOrder == kQkFirst) wait_parity(issued, r & 1);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  const long long total = timed_rounds(issued, kOrder == kQkFirst, kOrder == kPvFirst, [&] {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       wgmma_m64n256k16_tb<__nv_bfloat16>(
           o, smem_desc_sw128(a_base + i * 32, 0, 1024),
           smem_desc_sw128(b_base + (wg - 1) * 32768 + i * 2048, 8192, 1024), 1);
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    if (kOrder == kPvFirst) (void)cuda::ptx::mbarrier_arrive(issued);
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    total += clock64() - t0;
-  }
+  });
   float keep = 0.0f;
   for (int i = 0; i < 128; ++i) keep += o[i];
   return total + (keep == 1.0f ? 1 : 0);
@@ -111,17 +122,16 @@ __global__ void __launch_bounds__(384, 1) order_kernel(long long* sums) {
     if (wg < 2) {
       total = run_qk<kOrder>(a_base, b_base + wg * 36864, &issued);
     } else {
-      for (int r = 0; r < kRounds; ++r) __syncthreads();
+      idle_rounds();
     }
   } else if (wg == 0) {
-    // Without work the warpgroup still meets the others each round.
     if (kOrder == kPvAlone) {
-      for (int r = 0; r < kRounds; ++r) __syncthreads();
+      idle_rounds();
     } else {
       total = run_qk<kOrder>(a_base, b_base, &issued);
     }
   } else if (kOrder == kQkAlone) {
-    for (int r = 0; r < kRounds; ++r) __syncthreads();
+    idle_rounds();
   } else {
     total = run_pv<kOrder>(a_base, b_base, &issued, wg);
   }
