@@ -19,8 +19,11 @@ inline constexpr int kTraceStamps = 4096;  // per role; later stamps are dropped
 #ifdef MLAKIT_SM90_TRACE
 static __device__ unsigned long long g_trace[kTraceRoles][kTraceStamps];
 static __device__ int g_trace_count[kTraceRoles];
-// The last launch's timeline, printed at exit ("T role id clock").
-inline void trace_print_at_exit() {
+// The last launch's timeline, printed at exit ("T role id clock"). Without relocatable device
+// code each translation unit has its own g_trace, so each one that launches a kernel registers
+// its own printer (internal linkage; an inline function would be merged into one translation
+// unit's, which prints nothing for kernels instantiated in the others).
+static void trace_print_at_exit() {
   static const bool registered = [] {
     std::atexit([] {
       static unsigned long long stamps[kTraceRoles][kTraceStamps];
