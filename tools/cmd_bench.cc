@@ -118,8 +118,8 @@ Status load_reference_times(const std::string& path, ReferenceTimes* times) {
 }
 
 void print_header(bool with_reference) {
-  std::printf("%-12s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s", "backend", "h_q", "s_q", "batch",
-              "seq_len", "var", "page", "time_us", "TB/s", "TFLOP/s", "%roof");
+  std::printf("%-12s %4s %4s %5s %7s %3s %5s %10s %7s %8s %6s %5s %5s", "backend", "h_q", "s_q",
+              "batch", "seq_len", "var", "page", "time_us", "TB/s", "TFLOP/s", "%roof", "MHz", "W");
   if (with_reference) std::printf(" %8s %7s", "ref_us", "ref/us");
   std::printf("  %s\n", "check");
 }
@@ -132,9 +132,9 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
   }
   const std::string name = r.timing.median_us > 0 ? str_cat(r.backend, ":", r.tactic) : r.backend;
   if (r.timing.median_us <= 0) {  // skipped or failed: no figures
-    std::printf("%-12s %4d %4d %5d %7d %3d %5d %10s %7s %8s %6s%s  %s\n", name.c_str(),
+    std::printf("%-12s %4d %4d %5d %7d %3d %5d %10s %7s %8s %6s %5s %5s%s  %s\n", name.c_str(),
                 r.c.problem.h_q, r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0,
-                r.c.problem.page_size, "-", "-", "-", "-",
+                r.c.problem.page_size, "-", "-", "-", "-", "-", "-",
                 reference.empty() ? "" : "        -       -", r.check.c_str());
     if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
     return;
@@ -143,6 +143,12 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
               r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
               r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
               roof > 0 ? str_cat(static_cast<int>(roof * 100 + 0.5), "%").c_str() : "-");
+  // SM clock and board power over the timed replays; '*': the power cap held the clock down.
+  const harness::PowerReading& pw = r.timing.power;
+  std::printf(" %5s %5s", pw.samples > 0 ? str_cat(static_cast<int>(pw.sm_mhz)).c_str() : "-",
+              pw.power_w > 0
+                  ? str_cat(static_cast<int>(pw.power_w + 0.5), pw.power_capped ? "*" : "").c_str()
+                  : "-");
   if (!reference.empty()) {
     const auto it = reference.find(
         {r.c.problem.h_q, r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0});
@@ -237,6 +243,9 @@ int run_bench(BenchFlags& f, bool defaults) {
                          {"min_us", row.timing.min_us},
                          {"max_us", row.timing.max_us},
                          {"copies", row.timing.copies},
+                         {"sm_mhz", row.timing.power.sm_mhz},
+                         {"power_w", row.timing.power.power_w},
+                         {"power_capped", row.timing.power.power_capped},
                          {"bytes", row.work.bytes},
                          {"flops", row.work.flops},
                          {"check", row.check},

@@ -82,6 +82,10 @@ Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
   MLAKIT_CUDA_RETURN(cudaGraphInstantiate(&g.exec, g.graph, 0));
 
   for (int k = 0; k < options.warmup; ++k) MLAKIT_CUDA_RETURN(cudaGraphLaunch(g.exec, g.stream));
+  int device = 0;
+  MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
+  PowerSampler sampler(device);
+  sampler.start();
   std::vector<double> per_call;
   for (int k = 0; k < options.replays; ++k) {
     MLAKIT_CUDA_RETURN(cudaEventRecord(g.start, g.stream));
@@ -92,7 +96,9 @@ Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
     MLAKIT_CUDA_RETURN(cudaEventElapsedTime(&ms, g.start, g.stop));
     per_call.push_back(1000.0 * ms / launches);
   }
+  const PowerReading power = sampler.stop();
   *timing = summarize(std::move(per_call));
+  timing->power = power;
   timing->copies = n;
   timing->launches = launches;
   return Status::Ok();

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "harness/power.h"
 #include "harness/workload.h"
 #include "mlakit/mlakit.h"
 
@@ -19,6 +20,7 @@ struct TimingOptions {
 struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
   int copies = 1, launches = 1;
+  PowerReading power;  // SM clock and board power over the timed replays (GPU only)
 };
 
 // Number of input copies whose rotation keeps L2 cold for `bytes` of input per run.
