@@ -143,10 +143,12 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
               r.c.problem.s_q, r.c.batch, r.c.seq_len, r.c.variable ? 1 : 0, r.c.problem.page_size,
               r.timing.median_us, r.work.bytes / s / 1e12, r.work.flops / s / 1e12,
               roof > 0 ? str_cat(static_cast<int>(roof * 100 + 0.5), "%").c_str() : "-");
-  // SM clock and board power over the timed replays; '*': the power cap held the clock down.
+  // SM clock and board power over the timed replays when they lasted long enough for NVML's
+  // readings to follow (kMinPowerWindowMs; raise --replays); '*': the power cap held the clock.
   const harness::PowerReading& pw = r.timing.power;
-  std::printf(" %5s %5s", pw.samples > 0 ? str_cat(static_cast<int>(pw.sm_mhz)).c_str() : "-",
-              pw.power_w > 0
+  const bool long_enough = pw.samples > 0 && pw.window_ms >= harness::kMinPowerWindowMs;
+  std::printf(" %5s %5s", long_enough ? str_cat(static_cast<int>(pw.sm_mhz)).c_str() : "-",
+              long_enough && pw.power_w > 0
                   ? str_cat(static_cast<int>(pw.power_w + 0.5), pw.power_capped ? "*" : "").c_str()
                   : "-");
   if (!reference.empty()) {
@@ -246,6 +248,7 @@ int run_bench(BenchFlags& f, bool defaults) {
                          {"sm_mhz", row.timing.power.sm_mhz},
                          {"power_w", row.timing.power.power_w},
                          {"power_capped", row.timing.power.power_capped},
+                         {"power_window_ms", row.timing.power.window_ms},
                          {"bytes", row.work.bytes},
                          {"flops", row.work.flops},
                          {"check", row.check},
@@ -279,7 +282,9 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", f.backend,
                   "auto, all, or a comma list of name or name:tactic (cpu, sm80, sm80:1, ...)");
   cmd->add_option("--tactic", f.tactic, "backend tactic (-1: its default)");
-  cmd->add_option("--replays", f.replays, "timed graph replays (median reported)")
+  cmd->add_option(
+         "--replays", f.replays,
+         "timed graph replays (median reported); the MHz and W columns need >= 1 s of them")
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--warmup", f.warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
   cmd->add_option("--verify-requests", f.verify_requests,

@@ -102,6 +102,7 @@ PowerSampler::~PowerSampler() {
 void PowerSampler::start() {
   if (!available() || running_) return;
   samples_.clear();
+  started_ = std::chrono::steady_clock::now();
   running_ = true;
   thread_ = std::thread([this] { loop(); });
 }
@@ -130,6 +131,9 @@ PowerReading PowerSampler::stop() {
   if (!running_) return r;
   running_ = false;
   thread_.join();
+  r.window_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_)
+          .count();
   if (samples_.empty()) return r;
   std::vector<unsigned> mhz;
   double mw = 0;

@@ -5,14 +5,21 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace mlakit::harness {
 
+// NVML's clock and power readings lag the hardware. On an H200 one power-capped kernel (608-616
+// us a call) read anywhere from 1,575 to 1,980 MHz over 0.2 s windows and 1,545-1,605 MHz over
+// 4-5 s ones, so only readings over a long window describe it (kMinPowerWindowMs).
+inline constexpr double kMinPowerWindowMs = 1000.0;
+
 struct PowerReading {
   int samples = 0;            // 0: not available (no NVML, no device, or the region was too short)
+  double window_ms = 0;       // how long the sampler ran
   double sm_mhz = 0;          // median SM clock over the samples
   double power_w = 0;         // mean instantaneous board power over the samples (0: not reported)
   bool power_capped = false;  // a sample saw the software or hardware power cap hold the clock
@@ -46,6 +53,7 @@ class PowerSampler {
   std::atomic<bool> running_{false};
   std::thread thread_;
   std::vector<Sample> samples_;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace mlakit::harness
