@@ -23,6 +23,7 @@ struct BenchFlags {
   std::string backend = "auto";
   int tactic = -1;
   int replays = 15, warmup = 3;
+  double settle_ms = 0;
   int verify_requests = 2;
   bool no_verify = false;
   std::string json_path;
@@ -95,6 +96,7 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
   harness::TimingOptions topt;
   topt.replays = f.replays;
   topt.warmup = f.warmup;
+  topt.settle_ms = f.settle_ms;
   return harness::time_gpu(*decoder, dev, topt, &row->timing);
 }
 
@@ -287,6 +289,11 @@ void add_bench_command(CLI::App& app, int* exit_code) {
          "timed graph replays (median reported); the MHz and W columns need >= 1 s of them")
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--warmup", f.warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
+  cmd->add_option(
+         "--settle-ms", f.settle_ms,
+         "untimed replays for this long before timing (0: none): a power-capped case then "
+         "runs at its steady clock, not at the boost clock that follows the inputs' upload")
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_option("--verify-requests", f.verify_requests,
                   "requests checked against the cpu reference (all are checked for NaN)")
       ->check(CLI::Range(1, 1 << 20));

@@ -16,6 +16,7 @@ struct TuneFlags {
   SweepFlags sweep;
   std::string cache;
   int replays = 10;
+  double settle_ms = tune::TuneOptions{}.settle_ms;
   bool force = false;
   bool uniform_only = false;
 };
@@ -63,9 +64,12 @@ int run_tune(TuneFlags& f) {
       note = " (cached)";
     } else {
       std::vector<tune::Measurement> measured;
-      const Status st = tune::tune_bucket(
-          c.problem, b, l, {.ragged = !f.uniform_only, .replays = f.replays, .seed = f.sweep.seed},
-          &measured, &entry);
+      const Status st = tune::tune_bucket(c.problem, b, l,
+                                          {.ragged = !f.uniform_only,
+                                           .replays = f.replays,
+                                           .settle_ms = f.settle_ms,
+                                           .seed = f.sweep.seed},
+                                          &measured, &entry);
       for (const tune::Measurement& m : measured) {
         if (!m.status.ok()) {
           std::fprintf(stderr, "\n  %s skipped: %s\n", m.candidate.label.c_str(),
@@ -114,6 +118,10 @@ void add_tune_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--cache", f.cache, "the tune cache file (default: $MLAKIT_TUNE_CACHE)");
   cmd->add_option("--replays", f.replays, "timed graph replays per candidate")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--settle-ms", f.settle_ms,
+                  "untimed replays of each candidate before its timing, so that every candidate is "
+                  "timed at the clock its power draw settles at")
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_flag("--force", f.force,
                 "measure buckets already in the cache again (an entry is kept whichever of the "
                 "two modes below made it)");

@@ -82,6 +82,15 @@ Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
   MLAKIT_CUDA_RETURN(cudaGraphInstantiate(&g.exec, g.graph, 0));
 
   for (int k = 0; k < options.warmup; ++k) MLAKIT_CUDA_RETURN(cudaGraphLaunch(g.exec, g.stream));
+  if (options.settle_ms > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() <
+        options.settle_ms) {
+      MLAKIT_CUDA_RETURN(cudaGraphLaunch(g.exec, g.stream));
+      MLAKIT_CUDA_RETURN(cudaStreamSynchronize(g.stream));
+    }
+  }
   int device = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
   PowerSampler sampler(device);

@@ -14,6 +14,12 @@ struct TimingOptions {
   int warmup = 3;         // untimed graph replays
   int replays = 15;       // timed graph replays; the median is reported
   int min_launches = 20;  // runs per graph (cycling through the copies)
+  // Untimed replays for at least this long after the warm-up. Right after an idle stretch (the
+  // inputs' upload) the GPU runs at its boost clock for some tens of milliseconds before a power
+  // cap, if the work reaches it, pulls the clock down (H200, h_q 128 b 64 L 4096: 138-143 us a
+  // call in the first 50 ms, 157-161 us in steady state; docs/sm90-decode.md, "The power cap").
+  // Times of several candidates compare only when each is taken in the same state.
+  double settle_ms = 0;
   size_t cold_bytes = 0;  // input bytes that must be streamed per cycle to keep L2 cold
 };
 

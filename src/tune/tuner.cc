@@ -119,6 +119,7 @@ Status tune_bucket(const Problem& problem, int batch, int len, const TuneOptions
       harness::TimingOptions topt;
       topt.replays = options.replays;
       topt.warmup = options.warmup;
+      topt.settle_ms = options.settle_ms;
       harness::Timing timing;
       m.status = harness::time_gpu(*decoders[i], dev, topt, &timing);
       if (!m.status.ok()) {
