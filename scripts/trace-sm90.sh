@@ -2,7 +2,9 @@
 # A timeline of one sm90 decode CTA (CTA 0): builds the library with MLAKIT_SM90_TRACE into
 # build-trace/ (clock64 stamps per block for each consumer warpgroup, the producer's issues and a
 # watcher warp's "landed" times; src/backends/sm90/trace.cuh), runs mlakit bench on each
-# case and summarizes the stamps (scripts/trace_sm90.py). The tracing adds ~10% to the time.
+# case and summarizes the stamps (scripts/trace_sm90.py), then the grid timeline of the same
+# launch (%globaltimer at 7 points of every CTA; scripts/grid_timeline.py). The tracing adds ~10%
+# to the time.
 # Usage on the GPU machine (.deps carried): scripts/trace-sm90.sh OUTDIR [CASE ...]
 # A case is "h_q s_q batch seq_len backend", e.g. "128 1 128 8192 sm90:0" (the default set below).
 set -uo pipefail
@@ -23,4 +25,5 @@ for c in "$@"; do
     --backend "$bk" --no-verify >"$out/$tag.log" 2>&1
   echo "== $tag: $(grep -E '^sm' "$out/$tag.log" | head -1)"
   python3 scripts/trace_sm90.py "$out/$tag.log"
+  python3 scripts/grid_timeline.py "$out/$tag.log"
 done

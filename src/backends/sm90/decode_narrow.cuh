@@ -22,6 +22,7 @@
 #include "backends/sm90/config.h"
 #include "backends/sm90/device.cuh"
 #include "backends/sm90/params.h"
+#include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/ptx.h"
@@ -153,6 +154,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
 #pragma unroll
       for (int j = 0; j < kQkChunks; ++j) {
         wait_parity(&sm.full[stage][j], phase);
+        if (j == 0 && nb == 0 && t == 0) grid_stamp(2);
         wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -245,6 +247,9 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       for (int mt = 0; mt < kMTiles; ++mt) fence_accumulators(o[mt]);
     }
     n_block += static_cast<uint32_t>(n_blocks);
+    if (wg == 0 && t == 0) {
+      grid_stamp(3);
+    }
 
     // Epilogue: the warpgroups' maxima and sums per column, then each one's factor.
 #pragma unroll
@@ -259,6 +264,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       }
     }
     consumer_sync(kEpilogueBarrier);
+    if (tid == 0) grid_stamp(6);
     const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
     const bool direct = c.slot == -1;
     float factor[kCols];
@@ -341,6 +347,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
     pass(std::integral_constant<int, 0>{});
     if constexpr (kN > kNarrowPassRows) pass(std::integral_constant<int, 1>{});
   }
+  if (tid == 0) grid_stamp(4);
 }
 
 #endif  // MLAKIT_SM90_WGMMA

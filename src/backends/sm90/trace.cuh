@@ -15,10 +15,16 @@ namespace mlakit::sm90 {
 
 inline constexpr int kTraceRoles = 4;      // consumer warpgroups 0 and 1, producer, watcher
 inline constexpr int kTraceStamps = 4096;  // per role; later stamps are dropped
+// The grid's timeline: per CTA (the first kGridCtas), %globaltimer (ns, common to all SMs) at
+// kGridEvents events, and the SM it ran on.
+inline constexpr int kGridCtas = 2048;
+inline constexpr int kGridEvents = 7;
 
 #ifdef MLAKIT_SM90_TRACE
 static __device__ unsigned long long g_trace[kTraceRoles][kTraceStamps];
 static __device__ int g_trace_count[kTraceRoles];
+static __device__ unsigned long long g_grid[kGridCtas][kGridEvents];
+static __device__ unsigned g_grid_sm[kGridCtas];
 // The last launch's timeline, printed at exit ("T role id clock"). Without relocatable device
 // code each translation unit has its own g_trace, so each one that launches a kernel registers
 // its own printer (internal linkage; an inline function would be merged into one translation
@@ -37,6 +43,18 @@ static void trace_print_at_exit() {
           std::printf("T %d %d %llu\n", r, static_cast<int>(stamps[r][i] >> 56),
                       stamps[r][i] & 0xFFFFFFFFFFFFFFull);
         }
+      }
+      static unsigned long long grid[kGridCtas][kGridEvents];
+      static unsigned grid_sm[kGridCtas];
+      if (cudaMemcpyFromSymbol(grid, g_grid, sizeof grid) != cudaSuccess ||
+          cudaMemcpyFromSymbol(grid_sm, g_grid_sm, sizeof grid_sm) != cudaSuccess) {
+        return;
+      }
+      for (int c = 0; c < kGridCtas; ++c) {
+        if (grid[c][0] == 0) continue;
+        std::printf("G %d %u", c, grid_sm[c]);
+        for (int e = 0; e < kGridEvents; ++e) std::printf(" %llu", grid[c][e]);
+        std::printf("\n");
       }
     });
     return true;
@@ -63,6 +81,23 @@ __device__ __forceinline__ void trace(int role, int id) {
     }
   }
 }
+// The grid's timeline: event e of this CTA, stamped by the calling thread (one per CTA and
+// event; with several chunks per CTA, the last chunk's). 0 entry, 1 past the PDL wait and the
+// setup barrier, 2 the first block's data seen by a consumer, 3 warpgroup 0's last block done,
+// 6 both consumer warpgroups at the epilogue barrier, 4 the epilogue's stores issued, 5 exit.
+// A later launch with fewer CTAs leaves the rest stale (scripts/grid_timeline.py).
+__device__ __forceinline__ void grid_stamp(int e) {
+  if (blockIdx.x < kGridCtas) {
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    g_grid[blockIdx.x][e] = ns;
+    if (e == 0) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      g_grid_sm[blockIdx.x] = sm;
+    }
+  }
+}
 // Thread 0, before the kernel's first stamp.
 __device__ __forceinline__ void trace_reset() {
   for (int role = 0; role < kTraceRoles; ++role) trace_count(role) = 0;
@@ -77,6 +112,7 @@ __device__ __forceinline__ void trace_finish() {
 #else
 inline void trace_print_at_exit() {}
 __device__ __forceinline__ void trace(int, int) {}
+__device__ __forceinline__ void grid_stamp(int) {}
 __device__ __forceinline__ void trace_reset() {}
 __device__ __forceinline__ void trace_finish() {}
 #endif

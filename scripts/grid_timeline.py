@@ -1,0 +1,61 @@
+"""Summarizes the grid timeline of an MLAKIT_SM90_TRACE build (lines "G cta sm t0 .. t6" printed by
+mlakit at exit for the last decode launch; %globaltimer in ns, common to all SMs).
+
+Events per CTA: 0 entry, 1 past the PDL wait and the setup barrier, 2 the first block's first
+column chunk seen by consumer warpgroup 0, 3 warpgroup 0's last block done, 6 both consumer
+warpgroups at the epilogue barrier, 4 the epilogue's stores issued, 5 exit (with several chunks
+per CTA, 2 is the first chunk's and 3, 6 and 4 the last one's). Prints, in us from the first
+CTA's entry, the spread of each event over the CTAs, and the spread of each step's duration.
+
+Reading it: with PDL, a CTA of the next launch that finds a free SM enters early and waits, so
+the earliest entry can sit a whole kernel before the rest (the cluster tactic leaves 4 SMs
+free). CTAs that got no work stamp their epilogue at setup time. Rows of CTAs beyond the last
+launch's grid are stale, from an earlier, larger launch of the same process.
+Usage: python3 scripts/grid_timeline.py LOG
+"""
+import statistics
+import sys
+
+EVENTS = [(0, "entry"), (1, "setup done"), (2, "first data"), (3, "last block done"),
+          (6, "epilogue barrier"), (4, "epilogue done"), (5, "exit")]
+STEPS = [(0, 1, "entry -> setup done (PDL wait, plan)"),
+         (1, 2, "setup -> first data (Q + first KV block)"),
+         (2, 3, "first data -> last block done (main loop)"),
+         (3, 6, "last block -> barrier (other warpgroup)"),
+         (6, 4, "barrier -> stores issued"),
+         (3, 4, "last block -> epilogue done"),
+         (4, 5, "epilogue -> exit (cluster merge)")]
+
+
+def spread(values):
+    v = sorted(values)
+    q = lambda f: v[min(len(v) - 1, int(f * len(v)))]
+    return f"min {v[0]:7.2f}  p10 {q(0.1):7.2f}  median {statistics.median(v):7.2f}  p90 {q(0.9):7.2f}  max {v[-1]:7.2f}"
+
+
+def main(path):
+    ctas = []
+    for line in open(path):
+        if line.startswith("G "):
+            f = line.split()
+            ctas.append((int(f[1]), int(f[2]), [int(x) for x in f[3:10]] + [0] * (10 - len(f))))
+    if not ctas:
+        print("no grid stamps")
+        return
+    t0 = min(c[2][0] for c in ctas)
+    ticks = sorted({(t - t0) % 1000 for c in ctas for t in c[2] if t})
+    print(f"CTAs stamped: {len(ctas)}; SMs: {len({c[1] for c in ctas})}; "
+          f"span (first entry to last exit) {(max(c[2][5] for c in ctas) - t0) / 1e3:.2f} us; "
+          f"distinct ns-within-us values {len(ticks)} (timer granularity check)")
+    for e, name in EVENTS:
+        vals = [(c[2][e] - t0) / 1e3 for c in ctas if c[2][e]]
+        if vals:
+            print(f"  at {name:16s} {spread(vals)}")
+    for a, b, name in STEPS:
+        vals = [(c[2][b] - c[2][a]) / 1e3 for c in ctas if c[2][a] and c[2][b]]
+        if vals:
+            print(f"  {name:44s} {spread(vals)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
