@@ -217,6 +217,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 #pragma unroll
         for (int j = 0; j < kQkChunks; ++j) {
           wait_parity(&sm.full[stage][j], phase);
+          if (j == 0 && n_block == 0 && t == 0) grid_stamp(2);
           if (j == 0) trace(wg, 1);
           if (j == kQkChunks - 1) trace(wg, 2);
           wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
@@ -319,6 +320,9 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       trace(wg, 5);
       if (t == 0) arrive(&sm.empty[stage]);
     }
+    if (wg == 0 && t == 0) {
+      grid_stamp(3);
+    }
 
     // Epilogue: the two warpgroups' denominators, then LSE and the scale of each row.
 #pragma unroll
@@ -328,6 +332,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       if (lane % 4 == 0) sm.red_sum[chunk_parity][wg][row_a + 8 * e] = l[e];
     }
     consumer_sync(kEpilogueBarrier);
+    if (tid == 0) grid_stamp(6);
     const bool merged = c.slot == plan::kSlotCluster;  // left in shared memory for the cluster
     const bool direct = c.slot == -1;
     float scale[2];
@@ -367,21 +372,39 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       }
       continue;
     }
+    // Out (or the partial) row by row. The accumulator layout gives each lane 2 adjacent columns
+    // of every 8; stored as they are, bf16 out is 4-byte stores, each warp store touching 8 rows
+    // of 16 bytes: those took 5-8 us per tile on the H200 (h_q 128, batch 64-128), as long as 3
+    // blocks of the main loop. For out the lanes of a row swap values first (quad_transpose) so
+    // each store is 16 bytes and a row's four lanes write 64 adjacent bytes: 2-3 us.
     const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+    const int q = lane % 4;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int32_t r = row0 + row_a + 8 * e;
-      if (r >= p.rows) continue;
-      const int64_t at = (first_row + r) * kDv + wg * kColsPerWarpgroup + 2 * (lane % 4);
+      const bool live = r < p.rows;  // the shuffles below need every lane, live row or not
+      const int64_t at = (first_row + min(r, p.rows - 1)) * kDv + wg * kColsPerWarpgroup;
       if (direct) {
         T* g = static_cast<T*>(p.out) + at;
 #pragma unroll
-        for (int i = 2 * e; i < 128; i += 4) {
-          *reinterpret_cast<uint32_t*>(g + 8 * (i / 4)) =
-              pack2<T>(o[i] * scale[e], o[i + 1] * scale[e]);
+        for (int k0 = 0; k0 < 32; k0 += 4) {
+          uint32_t v[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int i = 4 * (k0 + j) + 2 * e;
+            v[j] = pack2<T>(o[i] * scale[e], o[i + 1] * scale[e]);
+          }
+          quad_transpose(v, q);
+          if (live) {
+            *reinterpret_cast<uint4*>(g + 8 * (k0 + q)) = make_uint4(v[0], v[1], v[2], v[3]);
+          }
         }
-      } else {
-        float* g = p.plan.partial_out + at;
+      } else if (live) {
+        // fp32 partials as they are: 8-byte stores, a row's four lanes one whole 32-byte sector.
+        // (A full quad transpose stored each lane's 32 bytes as two 16-byte halves of a sector
+        // and cost 4-6 us more at h_q 128 batch 1-8; one exchange with lane q ^ 1 for whole
+        // sectors of 16-byte stores still cost 0.8 us more at batch 1, H200.)
+        float* g = p.plan.partial_out + at + 2 * q;
 #pragma unroll
         for (int i = 2 * e; i < 128; i += 4) {
           *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
@@ -390,6 +413,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       }
     }
   }
+  if (tid == 0) grid_stamp(4);
 }
 
 #endif  // MLAKIT_SM90_WGMMA
@@ -421,6 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t cta = clustered ? tile_index / m_tiles * splits + split
                                 : static_cast<int32_t>(blockIdx.x / m_tiles);
   const bool merges = clustered && p.plan.cluster_size > 1;
+  if (threadIdx.x == 0) grid_stamp(0);
   if (threadIdx.x == 0) {
     // The tensor maps are kernel parameters (no earlier kernel writes them): into the TMA unit's
     // cache before the PDL wait, as CUTLASS mainloops do.
@@ -455,6 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) sm.part = pp;
   }
   __syncthreads();
+  if (threadIdx.x == 0) grid_stamp(1);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (threadIdx.x < kConsumerThreads + 32) produce<kTileRows>(p, s, m_tile, cta);
@@ -481,6 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }
+  if (threadIdx.x == 0) grid_stamp(5);
   trace_finish();
 #endif
 }
