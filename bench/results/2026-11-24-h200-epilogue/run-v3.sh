@@ -1,0 +1,33 @@
+#!/bin/bash
+# Epilogue v3 (bf16 out quad-transposed in sm90 wide and sm80; fp32 partials unchanged): grid
+# timelines, A/B base vs new interleaved and settled (sm90 and sm80), GPU tests.
+OUT=${OUT:-/tmp/out}; R=$OUT/r; mkdir -p $R/grid
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader > $R/device.txt
+for c in "128 1 64 1024 sm90:2" "128 1 8 4096 sm90:2" "128 1 1 4096 sm90:2" "16 1 32 4096 sm90:5" "16 1 128 8192 sm90:3"; do
+  read -r h sq b len bk <<<"$c"
+  tag=h$h-s$sq-b$b-L$len-${bk/:/_}
+  timeout 120 .bin/mlakit-trace bench --heads $h --s-q $sq --batch $b --seq-len $len --pdl --backend $bk --no-verify > $R/grid/$tag.log 2>&1
+  python3 .bin/grid_timeline.py $R/grid/$tag.log > $R/grid/$tag.summary
+  gzip $R/grid/$tag.log
+done
+run() { # bin tag args...
+  local b=$1 tag=$2; shift 2
+  echo "## $b $*" >> $R/ab-$tag.txt
+  timeout 120 .bin/$b bench --pdl --no-verify --settle-ms 300 "$@" 2>&1 | grep -v "^device\|^backend" >> $R/ab-$tag.txt
+}
+for rep in 1 2; do
+  for b in mlakit-base mlakit-new; do
+    run $b b64L1k --heads 128 --batch 64 --seq-len 1024 --backend sm90:0,sm90:2
+    run $b b128L1k --heads 128 --batch 128 --seq-len 1024 --backend sm90:0,sm90:2
+    run $b b1L4k --heads 128 --batch 1 --seq-len 4096 --backend sm90:2
+    run $b b8L4k --heads 128 --batch 8 --seq-len 4096 --backend sm90:2
+    run $b sm80h16 --heads 16 --batch 64 --seq-len 4096 --backend sm80:0,sm80:1
+    run $b sm80h128 --heads 128 --batch 64 --seq-len 4096 --backend sm80:0,sm80:1
+    run $b sm80h128L1k --heads 128 --batch 64 --seq-len 1024 --backend sm80:0,sm80:1
+  done
+done
+timeout 300 stdbuf -oL .bin/mlakit_gpu_tests > $R/gpu-tests.txt 2>&1; echo "gpu tests rc $?" >> $R/gpu-tests.txt
+tar czf $OUT/r.tgz -C $OUT r
+for f in $R/grid/*.summary; do echo "== $f"; grep -E "span|first data ->|last block ->|barrier ->|epilogue ->" $f; done
+for f in $R/ab-*.txt; do echo "== $f"; cat $f; done | grep -v "^$" | grep -E "^##|^ *sm[89]0" | cut -c1-80
+grep -E "FAILED|PASSED" $R/gpu-tests.txt | head; tail -2 $R/gpu-tests.txt
