@@ -3,7 +3,9 @@ mlakit at exit for the last decode launch; %globaltimer in ns, common to all SMs
 
 Events per CTA: 0 entry, 1 past the PDL wait and the setup barrier, 2 the first block's first
 column chunk seen by consumer warpgroup 0, 3 warpgroup 0's last block done, 6 both consumer
-warpgroups at the epilogue barrier, 4 the epilogue's stores issued, 5 exit (with several chunks
+warpgroups at the epilogue barrier, 4 the epilogue's stores issued, 5 exit; the narrow tile also
+stamps 7 its row factors done, 8 and 9 its first row pass written by warpgroup 0 and added by
+warpgroup 1, 10 that pass's stores issued (with several chunks
 per CTA, 2 is the first chunk's and 3, 6 and 4 the last one's). Prints, in us from the first
 CTA's entry, the spread of each event over the CTAs, and the spread of each step's duration.
 
@@ -17,12 +19,18 @@ import statistics
 import sys
 
 EVENTS = [(0, "entry"), (1, "setup done"), (2, "first data"), (3, "last block done"),
-          (6, "epilogue barrier"), (4, "epilogue done"), (5, "exit")]
+          (6, "epilogue barrier"), (7, "factors done"), (8, "pass wg0 written"),
+          (9, "pass wg1 added"), (10, "pass stored"), (4, "epilogue done"), (5, "exit")]
 STEPS = [(0, 1, "entry -> setup done (PDL wait, plan)"),
          (1, 2, "setup -> first data (Q + first KV block)"),
          (2, 3, "first data -> last block done (main loop)"),
          (3, 6, "last block -> barrier (other warpgroup)"),
          (6, 4, "barrier -> stores issued"),
+         (6, 7, "  barrier -> factors (narrow)"),
+         (7, 8, "  factors -> wg0 rows written (narrow)"),
+         (8, 9, "  wg0 written -> wg1 added (narrow)"),
+         (9, 10, "  wg1 added -> rows stored (narrow)"),
+         (10, 4, "  rows stored -> epilogue done (narrow)"),
          (3, 4, "last block -> epilogue done"),
          (4, 5, "epilogue -> exit (cluster merge)")]
 
@@ -38,7 +46,7 @@ def main(path):
     for line in open(path):
         if line.startswith("G "):
             f = line.split()
-            ctas.append((int(f[1]), int(f[2]), [int(x) for x in f[3:10]] + [0] * (10 - len(f))))
+            ctas.append((int(f[1]), int(f[2]), [int(x) for x in f[3:]] + [0] * 16))
     if not ctas:
         print("no grid stamps")
         return

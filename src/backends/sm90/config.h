@@ -78,6 +78,7 @@ struct SmallStorage {
   float col_max[2][4][32];
   float wg_sum[2][4][32];
   float wg_max[2][32];
+  float col_factor[2][32];  // and each warpgroup's factor per column (its max's and 1 / sum)
 };
 
 // The shared-memory plan of a tile of kTileRows query rows (64: the wide tile; 16, 32: narrow).

@@ -18,7 +18,7 @@ inline constexpr int kTraceStamps = 4096;  // per role; later stamps are dropped
 // The grid's timeline: per CTA (the first kGridCtas), %globaltimer (ns, common to all SMs) at
 // kGridEvents events, and the SM it ran on.
 inline constexpr int kGridCtas = 2048;
-inline constexpr int kGridEvents = 7;
+inline constexpr int kGridEvents = 11;
 
 #ifdef MLAKIT_SM90_TRACE
 static __device__ unsigned long long g_trace[kTraceRoles][kTraceStamps];
