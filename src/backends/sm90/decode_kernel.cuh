@@ -335,18 +335,21 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
     if (tid == 0) grid_stamp(6);
     const bool merged = c.slot == plan::kSlotCluster;  // left in shared memory for the cluster
     const bool direct = c.slot == -1;
+    // Each lane works out one of its two rows (lanes q and q ^ 1 hold the same two), the other
+    // row's scale comes from lane q ^ 1: half the chain of log2f and division per thread.
     float scale[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
+    {
+      const int e = lane & 1;
       const int row = row_a + 8 * e;
       const int32_t r = row0 + row;
       const float total = sm.red_sum[chunk_parity][0][row] + sm.red_sum[chunk_parity][1][row];
       const bool any = total > 0.0f;
-      const float lse = any ? (m[e] * scale_log2 + log2f(total)) * kLn2 : -INFINITY;
-      scale[e] = any ? 1.0f / total : 0.0f;
+      const float lse =
+          any ? ((e == 0 ? m[0] : m[1]) * scale_log2 + log2f(total)) * kLn2 : -INFINITY;
+      float own = any ? 1.0f / total : 0.0f;
       if (r < p.rows) {
-        if (direct && p.sinks != nullptr && any) scale[e] /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-        if (wg == 0 && lane % 4 == 0) {
+        if (direct && p.sinks != nullptr && any) own /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
+        if (wg == 0 && lane % 4 < 2) {
           if (merged) {
             sm.merge_lse[row] = lse;
           } else if (!direct) {
@@ -356,7 +359,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
           }
         }
       }
+      const float other = __shfl_xor_sync(0xffffffffu, own, 1);
+      scale[0] = e == 0 ? own : other;
+      scale[1] = e == 0 ? other : own;
     }
+    if (tid == 0) grid_stamp(7);
     if (merged) {
       // Both warpgroups are past their last P V (the barrier above) and every copy has landed:
       // the stages are free.

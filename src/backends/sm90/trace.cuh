@@ -84,8 +84,10 @@ __device__ __forceinline__ void trace(int role, int id) {
 // The grid's timeline: event e of this CTA, stamped by the calling thread (one per CTA and
 // event; with several chunks per CTA, the last chunk's). 0 entry, 1 past the PDL wait and the
 // setup barrier, 2 the first block's data seen by a consumer, 3 warpgroup 0's last block done,
-// 6 both consumer warpgroups at the epilogue barrier, 4 the epilogue's stores issued, 5 exit.
-// A later launch with fewer CTAs leaves the rest stale (scripts/grid_timeline.py).
+// 6 both consumer warpgroups at the epilogue barrier, 7 the rows' LSE and scale worked out, 4 the
+// epilogue's stores issued, 5 exit; narrow tile: 8 and 9 its first row pass written by warpgroup
+// 0 and added by warpgroup 1, 10 that pass stored. A later launch with fewer CTAs leaves the rest
+// stale (scripts/grid_timeline.py).
 __device__ __forceinline__ void grid_stamp(int e) {
   if (blockIdx.x < kGridCtas) {
     unsigned long long ns;
