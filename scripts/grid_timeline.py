@@ -14,8 +14,9 @@ the earliest entry can sit a whole kernel before the rest (the cluster tactic le
 free). CTAs that got no work stamp their epilogue at setup time. Rows of CTAs beyond the last
 launch's grid are stale, from an earlier, larger launch of the same process. CTA 0 also runs
 the per-block trace (trace_sm90.py), which slows it by up to ~15%: it is left out of the spreads.
-The last lines give the main loop's median by SM id mod 8 (SMs of one position in each group of
-8 ran slower than others in a memory-bound grid; record 2026-11-24-h200-epilogue).
+The last line gives the main loop's median by SM id mod 8. That tests whether SM placement
+explains a spread; in record 2026-11-24-h200-epilogue/smrate/ it did not, and the requests
+did.
 Usage: python3 scripts/grid_timeline.py LOG
 """
 import statistics
