@@ -32,27 +32,28 @@ __device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStor
   }
   __syncthreads();
 
-  if (st.tg() == 0 && st.q() == 0) {
+  // Lanes q 0 and 1 of the first token group's warps work out one row each (rows e = q), side by
+  // side rather than one after the other.
+  if (st.tg() == 0 && st.q() < 2) {
+    const int e = st.q();
+    const int row = st.row(e);
+    const int r = row0 + row;  // row in the request
+    float sum = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int row = st.row(e);
-      const int r = row0 + row;  // row in the request
-      float sum = 0.0f;
-#pragma unroll
-      for (int t = 0; t < Cfg::kSColGroups; ++t) sum += s.row_sum[t][row];
-      const bool any = sum > 0.0f;
-      const float lse = any ? (st.max[e] * p.scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
-      float scale = any ? 1.0f / sum : 0.0f;
-      if (r < p.rows) {
-        if (direct) {
-          if (p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-          if (p.lse != nullptr) p.lse[int64_t{c.request} * p.rows + r] = lse;
-        } else {
-          p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
-        }
+    for (int t = 0; t < Cfg::kSColGroups; ++t) sum += s.row_sum[t][row];
+    const bool any = sum > 0.0f;
+    const float lse =
+        any ? ((e == 0 ? st.max[0] : st.max[1]) * p.scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
+    float scale = any ? 1.0f / sum : 0.0f;
+    if (r < p.rows) {
+      if (direct) {
+        if (p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
+        if (p.lse != nullptr) p.lse[int64_t{c.request} * p.rows + r] = lse;
+      } else {
+        p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
       }
-      s.row_scale[row] = scale;
     }
+    s.row_scale[row] = scale;
   }
   __syncthreads();
 
