@@ -147,6 +147,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       const int32_t valid = c.token_end - tok0;
       const uint32_t kv_stage = kv_addr + stage * kTileBytes;
       const uint32_t p_tile = p_buf;
+      trace(wg, 0);
 
       // S^T = K Q^T, chunk by chunk as the copies land.
       const uint64_t k_desc = smem_desc_sw128(kv_stage, 0, 1024);
@@ -155,6 +156,8 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       for (int j = 0; j < kQkChunks; ++j) {
         wait_parity(&sm.full[stage][j], phase);
         if (j == 0 && nb == 0 && t == 0) grid_stamp(2);
+        if (j == 0) trace(wg, 1);
+        if (j == kQkChunks - 1) trace(wg, 2);
         wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -166,6 +169,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       wgmma_commit_group();
       wgmma_wait_group<0>();
       fence_accumulators(st);
+      trace(wg, 3);
       if (t == 0) {
         arrive(&sm.chunk_empty[stage][kPChunk]);  // the rope chunk: read only by S^T
         if (b == last_own) arrive(&sm.q_empty);
@@ -220,6 +224,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       if (valid < kBlockN) zero_v_rows_all(kv_stage, valid, t);
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P^T and zeros, for wgmma
       wg_sync.sync();  // (also: every thread has read col_max)
+      trace(wg, 4);
 
       // O^T *= alpha (only where some column's max moved); O^T += V^T P^T.
       if (__any_sync(0xffffffffu, moved)) {
@@ -245,6 +250,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       release_in_order(sm.chunk_empty[stage], t, std::make_integer_sequence<int, kMTiles>{});
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) fence_accumulators(o[mt]);
+      trace(wg, 5);
     }
     n_block += static_cast<uint32_t>(n_blocks);
     if (wg == 0 && t == 0) {
