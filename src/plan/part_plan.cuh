@@ -43,9 +43,8 @@ __device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
                                              RequestMeta* requests) {
   constexpr unsigned kAll = 0xffffffffu;
   const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
-  const auto cost_of = [&](int32_t blocks) {
-    return blocks > 0 ? blocks + in.fixed_cost_blocks : 0;
-  };
+  int32_t fixed = in.fixed_cost_blocks;  // 0 for equal requests cut into parts (below)
+  const auto cost_of = [&](int32_t blocks) { return blocks > 0 ? blocks + fixed : 0; };
 
   // Pass 1: the line's length, the smallest non-empty and the largest request cost.
   int32_t line = 0, min_cost = INT32_MAX, max_cost = 0;
@@ -56,7 +55,17 @@ __device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
     max_cost = max(max_cost, __reduce_max_sync(kAll, cost));
   }
   int32_t per_part = max(ceil_div(line, in.num_parts), max(in.min_chunk_blocks, 1));
-  if (min_cost == max_cost) per_part = aligned_part(max_cost, per_part);
+  if (min_cost == max_cost) {
+    per_part = aligned_part(max_cost, per_part);
+    if (per_part < max_cost && fixed > 0) {
+      // Equal requests cut into parts: each part pays the fixed cost alike, so the blocks alone are
+      // cut, equally (plan.h).
+      line = line / max_cost * (max_cost - fixed);
+      fixed = 0;
+      per_part = aligned_part(max_cost - in.fixed_cost_blocks,
+                              max(ceil_div(line, in.num_parts), max(in.min_chunk_blocks, 1)));
+    }
+  }
 
   // Pass 2: line positions and partial slots by warp scans, 32 requests a round; the part's
   // boundaries x (begin, end) lie in the first request whose line end is past x.

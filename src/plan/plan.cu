@@ -70,13 +70,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_persistent(const PlanKernel
     typename Scan::TempStorage scan;
     typename Reduce::TempStorage reduce;
   } storage;
-  __shared__ int64_t s_line, s_per_part;
+  __shared__ int64_t s_line, s_per_part, s_fixed;
   __shared__ int64_t s_end[kPlanThreads];     // pass 2: line end of each request of the round
   __shared__ int32_t s_blocks[kPlanThreads];  // and its blocks
   const int32_t block_n = p.view.block_n;
-  const auto cost_of = [&](int32_t blocks) -> int64_t {
-    return blocks > 0 ? blocks + p.fixed_cost_blocks : 0;
-  };
+  int64_t fixed = p.fixed_cost_blocks;  // 0 for equal requests cut into parts (below)
+  const auto cost_of = [&](int32_t blocks) -> int64_t { return blocks > 0 ? blocks + fixed : 0; };
 
   // seq_lens may be written by the previous kernel, and the previous call's kernels read the
   // metadata rewritten here.
@@ -100,14 +99,26 @@ __global__ void __launch_bounds__(kPlanThreads) plan_persistent(const PlanKernel
   // (66 parts) the even cut (130 blocks per part, requests of 134) split every request in two, and
   // the combine of their partials took 17 us of 365 (H200, 2026-11); 134 per part splits none.
   if (threadIdx.x == 0) {
-    int64_t per_part =
-        max(ceil_div<int64_t>(line, p.view.num_parts), int64_t{max(p.min_chunk_blocks, 1)});
-    if (min_cost == max_cost) per_part = aligned_part<int64_t>(max_cost, per_part);
-    s_line = line;
+    const int64_t min_part = max(p.min_chunk_blocks, 1);
+    int64_t per_part = max(ceil_div<int64_t>(line, p.view.num_parts), min_part);
+    int64_t new_line = line, new_fixed = fixed;
+    if (min_cost == max_cost) {
+      per_part = aligned_part<int64_t>(max_cost, per_part);
+      if (per_part < max_cost && fixed > 0) {
+        // Equal requests cut into parts: the blocks alone, equally (as part_plan.cuh).
+        new_line = line / max_cost * (max_cost - fixed);
+        new_fixed = 0;
+        per_part = aligned_part<int64_t>(
+            max_cost - fixed, max(ceil_div<int64_t>(new_line, p.view.num_parts), min_part));
+      }
+    }
+    s_line = new_line;
     s_per_part = per_part;
+    s_fixed = new_fixed;
   }
   __syncthreads();
   const int64_t line_length = s_line, per_part = s_per_part;
+  fixed = s_fixed;
 
   // Boundary q (q * per_part on the line) opens part q and closes part q - 1.
   const auto write_boundary = [&](int64_t q, int32_t request, int32_t block) {

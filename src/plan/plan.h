@@ -11,9 +11,12 @@
 //    request preceded by `fixed_cost_blocks` of overhead (its Q load, epilogue and combine);
 //    part p takes the blocks whose line position falls in [p*Q, (p+1)*Q), Q = ceil(line / parts)
 //    (at least `min_chunk_blocks`; when all requests cost the same, rounded up by at most 1/16 so
-//    that boundaries fall between requests or cut each into equal parts). A part therefore owns a
-//    contiguous range of (request, block) work, and a request that spans several parts produces
-//    several partials (FlashMLA-style).
+//    that boundaries fall between requests or cut each into equal parts). When equal requests are
+//    cut into parts, the line leaves the overhead out: every part pays it alike (its own Q load
+//    and epilogue), and with it in, the request's first part got that many blocks fewer and the
+//    others as many more (h_q 16, b 64, L 4096 on sm80: 26 + 3 x 34 tiles instead of 4 x 32).
+//    A part therefore owns a contiguous range of (request, block) work, and a request that spans
+//    several parts produces several partials (FlashMLA-style).
 //  - one-shot: a grid of `max_splits` CTAs per request (and query tile), CTA s * batch + r for
 //    chunk s of request r. One chunk length for the batch, priced by waves of `num_parts` CTAs
 //    (one_shot.cuh; at least `min_chunk_blocks` blocks, at most `max_splits` chunks per request);
