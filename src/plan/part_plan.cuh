@@ -37,6 +37,35 @@ __host__ __device__ inline I aligned_part(I c, I ideal) {
   return ideal;
 }
 
+// The persistent plan's part length for a line of `line` blocks (each non-empty request's blocks
+// plus `fixed`), its smallest non-empty and largest request cost, and the line and fixed cost to
+// lay out with it: equal requests get aligned parts (aligned_part); when those cut each request,
+// every part pays the fixed cost alike, so the fixed cost leaves the line and the blocks alone are
+// cut equally (plan.h). Shared by the plan kernel (int64_t) and the in-kernel plan (int32_t).
+template <typename I>
+struct PartLength {
+  I per_part, line, fixed;
+};
+template <typename I>
+__host__ __device__ inline PartLength<I> part_length(I line, I min_cost, I max_cost, I fixed,
+                                                     I num_parts, I min_chunk_blocks) {
+  const I min_part = min_chunk_blocks > 1 ? min_chunk_blocks : I{1};
+  const auto even = [&](I l) {
+    const I part = ceil_div(l, num_parts);
+    return part > min_part ? part : min_part;
+  };
+  I per_part = even(line);
+  if (min_cost == max_cost) {
+    per_part = aligned_part(max_cost, per_part);
+    if (per_part < max_cost && fixed > 0) {
+      line = line / max_cost * (max_cost - fixed);
+      per_part = aligned_part(max_cost - fixed, even(line));
+      fixed = 0;
+    }
+  }
+  return {per_part, line, fixed};
+}
+
 // Part `part` of the persistent plan. Called by all 32 lanes of one warp (all get the result);
 // `requests` non-null: also writes RequestMeta [batch] (then the whole batch is scanned).
 __device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
@@ -54,18 +83,11 @@ __device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
     min_cost = min(min_cost, __reduce_min_sync(kAll, cost > 0 ? cost : INT32_MAX));
     max_cost = max(max_cost, __reduce_max_sync(kAll, cost));
   }
-  int32_t per_part = max(ceil_div(line, in.num_parts), max(in.min_chunk_blocks, 1));
-  if (min_cost == max_cost) {
-    per_part = aligned_part(max_cost, per_part);
-    if (per_part < max_cost && fixed > 0) {
-      // Equal requests cut into parts: each part pays the fixed cost alike, so the blocks alone are
-      // cut, equally (plan.h).
-      line = line / max_cost * (max_cost - fixed);
-      fixed = 0;
-      per_part = aligned_part(max_cost - in.fixed_cost_blocks,
-                              max(ceil_div(line, in.num_parts), max(in.min_chunk_blocks, 1)));
-    }
-  }
+  const PartLength<int32_t> length =
+      part_length(line, min_cost, max_cost, fixed, in.num_parts, in.min_chunk_blocks);
+  const int32_t per_part = length.per_part;
+  line = length.line;
+  fixed = length.fixed;
 
   // Pass 2: line positions and partial slots by warp scans, 32 requests a round; the part's
   // boundaries x (begin, end) lie in the first request whose line end is past x.

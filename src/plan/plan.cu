@@ -99,22 +99,11 @@ __global__ void __launch_bounds__(kPlanThreads) plan_persistent(const PlanKernel
   // (66 parts) the even cut (130 blocks per part, requests of 134) split every request in two, and
   // the combine of their partials took 17 us of 365 (H200, 2026-11); 134 per part splits none.
   if (threadIdx.x == 0) {
-    const int64_t min_part = max(p.min_chunk_blocks, 1);
-    int64_t per_part = max(ceil_div<int64_t>(line, p.view.num_parts), min_part);
-    int64_t new_line = line, new_fixed = fixed;
-    if (min_cost == max_cost) {
-      per_part = aligned_part<int64_t>(max_cost, per_part);
-      if (per_part < max_cost && fixed > 0) {
-        // Equal requests cut into parts: the blocks alone, equally (as part_plan.cuh).
-        new_line = line / max_cost * (max_cost - fixed);
-        new_fixed = 0;
-        per_part = aligned_part<int64_t>(
-            max_cost - fixed, max(ceil_div<int64_t>(new_line, p.view.num_parts), min_part));
-      }
-    }
-    s_line = new_line;
-    s_per_part = per_part;
-    s_fixed = new_fixed;
+    const PartLength<int64_t> length =
+        part_length<int64_t>(line, min_cost, max_cost, fixed, p.view.num_parts, p.min_chunk_blocks);
+    s_line = length.line;
+    s_per_part = length.per_part;
+    s_fixed = length.fixed;
   }
   __syncthreads();
   const int64_t line_length = s_line, per_part = s_per_part;
