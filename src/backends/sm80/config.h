@@ -1,15 +1,17 @@
 // Compile-time configuration of the sm80 decode kernel: tile sizes, warp layouts, pipeline depth
 // and the shared-memory layout. The kernel is written once against a TileConfig; three configs
 // are instantiated, all with split-K scores (qk_split_k.cuh: a warp holds its rows of Q for a
-// share of the 576 dims in registers and computes partial scores for all 32 tokens of a tile):
-//   TileM64: 64 query rows, 8 warps. Scores: 4 row groups x 2 halves of the dims, 12 of a warp's
-//            18 k-steps of Q in registers (the 128 fp32 accumulators of O leave no room for all:
-//            with 18 the tile loop reloads 14 spilled registers per tile, and ran no faster).
-//            Output: 8 column eighths (64 rows x 64 columns per warp). Against the token-split
-//            scores it replaced (4 row groups x 2 token halves, Q and K from shared memory per
-//            k-step) it reads 40% less shared memory and ran 7% faster at h_q 128, batch 64
-//            (H200, 2026-11); the 8 column eighths read 20% less than 2 row groups x 4 quarters
-//            for P V and gained 2%.
+// share of the 576 dims in registers or reads it from shared memory, and computes partial scores
+// for all 32 tokens of a tile):
+//   TileM64: 64 query rows, 8 warps. Scores: 4 row groups x 2 halves of the dims, Q read from
+//            shared memory per k-step. Output: 8 column eighths (64 rows x 64 columns per warp).
+//            Q in registers bought nothing here: with 12 of a warp's 18 k-steps held (48
+//            registers; 18 spilled in the tile loop) h_q 128, batch 64, L 4096 took 339-340 us,
+//            with none 334-337 (h_q 64: 187 -> 182-184; H200, 2026-11-24): the tile is bound
+//            neither by shared-memory bandwidth nor by the tensor pipe (docs/sm80-decode.md,
+//            item 20). Against the token-split scores it replaced (4 row groups x 2 token
+//            halves) the split-K scores read 40% less shared memory and ran 7% faster; the 8
+//            column eighths read 20% less than 2 row groups x 4 quarters for P V and gained 2%.
 //   TileM32: 32 query rows, 8 warps. Scores: 2 row groups x 4 quarters of the dims; output: 8
 //            column eighths of 64 (32 rows each). For 17..32 rows (h_q 32, or h_q 16 with s_q 2).
 //   TileM16: 16 query rows, 4 warps. Scores: 4 quarters of the dims; output: 4 column quarters
@@ -40,8 +42,9 @@ struct TileConfig {
   static constexpr int kWarps = kSRowGroups_ * kSColGroups_;
   static constexpr int kThreads = 32 * kWarps;
 
-  // Scores S = Q K^T, split-K: warp (rg, kg) keeps its 16 rows x (576 / kSColGroups) dims of Q
-  // in registers (loaded once per chunk) and computes partial scores of all kBlockN tokens; the
+  // Scores S = Q K^T, split-K: warp (rg, kg) takes its 16 rows x (576 / kSColGroups) dims of Q
+  // (in registers, loaded once per chunk, or from shared memory per tile; kQRegSteps) and
+  // computes partial scores of all kBlockN tokens; the
   // partials meet in shared memory, where warp (rg, tg) sums those of its kSTokens tokens. With
   // the token split every score warp re-read all of Q per tile, 4x the tile's own bytes at 16
   // rows; here each warp runs kBlockN / 8 independent mma chains.
@@ -78,7 +81,7 @@ struct TileConfig {
                 "kRun = 4 / kSColGroups of every 4 k-steps per warp (qk_split_k.cuh)");
 };
 
-using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 12>;
+using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 0>;
 using TileM32 = TileConfig<32, /*S*/ 2, 4, /*O*/ 1, 8>;
 using TileM16 = TileConfig<16, /*S*/ 1, 4, /*O*/ 1, 4>;
 

@@ -5,7 +5,7 @@
 // Per chunk: the Q tile and the first stages - 1 KV tiles are copied (cp.async) into shared
 // memory; then for each KV tile of 32 tokens:
 //   wait for the tile, barrier, issue the copy of tile t + stages - 1    (loads.cuh)
-//   S = Q K^T, Q in registers, dims split over warps; partials summed   (qk_split_k.cuh)
+//   S = Q K^T, dims split over warps; partials summed                    (qk_split_k.cuh)
 //       through shared memory, barrier
 //   mask, per-row tile max to shared memory, barrier                     (qk_softmax.cuh)
 //   new max, P and alpha to shared memory, barrier
@@ -14,9 +14,9 @@
 // both roles; the loads of the next tiles overlap the math of the current one.
 // Numbers (H200, bf16, page 64, L 4096, whole call with PDL, cold L2, 2026-11; mlakit bench and
 // DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 83.5-84.8 us, 3.6 TB/s (the decode kernel alone
-// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 342 us, 213 TFLOP/s, the
+// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 334 us, 219 TFLOP/s, the
 // 64-row tile latency-bound (ncu: tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
-// ldmatrix results); h_q 128, b 1: 24.1 us (persistent). docs/sm80-decode.md has the log.
+// ldmatrix results); h_q 128, b 1: 22.0 us (persistent). docs/sm80-decode.md has the log.
 #pragma once
 
 #include "backends/sm80/config.h"

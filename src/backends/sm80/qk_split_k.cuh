@@ -1,13 +1,15 @@
 // Split-K scores S = Q K^T of the sm80 decode kernel (mma.sync m16n8k16, fp32 accumulate).
 //
-// Warp (rg, kg) holds Q rows rg * 16 .. + 16 at its share of the 576 dims as mma A fragments in
-// registers for the whole chunk, and computes their partial scores against all kBlockN tokens of
-// a tile (kBlockN / 8 independent accumulator chains, K fragments by ldmatrix): per k-step two
-// ldmatrix.x4 for four mma, and no Q read from shared memory per tile. The partials go to shared
-// memory as [warp][n8 tile][lane][4] floats (one 16-byte store per lane and tile: no bank
-// conflicts); after a barrier, warp (rg, tg) sums, in a fixed order, the partials of its kSNTiles
-// n8 tiles from the warps of its row group. The result is exactly the fragment the token-split
-// layout computes, so masking and softmax (qk_softmax.cuh) are shared.
+// Warp (rg, kg) computes the partial scores of Q rows rg * 16 .. + 16 at its share of the 576
+// dims against all kBlockN tokens of a tile (kBlockN / 8 independent accumulator chains, K
+// fragments by ldmatrix): per k-step two ldmatrix.x4 of K for four mma. Its first kQRegSteps
+// k-steps of Q are mma A fragments held in registers for the whole chunk (all of them in the 16-
+// and 32-row tiles), the rest are read from shared memory per tile (all of them in the 64-row
+// tile, config.h). The partials go to shared memory as [warp][n8 tile][lane][4] floats (one
+// 16-byte store per lane and tile: no bank conflicts); after a barrier, warp (rg, tg) sums, in a
+// fixed order, the partials of its kSNTiles n8 tiles from the warps of its row group. The result
+// is exactly the fragment the token-split layout computes, so masking and softmax
+// (qk_softmax.cuh) are shared.
 //
 // The k-steps of warp kg are kk = 4 * (i / kRun) + kRun * kg + i % kRun for i < kKStepsPerWarp
 // (kRun = 4 / kSColGroups consecutive k-steps out of every 4): the swizzled chunk of a k-step is
@@ -21,8 +23,9 @@
 
 namespace mlakit::sm80 {
 
+// The k-steps of Q a warp holds in registers (one unused entry when it holds none).
 template <typename Cfg>
-using QFragments = uint32_t[Cfg::kQRegSteps][4];
+using QFragments = uint32_t[Cfg::kQRegSteps > 0 ? Cfg::kQRegSteps : 1][4];
 
 // Byte offsets of the k-steps of warp kg for a lane reading chunk parity `hi` of rows with
 // swizzle x: offset(i) = (i / kRun) * 128 + lane_offset[i % kRun].
