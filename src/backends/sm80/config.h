@@ -6,12 +6,13 @@
 //   TileM64: 64 query rows, 8 warps. Scores: 4 row groups x 2 halves of the dims, Q read from
 //            shared memory per k-step. Output: 8 column eighths (64 rows x 64 columns per warp).
 //            Q in registers bought nothing here: with 12 of a warp's 18 k-steps held (48
-//            registers; 18 spilled in the tile loop) h_q 128, batch 64, L 4096 took 339-340 us,
-//            with none 334-337 (h_q 64: 187 -> 182-184; H200, 2026-11-24): the tile is bound
-//            neither by shared-memory bandwidth nor by the tensor pipe (docs/sm80-decode.md,
-//            item 20). Against the token-split scores it replaced (4 row groups x 2 token
-//            halves) the split-K scores read 40% less shared memory and ran 7% faster; the 8
-//            column eighths read 20% less than 2 row groups x 4 quarters for P V and gained 2%.
+//            registers; 255 in all, spilling outside the tile loop) h_q 128, batch 64, L 4096
+//            took 339-340 us, with none 334-337 (h_q 64: 187 -> 182-184; H200, 2026-11-24): the
+//            tile is bound neither by shared-memory bandwidth nor by the tensor pipe
+//            (docs/sm80-decode.md, item 20). Against the token-split scores it replaced (4 row
+//            groups x 2 token halves) the split-K scores read 40% less shared memory and ran 7%
+//            faster; the 8 column eighths read 20% less than 2 row groups x 4 quarters for P V
+//            and gained 2%.
 //   TileM32: 32 query rows, 8 warps. Scores: 2 row groups x 4 quarters of the dims; output: 8
 //            column eighths of 64 (32 rows each). For 17..32 rows (h_q 32, or h_q 16 with s_q 2).
 //   TileM16: 16 query rows, 4 warps. Scores: 4 quarters of the dims; output: 4 column quarters
@@ -44,10 +45,10 @@ struct TileConfig {
 
   // Scores S = Q K^T, split-K: warp (rg, kg) takes its 16 rows x (576 / kSColGroups) dims of Q
   // (in registers, loaded once per chunk, or from shared memory per tile; kQRegSteps) and
-  // computes partial scores of all kBlockN tokens; the
-  // partials meet in shared memory, where warp (rg, tg) sums those of its kSTokens tokens. With
-  // the token split every score warp re-read all of Q per tile, 4x the tile's own bytes at 16
-  // rows; here each warp runs kBlockN / 8 independent mma chains.
+  // computes partial scores of all kBlockN tokens; the partials meet in shared memory, where warp
+  // (rg, tg) sums those of its kSTokens tokens. With the token split every score warp re-read all
+  // of Q per tile, 4x the tile's own bytes at 16 rows; here each warp runs kBlockN / 8 independent
+  // mma chains.
   static constexpr int kSRowGroups = kSRowGroups_;
   static constexpr int kSColGroups = kSColGroups_;
   static constexpr int kSRows = kRows / kSRowGroups;
