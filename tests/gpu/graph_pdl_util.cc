@@ -76,7 +76,10 @@ Output download(const harness::HostInputs& in, const FixedBuffers& b) {
 
 void check_graph_replay(const char* backend, int page_size) {
   for (const int h_q : {16, 64}) {
-    for (const int tactic : tactic_ids(backend, Problem{})) {
+    Problem shape;  // the tactics offered depend on the rows of a tile (sm80: h_q * s_q > 32)
+    shape.h_q = h_q;
+    shape.s_q = 2;
+    for (const int tactic : tactic_ids(backend, shape)) {
       SCOPED_TRACE(::testing::Message() << "h_q " << h_q << " tactic " << tactic);
       Problem p;
       p.h_q = h_q;
@@ -157,7 +160,10 @@ void check_pdl_bitwise(const char* backend, int page_size) {
     int h_q, s_q;
   };
   for (const Shape shape : {Shape{16, 1}, Shape{128, 2}}) {
-    for (const int tactic : tactic_ids(backend, Problem{})) {
+    Problem shape_problem;  // the tactics offered depend on the rows of a tile
+    shape_problem.h_q = shape.h_q;
+    shape_problem.s_q = shape.s_q;
+    for (const int tactic : tactic_ids(backend, shape_problem)) {
       SCOPED_TRACE(::testing::Message()
                    << "h_q " << shape.h_q << " s_q " << shape.s_q << " tactic " << tactic);
       Problem p;

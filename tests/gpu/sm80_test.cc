@@ -12,8 +12,10 @@
 // partials), far below that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "backends/sm80/launch.h"
 #include "sm80_test_util.h"
 
 namespace mlakit::testing {
@@ -96,6 +98,54 @@ TEST(Sm80Sanitize, Small) {
        .len = 10},
   };
   check_cases(small, 900, "sm80");
+}
+
+// The 64-row tile has two loops (config.h): score and output warps (kRoles) where three KV
+// stages fit (sm_90: four), the plain loop on sm_80's 163 KB. Both are compared with the reference
+// here, on one device: the plain one by planning for sm_80's shared memory.
+TEST(Sm80, Tile64BothLoops) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const DeviceInfo device = current_device();
+  constexpr size_t kSm80SharedMemory = 166912;  // sm_80's opt-in maximum per block
+  const Case cases[] = {
+      {.dtype = DType::kFP16, .page_size = 16, .h_q = 128, .lens = Lens::kVariable, .lse = true},
+      {.page_size = 64, .h_q = 64, .s_q = 2, .lens = Lens::kSkewed, .sinks = true},
+      {.page_size = 1, .h_q = 128, .lens = Lens::kFixed, .lse = true, .batch = 2, .len = 1000},
+      {.page_size = 32, .h_q = 40, .s_q = 4, .lens = Lens::kFixed, .batch = 3, .len = 77},
+  };
+  uint64_t seed = 1300;
+  for (const size_t smem_limit : {size_t{0}, kSm80SharedMemory}) {
+    for (Case c : cases) {
+      for (const int tactic : {0, 1}) {
+        c.tactic = tactic;
+        SCOPED_TRACE(case_name(c));
+        const std::vector<int32_t> lens = case_lengths(c, seed);
+        const Problem p = case_problem(c, lens);
+        const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed++});
+        sm80::Setup setup;
+        MLAKIT_ASSERT_OK(sm80::make_setup(p, tactic, device, &setup, {.smem_limit = smem_limit}));
+        int optin = 0;
+        MLAKIT_ASSERT_CUDA(
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device));
+        const size_t smem = smem_limit != 0 ? smem_limit : static_cast<size_t>(optin);
+        // sm_80's limit never fits three stages of the kRoles loop; 227 KB (sm_90) does.
+        EXPECT_EQ(setup.roles, smem >= size_t{227} * 1024) << smem << " bytes";
+        Output ref, got;
+        MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+        harness::DeviceInputs d;
+        MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &d));
+        harness::DeviceBuffer workspace(std::max<size_t>(setup.layout.bytes, 256));
+        StreamHolder st;
+        MLAKIT_ASSERT_OK(run_device(
+            [&](cudaStream_t stream) { return sm80::run(setup, d.args, workspace.get(), stream); },
+            in, d, st.stream, &got));
+        const ::testing::AssertionResult result = matches_reference(in, got, ref);
+        EXPECT_TRUE(result);
+        std::printf("  %-56s %s, %d stages: %s\n", case_name(c).c_str(),
+                    setup.roles ? "roles" : "plain", setup.stages, result.message());
+      }
+    }
+  }
 }
 
 TEST(Sm80, WorkspaceTooSmallIsRefused) {

@@ -10,17 +10,6 @@
 #include "core/check.h"
 
 namespace mlakit::testing {
-namespace {
-
-struct StreamHolder {
-  cudaStream_t stream = nullptr;
-  StreamHolder() { cudaStreamCreate(&stream); }
-  ~StreamHolder() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-};
-
-}  // namespace
 
 std::string case_name(const Case& c) {
   static constexpr const char* kLens[] = {"fixed", "variable", "skewed"};

@@ -47,6 +47,17 @@ namespace mlakit::testing {
         << #expr << ": " << cudaGetErrorString(assert_cuda_err_); \
   } while (0)
 
+// A stream for one test, destroyed with it.
+struct StreamHolder {
+  cudaStream_t stream = nullptr;
+  StreamHolder() { cudaStreamCreate(&stream); }
+  ~StreamHolder() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  StreamHolder(const StreamHolder&) = delete;
+  StreamHolder& operator=(const StreamHolder&) = delete;
+};
+
 // Sequence lengths of a case: all equal; variable (uniform in [L/8, 2L), with a 0 and a 1); or
 // skewed (one request 50x longer than the rest, plus a 0 and a 1).
 enum class Lens { kFixed, kVariable, kSkewed };

@@ -11,15 +11,17 @@
 //   new max, P and alpha to shared memory, barrier
 //   O = alpha * O + P V                                                  (pv.cuh)
 // and at the end the epilogue writes the output or a partial (epilogue.cuh). Every warp takes
-// both roles; the loads of the next tiles overlap the math of the current one.
+// both roles; the loads of the next tiles overlap the math of the current one. The 64-row tile
+// on sm_90 instead splits the roles between score and output warps (decode_roles.cuh).
 // Numbers (H200, bf16, page 64, L 4096, whole call with PDL, cold L2, 2026-11; mlakit bench and
 // DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 83.5-84.8 us, 3.6 TB/s (the decode kernel alone
-// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 334 us, 219 TFLOP/s, the
-// 64-row tile latency-bound (ncu: tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
+// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 282 us (kRoles; the plain
+// loop 334-338, latency-bound: ncu tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
 // ldmatrix results); h_q 128, b 1: 22.0 us (persistent). docs/sm80-decode.md has the log.
 #pragma once
 
 #include "backends/sm80/config.h"
+#include "backends/sm80/decode_roles.cuh"
 #include "backends/sm80/epilogue.cuh"
 #include "backends/sm80/launch.h"
 #include "backends/sm80/loads.cuh"
@@ -33,22 +35,12 @@
 
 namespace mlakit::sm80 {
 
-// q_loaded: the Q tile's copies were issued already (not committed: they travel with tile 0).
+// Issues the copies of the chunk's first stages - 1 KV tiles, one commit group each (the Q tile's
+// copies, issued before, travel with tile 0). All block-table reads in flight at once, then the
+// copies.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStorage<T, Cfg>& s,
-                                              int m_tile, const plan::Chunk& c, bool q_loaded) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int row0 = m_tile * Cfg::kRows;
-  const uint32_t s_q = ptx::smem_u32(s.q);
-  const uint32_t s_kv0 = ptx::smem_u32(&s) + sizeof(SharedStorage<T, Cfg>);
-  const int stages = p.stages;
-
-  // The previous chunk's epilogue ended with a barrier after its last reads of q and kv.
-  if (!q_loaded) load_q<T, Cfg>(s_q, p, c.request, row0);
-  KvLoader<T, Cfg> loader(p, c);
-  const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-  // Prologue: tiles 0 .. stages - 2, one commit group each (the Q tile travels with tile 0). All
-  // block-table reads in flight at once, then the copies.
+__device__ __forceinline__ void issue_first_tiles(const KvLoader<T, Cfg>& loader, uint32_t s_kv0,
+                                                  const plan::Chunk& c, int stages, int n_tiles) {
   TilePages<Cfg> first_pages[kMaxStages - 1];
 #pragma unroll
   for (int stage = 0; stage < kMaxStages - 1; ++stage) {
@@ -65,10 +57,10 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
       ptx::cp_async_commit_group();
     }
   }
-  TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
-  ScoreState<Cfg> st;
-  QFragments<Cfg> qf;  // this warp's slice of Q, loaded with the first tile
-  OutAccumulators<Cfg> o;
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void zero_output(OutAccumulators<Cfg>& o) {
 #pragma unroll
   for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
 #pragma unroll
@@ -77,6 +69,28 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
       for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
     }
   }
+}
+
+// q_loaded: the Q tile's copies were issued already (not committed: they travel with tile 0).
+template <typename T, typename Cfg>
+__device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStorage<T, Cfg>& s,
+                                              int m_tile, const plan::Chunk& c, bool q_loaded) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int row0 = m_tile * Cfg::kRows;
+  const uint32_t s_q = ptx::smem_u32(s.q);
+  const uint32_t s_kv0 = ptx::smem_u32(&s) + sizeof(SharedStorage<T, Cfg>);
+  const int stages = p.stages;
+
+  // The previous chunk's epilogue ended with a barrier after its last reads of q and kv.
+  if (!q_loaded) load_q<T, Cfg>(s_q, p, c.request, row0);
+  KvLoader<T, Cfg> loader(p, c);
+  const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+  issue_first_tiles<T, Cfg>(loader, s_kv0, c, stages, n_tiles);
+  TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
+  ScoreState<Cfg> st;
+  QFragments<Cfg> qf;  // this warp's slice of Q, loaded with the first tile
+  OutAccumulators<Cfg> o;
+  zero_output<Cfg>(o);
 
   int read_stage = 0, write_stage = stages - 1;
 #pragma unroll 1
@@ -122,7 +136,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // while the plan kernel runs: the caller's inputs are final, since this grid launched only
   // once the plan kernel had passed its own griddepcontrol.wait, and the plan writes no Q.
   const bool q_loaded = p.schedule == plan::Schedule::kOneShot && cta < p.batch;
-  if (q_loaded) load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
+  if constexpr (Cfg::kRoles) {
+    // Score warps copy Q; the barrier after the stages' mbarrier init comes below or with the
+    // persistent plan.
+    if (q_loaded && threadIdx.x < 32 * Cfg::kScoreWarps) {
+      load_q<T, Cfg, 32 * Cfg::kScoreWarps>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
+    }
+    roles::init_barriers<T, Cfg>(s);
+  } else if (q_loaded) {
+    load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
+  }
   // Everything else reads seq_lens or the plan: wait for the previous kernel (the plan kernel,
   // or, when this grid plans itself, the caller's kernels and the previous call's combine, which
   // reads the RequestMeta written here). The combine kernel may start its launch now; it waits
@@ -137,12 +160,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (threadIdx.x == 0) s.part = pp;
     }
     __syncthreads();
+  } else if constexpr (Cfg::kRoles) {
+    __syncthreads();  // the mbarriers are initialized
   }
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   bool first = true;
+  uint32_t g_tile = 0;  // kRoles: the CTA's KV tile sequence number
   while (chunks.next(&c)) {
-    process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
+    if constexpr (Cfg::kRoles) {
+      roles::process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first, g_tile);
+    } else {
+      process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
+    }
     first = false;
   }
   if (q_loaded && first) {

@@ -17,20 +17,25 @@
 
 namespace mlakit::sm80 {
 
+// Each row's LSE (to lse or the partial's LSE) and output scale (to s.row_scale), from the score
+// warps' softmax state. With several token groups their denominators meet in shared memory
+// (a barrier of all threads inside); with whole rows per warp (kSColGroups 1) only score threads
+// may call it, and it has no barrier.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStorage<T, Cfg>& s,
-                                               const plan::Chunk& c, int row0,
-                                               const ScoreState<Cfg>& st,
-                                               const OutAccumulators<Cfg>& o, int warp, int lane) {
+__device__ __forceinline__ void write_row_stats(const DecodeParams& p, SharedStorage<T, Cfg>& s,
+                                                const plan::Chunk& c, int row0,
+                                                const ScoreState<Cfg>& st) {
   const bool direct = c.slot < 0;
+  float sums[2];
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     float sum = st.sum[e];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (st.q() == 0) s.row_sum[st.tg()][st.row(e)] = sum;
+    sums[e] = sum;
+    if (Cfg::kSColGroups > 1 && st.q() == 0) s.row_sum[st.tg()][st.row(e)] = sum;
   }
-  __syncthreads();
+  if constexpr (Cfg::kSColGroups > 1) __syncthreads();
 
   // Lanes q 0 and 1 of the first token group's warps work out one row each (rows e = q), side by
   // side rather than one after the other.
@@ -39,8 +44,12 @@ __device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStor
     const int row = st.row(e);
     const int r = row0 + row;  // row in the request
     float sum = 0.0f;
+    if constexpr (Cfg::kSColGroups > 1) {
 #pragma unroll
-    for (int t = 0; t < Cfg::kSColGroups; ++t) sum += s.row_sum[t][row];
+      for (int t = 0; t < Cfg::kSColGroups; ++t) sum += s.row_sum[t][row];
+    } else {
+      sum = e == 0 ? sums[0] : sums[1];
+    }
     const bool any = sum > 0.0f;
     const float lse =
         any ? ((e == 0 ? st.max[0] : st.max[1]) * p.scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
@@ -55,8 +64,15 @@ __device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStor
     }
     s.row_scale[row] = scale;
   }
-  __syncthreads();
+}
 
+// The output warps' part of the epilogue, once s.row_scale is complete: the accumulators, scaled,
+// to the output or the fp32 partial. warp: the output warp's index in the output layout.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void write_output(const DecodeParams& p, const SharedStorage<T, Cfg>& s,
+                                             const plan::Chunk& c, int row0,
+                                             const OutAccumulators<Cfg>& o, int warp, int lane) {
+  const bool direct = c.slot < 0;
   const int o_row0 = (warp / Cfg::kOColGroups) * Cfg::kORows;
   const int col0 = (warp % Cfg::kOColGroups) * Cfg::kOCols + 2 * (lane % 4);
   const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
@@ -86,6 +102,16 @@ __device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStor
       }
     }
   }
+}
+
+template <typename T, typename Cfg>
+__device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStorage<T, Cfg>& s,
+                                               const plan::Chunk& c, int row0,
+                                               const ScoreState<Cfg>& st,
+                                               const OutAccumulators<Cfg>& o, int warp, int lane) {
+  write_row_stats<T, Cfg>(p, s, c, row0, st);
+  __syncthreads();
+  write_output<T, Cfg>(p, s, c, row0, o, warp, lane);
 }
 
 }  // namespace mlakit::sm80

@@ -35,8 +35,8 @@ PartitionConstants partition_constants(TileKind tile) {
   return {.fixed_cost_blocks = 6, .min_chunk_blocks = 2};
 }
 
-// Shared memory for one of `ctas` CTAs per SM.
-Status smem_per_cta(const DeviceInfo& device, int ctas, size_t* bytes) {
+// Shared memory for one of `ctas` CTAs per SM (at most `limit` when nonzero).
+Status smem_per_cta(const DeviceInfo& device, int ctas, size_t limit, size_t* bytes) {
   int optin = 0, per_sm = 0, reserved = 0;
   MLAKIT_CUDA_RETURN(
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device));
@@ -45,6 +45,7 @@ Status smem_per_cta(const DeviceInfo& device, int ctas, size_t* bytes) {
   MLAKIT_CUDA_RETURN(
       cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device.device));
   *bytes = std::min<size_t>(optin, per_sm / ctas - reserved);
+  if (limit != 0) *bytes = std::min(*bytes, limit);
   return Status::Ok();
 }
 
@@ -73,42 +74,58 @@ int stages_for(const DecodeKernel& kernel, size_t smem_optin) {
   return stages < kMinStages ? 0 : static_cast<int>(std::min<size_t>(stages, kMaxStages));
 }
 
-Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup) {
+Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup,
+                  const SetupOptions& options) {
   const TileKind tile = tile_for(p);
-  const DecodeKernel& kernel = select_kernel(p.kv_dtype, tile);
+  const DecodeKernel* kernel = &select_kernel(p.kv_dtype, tile);
   // The 16-row tile runs two CTAs per SM where each still gets kMinStages (sm_90: 2 stages each
   // instead of one CTA of 5): its 4 warps leave the SM idle on their own latencies. h_q 16,
   // L 4096, whole call, persistent: batch 64 87.0 us instead of 101.3, batch 8 22.8 instead of
   // 26.0 (H200, 2026-11). Larger tiles, and devices where two do not fit, take the deepest
   // pipeline one CTA allows.
+  // The 64-row tile runs the score-warp / output-warp loop (config.h, kRoles) where that fits
+  // kMinRolesStages (sm_90: 4 stages). h_q 128, batch 64, L 4096: 282 us against 337 for the
+  // plain loop (H200, 2026-11-24, docs/sm80-decode.md item 21). With 2 stages (sm_80's 163 KB) a
+  // tile's copy would be issued just before the score warps need it, so the plain loop runs there.
   size_t smem = 0;
   int stages = 0;
+  bool roles = false;
   if (tile == TileKind::kM16) {
-    MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 2, &smem));
-    stages = stages_for(kernel, smem);
+    MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 2, options.smem_limit, &smem));
+    stages = stages_for(*kernel, smem);
   }
   if (stages == 0) {
-    MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 1, &smem));
-    stages = stages_for(kernel, smem);
+    MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 1, options.smem_limit, &smem));
+    if (tile == TileKind::kM64 && tactic < 2) {
+      const DecodeKernel& roles_kernel = p.kv_dtype == DType::kBF16
+                                             ? decode_kernel_bf16_m64_roles()
+                                             : decode_kernel_fp16_m64_roles();
+      if (stages_for(roles_kernel, smem) >= kMinRolesStages) {
+        kernel = &roles_kernel;
+        roles = true;
+      }
+    }
+    stages = stages_for(*kernel, smem);
   }
   int ctas_per_sm = 0;
-  if (stages > 0) MLAKIT_RETURN_IF_ERROR(kernel.prepare(stages, &ctas_per_sm));
+  if (stages > 0) MLAKIT_RETURN_IF_ERROR(kernel->prepare(stages, &ctas_per_sm));
   if (ctas_per_sm < 1) {
-    return unsupported("the sm80 decode kernel (", kernel.smem_fixed_bytes, " + ", kMinStages,
+    return unsupported("the sm80 decode kernel (", kernel->smem_fixed_bytes, " + ", kMinStages,
                        " x ", kStageBytes, " bytes of shared memory per CTA) does not fit on ",
                        device.name);
   }
   const int32_t rows = p.h_q * p.s_q;
-  const int32_t m_tiles = plan::ceil_div(rows, kernel.rows);
+  const int32_t m_tiles = plan::ceil_div(rows, kernel->rows);
   const PartitionConstants constants = partition_constants(tile);
   setup->problem = p;
-  setup->kernel = &kernel;
+  setup->kernel = kernel;
   setup->m_tiles = m_tiles;
   setup->stages = stages;
-  setup->shape =
-      plan::make_plan_shape(p, tactic == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent,
-                            kBlockN, constants.fixed_cost_blocks, constants.min_chunk_blocks,
-                            int64_t{device.sm_count} * ctas_per_sm / m_tiles);
+  setup->roles = roles;
+  setup->shape = plan::make_plan_shape(
+      p, tactic % 2 == 1 ? plan::Schedule::kOneShot : plan::Schedule::kPersistent, kBlockN,
+      constants.fixed_cost_blocks, constants.min_chunk_blocks,
+      int64_t{device.sm_count} * ctas_per_sm / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl && device.sm_major >= 9;

@@ -31,10 +31,14 @@ const DecodeKernel& decode_kernel_bf16_m64();
 const DecodeKernel& decode_kernel_fp16_m16();
 const DecodeKernel& decode_kernel_fp16_m32();
 const DecodeKernel& decode_kernel_fp16_m64();
+const DecodeKernel& decode_kernel_bf16_m64_roles();
+const DecodeKernel& decode_kernel_fp16_m64_roles();
 
 // The tile config for a problem: the smallest tile that holds all query rows of a request
 // (16 or 32 rows), else 64-row tiles.
 TileKind tile_for(const Problem& problem);
+// The tile's kernel with the smallest shared memory (what can_run checks); make_setup takes the
+// 64-row tile's kRoles kernel instead where kMinRolesStages of it fit.
 const DecodeKernel& select_kernel(DType dtype, TileKind tile);
 
 // KV stages for `kernel` within `smem_optin` bytes per block (the most, up to kMaxStages); 0 when
@@ -46,6 +50,7 @@ struct Setup {
   const DecodeKernel* kernel = nullptr;
   int32_t m_tiles = 1;  // query tiles per request
   int32_t stages = kMinStages;
+  bool roles = false;  // the 64-row tile's score-warp / output-warp loop (config.h, kRoles)
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
   bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel (launch.cc)
@@ -53,9 +58,17 @@ struct Setup {
   int32_t sm_count = 1;      // sizes the combine kernel's grid
 };
 
+// smem_limit: when nonzero, the shared memory per block to plan for instead of the device's
+// (tests run the kernels sm_80 gets, 163 KB, on larger devices).
+struct SetupOptions {
+  size_t smem_limit = 0;
+};
+
 // Prepares the kernel (shared-memory limit, occupancy) and sizes plan and workspace for the
-// device's SM count. tactic: 0 persistent, 1 one-shot.
-Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup);
+// device's SM count. tactic: 0 persistent, 1 one-shot; 2 and 3 the same with the 64-row tile's
+// plain loop (sm80_backend.cc).
+Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup,
+                  const SetupOptions& options = {});
 
 // The three launches of a run, as bits of `launches` in run(): all of them for a call; one alone
 // to time it apart (the decode kernel alone reads the plan that an earlier run of the same

@@ -19,15 +19,19 @@ __device__ __forceinline__ uint32_t row_chunk_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Query rows [row0, row0 + kRows) of request `request`; rows past its last are zero-filled.
-template <typename T, typename Cfg>
-__device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int request, int row0) {
-  static_assert(Cfg::kRows * kRowChunks % Cfg::kThreads == 0);
+// Query rows [row0, row0 + kRows) of request `request`; rows past its last are zero-filled. Copied
+// by kCopiers threads, this one being number tid.
+template <typename T, typename Cfg, int kCopiers = Cfg::kThreads>
+__device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int request, int row0,
+                                       int tid = static_cast<int>(threadIdx.x)) {
+  static_assert(Cfg::kRows * kRowChunks % kCopiers == 0);
   const T* g_q = static_cast<const T*>(p.q) + (int64_t{request} * p.rows + row0) * kDqk;
   const int valid_rows = min(Cfg::kRows, p.rows - row0);
-#pragma unroll
-  for (int k = 0; k < Cfg::kRows * kRowChunks / Cfg::kThreads; ++k) {
-    const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+  // Unrolled only in part: 36 copies per thread (kRoles' score warps) held 72 registers of
+  // addresses.
+#pragma unroll 9
+  for (int k = 0; k < Cfg::kRows * kRowChunks / kCopiers; ++k) {
+    const int idx = k * kCopiers + tid;
     const int row = idx / kRowChunks, chunk = idx % kRowChunks;
     const bool valid = row < valid_rows;
     const T* src = g_q + (valid ? row * kDqk + chunk * 8 : 0);
@@ -41,19 +45,26 @@ struct TilePages {
   int32_t page[Cfg::kLoadPasses];
 };
 
-// Gathers KV tiles of one chunk. Thread t copies chunks (t % 8) + 8k of tokens
-// t / 8 + pass * kLoadTokensPerPass of each tile. The page ids of a tile are read (fetch_pages)
+// Gathers KV tiles of one chunk. Copying thread t (0 .. kLoadThreads - 1: tid, by default the
+// thread index) copies chunks (t % 8) + 8k of tokens t / 8 + pass * kLoadTokensPerPass of each
+// tile. The page ids of a tile are read (fetch_pages)
 // a tile ahead of its copy (load), so the block-table read is not on the path from the barrier to
 // the copies.
 template <typename T, typename Cfg>
 class KvLoader {
  public:
-  __device__ __forceinline__ KvLoader(const DecodeParams& p, const plan::Chunk& c)
+  __device__ __forceinline__ KvLoader(const DecodeParams& p, const plan::Chunk& c,
+                                      int tid = static_cast<int>(threadIdx.x))
       : g_kv_(static_cast<const T*>(p.kv)),
         g_pages_(p.block_table + c.request * p.block_table_stride),
         page_shift_(p.page_shift),
         token_end_(c.token_end),
-        lane8_(static_cast<int>(threadIdx.x) % 8) {}
+        tid_(tid) {}
+
+  // The tile's token this thread copies in pass `pass` (0 .. kBlockN - 1).
+  __device__ __forceinline__ int token(int pass) const {
+    return tid_ / 8 + pass * Cfg::kLoadTokensPerPass;
+  }
 
   // The page ids of the tile starting at token `tile_start` (none read past the chunk's end).
   __device__ __forceinline__ TilePages<Cfg> fetch_pages(int tile_start) const {
@@ -61,7 +72,7 @@ class KvLoader {
 #pragma unroll
     for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
       const int pos = tile_start + token(pass);
-      pages.page[pass] = pos < token_end_ ? g_pages_[pos >> page_shift_] : 0;
+      pages.page[pass] = loads() && pos < token_end_ ? g_pages_[pos >> page_shift_] : 0;
     }
     return pages;
   }
@@ -69,6 +80,7 @@ class KvLoader {
   // Copies the tile starting at `tile_start` into `s_kv`.
   __device__ __forceinline__ void load(uint32_t s_kv, int tile_start,
                                        const TilePages<Cfg>& pages) const {
+    if (!loads()) return;
 #pragma unroll
     for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
       const int row = token(pass);
@@ -78,9 +90,10 @@ class KvLoader {
                            (pos & ((1 << page_shift_) - 1));
       // Past the end the page id is 0 (fetch_pages): the address stays inside the cache, and
       // src_bytes 0 reads nothing.
-      const T* src = g_kv_ + slot * kDqk + lane8_ * 8;
+      const int lane8 = tid_ % 8;
+      const T* src = g_kv_ + slot * kDqk + lane8 * 8;
       const int src_bytes = valid ? 16 : 0;
-      const uint32_t dst = s_kv + row * kRowBytes + ((lane8_ ^ (row & 7)) << 4);
+      const uint32_t dst = s_kv + row * kRowBytes + ((lane8 ^ (row & 7)) << 4);
 #pragma unroll
       for (int k = 0; k < kRowChunks / 8; ++k) {
         ptx::cp_async_cg_shared_global(dst + k * 128, src + k * 64, src_bytes);
@@ -89,15 +102,16 @@ class KvLoader {
   }
 
  private:
-  __device__ __forceinline__ int token(int pass) const {
-    return static_cast<int>(threadIdx.x) / 8 + pass * Cfg::kLoadTokensPerPass;
+  // Whether this thread is one of the kLoadThreads that copy.
+  __device__ __forceinline__ bool loads() const {
+    return Cfg::kLoadThreads == Cfg::kThreads || tid_ < Cfg::kLoadThreads;
   }
 
   const T* g_kv_;
   const int32_t* g_pages_;
   int page_shift_;
   int token_end_;
-  int lane8_;
+  int tid_;
 };
 
 }  // namespace mlakit::sm80

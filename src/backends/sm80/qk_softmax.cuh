@@ -131,4 +131,88 @@ __device__ __forceinline__ void softmax_to_shared(float (&acc)[Cfg::kSNTiles][4]
   }
 }
 
+// How far (log2 of P) a row's running max may lag its true max in softmax_full_rows.
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
+// Softmax over whole rows (config.h, kRoles): acc holds this warp's scores of its rows for all
+// kBlockN tokens of the tile; masks them, takes the row max over the whole tile without a
+// barrier, and writes P (p_tile) and alpha (alpha_rows). Written for any number of token
+// groups (each writes P of its own kSTokens), though kRoles has one.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], ScoreState<Cfg>& st,
+                                                  const DecodeParams& p, const plan::Chunk& c,
+                                                  int row0, int tile_start, T* p_tile,
+                                                  float* alpha_rows) {
+  constexpr int kNTiles = kBlockN / 8;
+  if (tile_start + kBlockN > visible_bound(p, c, row0)) {
+    const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
+                          visible_bound(p, c, row0 + st.row(1))};
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (tile_start + nt * 8 + 2 * st.q() + (k & 1) >= bound[k / 2]) acc[nt][k] = -INFINITY;
+      }
+    }
+  }
+  // This warp's own tiles, picked with compile-time indices (a runtime index into acc would put
+  // it in local memory).
+  float own[Cfg::kSNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      own[nt][k] = acc[nt][k];
+#pragma unroll
+      for (int g = 1; g < Cfg::kSColGroups; ++g) {
+        if (st.tg() == g) own[nt][k] = acc[g * Cfg::kSNTiles + nt][k];
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float new_max = st.max[e];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      new_max = fmaxf(new_max, fmaxf(acc[nt][2 * e], acc[nt][2 * e + 1]));
+    }
+    new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 1));
+    new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 2));
+    // Lazy rescaling: the running max moves only when the tile's exceeds it by more than
+    // kLazyRescaleLog2 (P stays <= 2^kLazyRescaleLog2, well inside bf16 and fp16), so that after
+    // the first tiles alpha is 1 and the output warps skip the rescale of O. The softmax is
+    // invariant to the reference point; LSE uses the same one.
+    if (st.max[e] != -INFINITY && (new_max - st.max[e]) * p.scale_log2 <= kLazyRescaleLog2) {
+      new_max = st.max[e];
+    }
+    // As in softmax_to_shared: max -inf subtracts 0 (P = 0), alpha exactly 1 when it stays.
+    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * p.scale_log2;
+    const float alpha = new_max == st.max[e]
+                            ? 1.0f
+                            : ptx::ex2_approx_ftz_f32(fmaf(st.max[e], p.scale_log2, -max_scaled));
+    st.max[e] = new_max;
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+      for (int k = 2 * e; k < 2 * e + 2; ++k) {
+        own[nt][k] = ptx::ex2_approx_ftz_f32(fmaf(own[nt][k], p.scale_log2, -max_scaled));
+        tile_sum += own[nt][k];
+      }
+    }
+    st.sum[e] = st.sum[e] * alpha + tile_sum;
+    if (st.tg() == 0 && st.q() == 0) alpha_rows[st.row(e)] = alpha;
+  }
+  auto* s_p = reinterpret_cast<char*>(p_tile);
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int chunk = st.tg() * Cfg::kSNTiles + nt;
+      *reinterpret_cast<uint32_t*>(s_p + p_chunk_offset(st.row(e), chunk) + 4 * st.q()) =
+          pack2<T>(own[nt][2 * e], own[nt][2 * e + 1]);
+    }
+  }
+}
+
 }  // namespace mlakit::sm80

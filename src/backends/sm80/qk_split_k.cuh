@@ -55,69 +55,135 @@ __device__ __forceinline__ void load_q_fragments(uint32_t s_q, int warp, int lan
   for (int i = 0; i < Cfg::kQRegSteps; ++i) ptx::ldmatrix_sync_x4(qf[i], base + offset(i));
 }
 
-// acc = the warp's scores for its n8 tiles of the tile in s_kv (after a barrier inside).
+// One warp's split-K partial scores of one tile: its 16 rows of Q at its share of the dims
+// against all kBlockN tokens, one k-step at a time (step), then to shared memory (store).
 template <typename T, typename Cfg>
-__device__ __forceinline__ void compute_scores_split_k(const QFragments<Cfg>& qf, uint32_t s_q,
-                                                       uint32_t s_kv, float* score_parts, int warp,
-                                                       int lane, float (&acc)[Cfg::kSNTiles][4]) {
-  constexpr int kNTiles = kBlockN / 8;
-  const int rg = warp / Cfg::kSColGroups, kg = warp % Cfg::kSColGroups;
-  float part[kNTiles][4];
+class SplitKScores {
+ public:
+  static constexpr int kNTiles = kBlockN / 8;
+
+  __device__ __forceinline__ SplitKScores(uint32_t s_q, uint32_t s_kv, int warp, int lane)
+      // B (K): x4 covers two n8 tiles: lanes 0-7 tokens 0-7, low dims; 8-15 tokens 0-7, high
+      // dims; 16-23 and 24-31 the same for tokens 8-15.
+      : b_base_(s_kv + ((lane / 16) * 8 + lane % 8) * kRowBytes),
+        b_offset_(warp % Cfg::kSColGroups, (lane / 8) % 2, lane & 7),
+        // Q k-steps past kQRegSteps come from shared memory (rows as in load_q_fragments).
+        a_base_(s_q + ((warp / Cfg::kSColGroups) * 16 + lane % 16) * kRowBytes),
+        a_offset_(warp % Cfg::kSColGroups, lane / 16, lane & 7) {
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) part[nt][k] = 0.0f;
+      for (int k = 0; k < 4; ++k) part_[nt][k] = 0.0f;
+    }
   }
-  // B (K): x4 covers two n8 tiles: lanes 0-7 tokens 0-7, low dims; 8-15 tokens 0-7, high dims;
-  // 16-23 and 24-31 the same for tokens 8-15.
-  const int b_row = (lane / 16) * 8 + lane % 8;
-  const uint32_t b_base = s_kv + b_row * kRowBytes;
-  const KStepOffsets<Cfg> offset(kg, (lane / 8) % 2, lane & 7);
-  // Q k-steps past kQRegSteps come from shared memory (rows as in load_q_fragments).
-  const uint32_t a_base = s_q + (rg * 16 + lane % 16) * kRowBytes;
-  const KStepOffsets<Cfg> a_offset(kg, lane / 16, lane & 7);
-  // ptxas interleaves the ldmatrix of each k-step with the mma of the previous one, and no
-  // deeper: source-level buffers of one or two k-steps ahead compiled to the same SASS (the 64-row
-  // tile's 255 registers leave no room for more; ncu there: 36% of stalls wait on ldmatrix).
-#pragma unroll
-  for (int i = 0; i < Cfg::kKStepsPerWarp; ++i) {
+
+  // k-step i of the warp's kKStepsPerWarp (a compile-time index once unrolled).
+  __device__ __forceinline__ void step(int i, const QFragments<Cfg>& qf) {
     uint32_t a[4];
     if (i < Cfg::kQRegSteps) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) a[k] = qf[i < Cfg::kQRegSteps ? i : 0][k];
     } else {
-      ptx::ldmatrix_sync_x4(a, a_base + a_offset(i));
+      ptx::ldmatrix_sync_x4(a, a_base_ + a_offset_(i));
     }
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
-      ptx::ldmatrix_sync_x4(b, b_base + np * 16 * kRowBytes + offset(i));
-      mma_m16n8k16<T>(part[2 * np], a, b[0], b[1]);
-      mma_m16n8k16<T>(part[2 * np + 1], a, b[2], b[3]);
+      ptx::ldmatrix_sync_x4(b, b_base_ + np * 16 * kRowBytes + b_offset_(i));
+      mma_m16n8k16<T>(part_[2 * np], a, b[0], b[1]);
+      mma_m16n8k16<T>(part_[2 * np + 1], a, b[2], b[3]);
     }
   }
+
+  // All k-steps, the fragments of each loaded kAhead k-steps before its mma (Q from shared memory
+  // only): for a warp with registers to spare (config.h, kRoles), whose ldmatrix latencies then
+  // overlap. (Two to four accumulator chains per n8 tile instead of one, and 6 or 9 k-steps
+  // ahead instead of 3, measured the same: docs/sm80-decode.md, item 21.)
+  template <int kAhead>
+  __device__ __forceinline__ void run_ahead() {
+    static_assert(Cfg::kQRegSteps == 0 && kAhead >= 1 && kAhead <= Cfg::kKStepsPerWarp);
+    uint32_t a[kAhead][4], b[kAhead][kNTiles / 2][4];
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
-    *reinterpret_cast<float4*>(score_parts + ((warp * kNTiles + nt) * 32 + lane) * 4) =
-        make_float4(part[nt][0], part[nt][1], part[nt][2], part[nt][3]);
+    for (int i = 0; i < Cfg::kKStepsPerWarp + kAhead; ++i) {
+      if (i >= kAhead) {
+        const int j = (i - kAhead) % kAhead;
+#pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          mma_m16n8k16<T>(part_[2 * np], a[j], b[j][np][0], b[j][np][1]);
+          mma_m16n8k16<T>(part_[2 * np + 1], a[j], b[j][np][2], b[j][np][3]);
+        }
+      }
+      if (i < Cfg::kKStepsPerWarp) {
+        const int j = i % kAhead;
+        ptx::ldmatrix_sync_x4(a[j], a_base_ + a_offset_(i));
+#pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          ptx::ldmatrix_sync_x4(b[j][np], b_base_ + np * 16 * kRowBytes + b_offset_(i));
+        }
+      }
+    }
   }
-  __syncthreads();    // all partials of the tile are in shared memory
-  const int tg = kg;  // after the sum, warp (rg, tg) owns n8 tiles tg * kSNTiles ..
+
+  // The accumulators: whole scores when the warp takes all the dims (kSColGroups 1).
+  __device__ __forceinline__ float (&scores())[kNTiles][4] { return part_; }
+
+  // The partials as [warp][n8 tile][lane][4] floats: one 16-byte store per lane and tile, no
+  // bank conflicts.
+  __device__ __forceinline__ void store(float* score_parts, int warp, int lane) const {
 #pragma unroll
-  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      *reinterpret_cast<float4*>(score_parts + ((warp * kNTiles + nt) * 32 + lane) * 4) =
+          make_float4(part_[nt][0], part_[nt][1], part_[nt][2], part_[nt][3]);
+    }
+  }
+
+ private:
+  uint32_t b_base_;
+  KStepOffsets<Cfg> b_offset_;
+  uint32_t a_base_;
+  KStepOffsets<Cfg> a_offset_;
+  float part_[kNTiles][4];
+};
+
+// acc[nt] = the sum, in a fixed order, of n8 tile nt0 + nt of the partials of the warps of this
+// warp's row group (after the barrier that follows their stores).
+template <typename Cfg, int kTiles>
+__device__ __forceinline__ void sum_partials(const float* score_parts, int warp, int lane, int nt0,
+                                             float (&acc)[kTiles][4]) {
+  constexpr int kNTiles = kBlockN / 8;
+  const int rg = warp / Cfg::kSColGroups;
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc[nt][k] = 0.0f;
 #pragma unroll
     for (int from = 0; from < Cfg::kSColGroups; ++from) {
       const int src = rg * Cfg::kSColGroups + from;
       const float4 v = *reinterpret_cast<const float4*>(
-          score_parts + ((src * kNTiles + tg * Cfg::kSNTiles + nt) * 32 + lane) * 4);
+          score_parts + ((src * kNTiles + nt0 + nt) * 32 + lane) * 4);
       acc[nt][0] += v.x;
       acc[nt][1] += v.y;
       acc[nt][2] += v.z;
       acc[nt][3] += v.w;
     }
   }
+}
+
+// acc = the warp's scores for its n8 tiles of the tile in s_kv (after a barrier inside).
+template <typename T, typename Cfg>
+__device__ __forceinline__ void compute_scores_split_k(const QFragments<Cfg>& qf, uint32_t s_q,
+                                                       uint32_t s_kv, float* score_parts, int warp,
+                                                       int lane, float (&acc)[Cfg::kSNTiles][4]) {
+  SplitKScores<T, Cfg> scores(s_q, s_kv, warp, lane);
+  // ptxas interleaves the ldmatrix of each k-step with the mma of the previous one, and no
+  // deeper: source-level buffers of one or two k-steps ahead compiled to the same SASS (the 64-row
+  // tile's 255 registers leave no room for more; ncu there: 36% of stalls wait on ldmatrix).
+#pragma unroll
+  for (int i = 0; i < Cfg::kKStepsPerWarp; ++i) scores.step(i, qf);
+  scores.store(score_parts, warp, lane);
+  __syncthreads();  // all partials of the tile are in shared memory
+  // After the sum, warp (rg, tg = kg) owns n8 tiles tg * kSNTiles ..
+  sum_partials<Cfg>(score_parts, warp, lane, (warp % Cfg::kSColGroups) * Cfg::kSNTiles, acc);
 }
 
 }  // namespace mlakit::sm80

@@ -74,8 +74,16 @@ Status can_run(const Problem& p, const DeviceInfo& device) {
 // than one-shot at h_q 128 and 3.6x at h_q 16, and on uniform batches (L 4096, batch 1, 8, 64)
 // within 2% of one-shot at h_q 16 and at most 8% slower at h_q 128 (batch 1 and 8; H200,
 // 2026-11). The tuner picks per bucket.
-std::vector<Tactic> tactics(const Problem&) {
-  return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
+// Problems on 64-row tiles also get both schedules with the plain loop (config.h): where the
+// score-warp / output-warp loop runs (sm_90) it is 16% faster at h_q 128 batch 64 and slower at
+// small batches of h_q 64 (batch 1: 19.8 against 18.6 us; H200, 2026-11-24).
+std::vector<Tactic> tactics(const Problem& p) {
+  std::vector<Tactic> list = {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
+  if (sm80::tile_for(p) == sm80::TileKind::kM64) {
+    list.push_back({.id = 2, .name = "persistent-plain"});
+    list.push_back({.id = 3, .name = "one-shot-plain"});
+  }
+  return list;
 }
 
 Status create(const Problem& problem, int tactic, const DeviceInfo& device,
@@ -94,7 +102,8 @@ const BackendEntry& sm80_backend_entry() {
       .summary = "portable tensor-core decode (mma.sync, cp.async), split-KV planned on the device",
       .supports =
           "q/kv/out bf16 or fp16; page size 1, 16, 32, 64, 128; h_q 1..128; s_q 1..8 causal or "
-          "not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: persistent, one-shot",
+          "not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: persistent, one-shot "
+          "(and both with the plain loop for h_q * s_q > 32)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,
