@@ -59,18 +59,6 @@ __device__ __forceinline__ void issue_first_tiles(const KvLoader<T, Cfg>& loader
   }
 }
 
-template <typename Cfg>
-__device__ __forceinline__ void zero_output(OutAccumulators<Cfg>& o) {
-#pragma unroll
-  for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
-    }
-  }
-}
-
 // q_loaded: the Q tile's copies were issued already (not committed: they travel with tile 0).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStorage<T, Cfg>& s,

@@ -160,14 +160,7 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
     cp_async_mbarrier_arrive_noinc(&s.kv_full[slot.stage]);
   }
   OutAccumulators<Cfg> o;
-#pragma unroll
-  for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
-    }
-  }
+  zero_output<Cfg>(o);
   cta_sync();  // the score warps' Q copies have landed
 #pragma unroll 1
   for (int t = 0; t < n_tiles; ++t) {

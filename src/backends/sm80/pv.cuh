@@ -17,6 +17,18 @@ namespace mlakit::sm80 {
 template <typename Cfg>
 using OutAccumulators = float[Cfg::kOMTiles][Cfg::kONTiles][4];
 
+template <typename Cfg>
+__device__ __forceinline__ void zero_output(OutAccumulators<Cfg>& o) {
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o[mt][nt][k] = 0.0f;
+    }
+  }
+}
+
 // o *= this tile's alpha (alpha_rows: per query row of the tile; skipped when every row's alpha is
 // 1). warp: the output warp's index in the output layout.
 template <typename Cfg>

@@ -54,6 +54,21 @@ __device__ __forceinline__ int visible_bound(const DecodeParams& p, const plan::
   return min(p.causal ? c.seq_len - p.s_q + 1 + r / p.h_q : c.seq_len, c.token_end);
 }
 
+// Where a row's P is measured from once its max moves from old_max to new_max (raw score units):
+// max_scaled, 0 for a row with nothing visible yet (max -inf), so that P is 2^-inf = 0, never NaN;
+// and alpha, the rescale of O, exactly 1 when the max did not move (the output warps then skip
+// the rescale).
+struct Rebase {
+  float max_scaled;
+  float alpha;
+};
+__device__ __forceinline__ Rebase rebase(float old_max, float new_max, float scale_log2) {
+  const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+  const float alpha =
+      new_max == old_max ? 1.0f : ptx::ex2_approx_ftz_f32(fmaf(old_max, scale_log2, -max_scaled));
+  return {max_scaled, alpha};
+}
+
 // Masks the scores of the tile starting at token `tile_start` and publishes each row's max.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
@@ -99,12 +114,7 @@ __device__ __forceinline__ void softmax_to_shared(float (&acc)[Cfg::kSNTiles][4]
     float new_max = st.max[e];
 #pragma unroll
     for (int t = 0; t < Cfg::kSColGroups; ++t) new_max = fmaxf(new_max, s.tile_max[t][row]);
-    // A row with nothing visible yet keeps max -inf: subtract 0 so that P is 2^-inf = 0. alpha is
-    // exactly 1 when the max did not move (the output warps then skip the rescale).
-    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-    const float alpha = new_max == st.max[e]
-                            ? 1.0f
-                            : ptx::ex2_approx_ftz_f32(fmaf(st.max[e], scale_log2, -max_scaled));
+    const auto [max_scaled, alpha] = rebase(st.max[e], new_max, scale_log2);
     st.max[e] = new_max;
     float tile_sum = 0.0f;
 #pragma unroll
@@ -185,11 +195,7 @@ __device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], 
     if (st.max[e] != -INFINITY && (new_max - st.max[e]) * p.scale_log2 <= kLazyRescaleLog2) {
       new_max = st.max[e];
     }
-    // As in softmax_to_shared: max -inf subtracts 0 (P = 0), alpha exactly 1 when it stays.
-    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * p.scale_log2;
-    const float alpha = new_max == st.max[e]
-                            ? 1.0f
-                            : ptx::ex2_approx_ftz_f32(fmaf(st.max[e], p.scale_log2, -max_scaled));
+    const auto [max_scaled, alpha] = rebase(st.max[e], new_max, p.scale_log2);
     st.max[e] = new_max;
     float tile_sum = 0.0f;
 #pragma unroll
