@@ -69,6 +69,26 @@ __device__ __forceinline__ Rebase rebase(float old_max, float new_max, float sca
   return {max_scaled, alpha};
 }
 
+// Row e of this thread's tokens (scores in p[nt][2e .. 2e + 1]) moves to max new_max: p becomes
+// P (exp2 against the new reference), the state's max and denominator follow; returns alpha.
+template <typename Cfg>
+__device__ __forceinline__ float advance_row(ScoreState<Cfg>& st, int e, float new_max,
+                                             float scale_log2, float (&p)[Cfg::kSNTiles][4]) {
+  const auto [max_scaled, alpha] = rebase(st.max[e], new_max, scale_log2);
+  st.max[e] = new_max;
+  float tile_sum = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+#pragma unroll
+    for (int k = 2 * e; k < 2 * e + 2; ++k) {
+      p[nt][k] = ptx::ex2_approx_ftz_f32(fmaf(p[nt][k], scale_log2, -max_scaled));
+      tile_sum += p[nt][k];
+    }
+  }
+  st.sum[e] = st.sum[e] * alpha + tile_sum;
+  return alpha;
+}
+
 // Masks the scores of the tile starting at token `tile_start` and publishes each row's max.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
@@ -114,18 +134,7 @@ __device__ __forceinline__ void softmax_to_shared(float (&acc)[Cfg::kSNTiles][4]
     float new_max = st.max[e];
 #pragma unroll
     for (int t = 0; t < Cfg::kSColGroups; ++t) new_max = fmaxf(new_max, s.tile_max[t][row]);
-    const auto [max_scaled, alpha] = rebase(st.max[e], new_max, scale_log2);
-    st.max[e] = new_max;
-    float tile_sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
-#pragma unroll
-      for (int k = 2 * e; k < 2 * e + 2; ++k) {
-        acc[nt][k] = ptx::ex2_approx_ftz_f32(fmaf(acc[nt][k], scale_log2, -max_scaled));
-        tile_sum += acc[nt][k];
-      }
-    }
-    st.sum[e] = st.sum[e] * alpha + tile_sum;
+    const float alpha = advance_row<Cfg>(st, e, new_max, scale_log2, acc);
     if (st.tg() == 0 && st.q() == 0) s.alpha[row] = alpha;
   }
   auto* s_p = reinterpret_cast<char*>(s.p);
@@ -195,18 +204,7 @@ __device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], 
     if (st.max[e] != -INFINITY && (new_max - st.max[e]) * p.scale_log2 <= kLazyRescaleLog2) {
       new_max = st.max[e];
     }
-    const auto [max_scaled, alpha] = rebase(st.max[e], new_max, p.scale_log2);
-    st.max[e] = new_max;
-    float tile_sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
-#pragma unroll
-      for (int k = 2 * e; k < 2 * e + 2; ++k) {
-        own[nt][k] = ptx::ex2_approx_ftz_f32(fmaf(own[nt][k], p.scale_log2, -max_scaled));
-        tile_sum += own[nt][k];
-      }
-    }
-    st.sum[e] = st.sum[e] * alpha + tile_sum;
+    const float alpha = advance_row<Cfg>(st, e, new_max, p.scale_log2, own);
     if (st.tg() == 0 && st.q() == 0) alpha_rows[st.row(e)] = alpha;
   }
   auto* s_p = reinterpret_cast<char*>(p_tile);
