@@ -4,7 +4,10 @@
 //   TileM64Roles: 64 query rows, 4 score warps (16 whole rows each) and 8 output warps (64 x 64
 //            of O each) in a producer-consumer loop (decode_roles.cuh), where at least 3 KV
 //            stages fit (sm_90: 4). h_q 128, batch 64, L 4096: 282 us against 337 for TileM64
-//            (H200, 2026-11-24, docs/sm80-decode.md item 21).
+//            (H200, 2026-11-24, docs/sm80-decode.md item 21). The score warps hold 16 of their 36
+//            k-steps of Q in registers (64 of the 168; the output warps set the count): 264 us;
+//            12: 265, 20: 281, 24 to 32: 305-313, as ptxas then loads the K fragments just
+//            before their mma (item 22).
 // The other three run the plain loop with split-K scores (qk_split_k.cuh: a warp holds its rows
 // of Q for a share of the 576 dims in registers or reads it from shared memory, and computes
 // partial scores for all 32 tokens of a tile):
@@ -106,7 +109,7 @@ struct TileConfig {
 };
 
 using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 0>;
-using TileM64Roles = TileConfig<64, /*S*/ 4, 1, /*O*/ 1, 8, /*Q in registers*/ 0, Loop::kRoles>;
+using TileM64Roles = TileConfig<64, /*S*/ 4, 1, /*O*/ 1, 8, /*Q in registers*/ 16, Loop::kRoles>;
 using TileM32 = TileConfig<32, /*S*/ 2, 4, /*O*/ 1, 8>;
 using TileM16 = TileConfig<16, /*S*/ 1, 4, /*O*/ 1, 4>;
 

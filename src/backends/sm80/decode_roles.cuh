@@ -105,6 +105,8 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   ptx::cp_async_commit_group();
   ptx::cp_async_wait_group<0>();
   cta_sync();  // Q is visible to every score warp
+  QFragments<Cfg> qf;
+  load_q_fragments<Cfg>(s_q, warp, lane, qf);
 
   // Warp 0 reads the page ids of the tiles the output warps copy in the loop (tile stages - 1 + t
   // at P full of tile t), a tile ahead, and publishes them with P: the output warps' registers
@@ -118,12 +120,13 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   };
   int32_t page = pages_lane ? page_of(stages) : 0;
   ScoreState<Cfg> st;
+  const int mask_from = visible_bound(p, c, row0);
 #pragma unroll 1
   for (int t = 0; t < n_tiles; ++t) {
     const TileSlot slot(g0 + t, stages);
     mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
     SplitKScores<T, Cfg> scores(s_q, s_kv0 + slot.stage * kStageBytes, warp, lane);
-    scores.template run_ahead<kScoreAhead>();
+    scores.template run_ahead<kScoreAhead>(qf);
     const int b = t & 1;
     // Buffers b were last read by the output warps for tile t - 2, before they joined the
     // barrier of tile t - 1.
@@ -132,7 +135,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
       page = page_of(stages + t);
     }
     const int tile_start = c.token_begin + t * kBlockN;
-    softmax_full_rows<T, Cfg>(scores.scores(), st, p, c, row0, tile_start, s.p_buf[b],
+    softmax_full_rows<T, Cfg>(scores.scores(), st, p, c, row0, tile_start, mask_from, s.p_buf[b],
                               s.alpha_buf[b]);
     cta_sync();
   }

@@ -156,14 +156,16 @@ inline constexpr float kLazyRescaleLog2 = 8.0f;
 // Softmax over whole rows (config.h, kRoles): acc holds this warp's scores of its rows for all
 // kBlockN tokens of the tile; masks them, takes the row max over the whole tile without a
 // barrier, and writes P (p_tile) and alpha (alpha_rows). Written for any number of token
-// groups (each writes P of its own kSTokens), though kRoles has one.
+// groups (each writes P of its own kSTokens), though kRoles has one. mask_from:
+// visible_bound(p, c, row0), the smallest bound of the tile's rows, computed once per chunk (its
+// division by h_q per tile sat on the score warps' critical path).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], ScoreState<Cfg>& st,
                                                   const DecodeParams& p, const plan::Chunk& c,
-                                                  int row0, int tile_start, T* p_tile,
-                                                  float* alpha_rows) {
+                                                  int row0, int tile_start, int mask_from,
+                                                  T* p_tile, float* alpha_rows) {
   constexpr int kNTiles = kBlockN / 8;
-  if (tile_start + kBlockN > visible_bound(p, c, row0)) {
+  if (tile_start + kBlockN > mask_from) {
     const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
                           visible_bound(p, c, row0 + st.row(1))};
 #pragma unroll

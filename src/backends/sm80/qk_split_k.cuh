@@ -95,27 +95,34 @@ class SplitKScores {
     }
   }
 
-  // All k-steps, the fragments of each loaded kAhead k-steps before its mma (Q from shared memory
-  // only): for a warp with registers to spare (config.h, kRoles), whose ldmatrix latencies then
-  // overlap. (Two to four accumulator chains per n8 tile instead of one, and 6 or 9 k-steps
-  // ahead instead of 3, measured the same: docs/sm80-decode.md, item 21.)
+  // All k-steps, the fragments of each loaded kAhead k-steps before its mma (Q from qf for the
+  // first kQRegSteps, then from shared memory): for a warp with registers to spare (config.h,
+  // kRoles), whose ldmatrix latencies then overlap. (Two to four accumulator chains per n8 tile
+  // instead of one, and 6 or 9 k-steps ahead instead of 3, measured the same: docs/sm80-decode.md,
+  // item 21.)
   template <int kAhead>
-  __device__ __forceinline__ void run_ahead() {
-    static_assert(Cfg::kQRegSteps == 0 && kAhead >= 1 && kAhead <= Cfg::kKStepsPerWarp);
+  __device__ __forceinline__ void run_ahead(const QFragments<Cfg>& qf) {
+    static_assert(kAhead >= 1 && kAhead <= Cfg::kKStepsPerWarp);
     uint32_t a[kAhead][4], b[kAhead][kNTiles / 2][4];
 #pragma unroll
     for (int i = 0; i < Cfg::kKStepsPerWarp + kAhead; ++i) {
       if (i >= kAhead) {
-        const int j = (i - kAhead) % kAhead;
+        const int step = i - kAhead;
+        const int j = step % kAhead;
+        uint32_t af[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          af[k] = step < Cfg::kQRegSteps ? qf[step < Cfg::kQRegSteps ? step : 0][k] : a[j][k];
+        }
 #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
-          mma_m16n8k16<T>(part_[2 * np], a[j], b[j][np][0], b[j][np][1]);
-          mma_m16n8k16<T>(part_[2 * np + 1], a[j], b[j][np][2], b[j][np][3]);
+          mma_m16n8k16<T>(part_[2 * np], af, b[j][np][0], b[j][np][1]);
+          mma_m16n8k16<T>(part_[2 * np + 1], af, b[j][np][2], b[j][np][3]);
         }
       }
       if (i < Cfg::kKStepsPerWarp) {
         const int j = i % kAhead;
-        ptx::ldmatrix_sync_x4(a[j], a_base_ + a_offset_(i));
+        if (i >= Cfg::kQRegSteps) ptx::ldmatrix_sync_x4(a[j], a_base_ + a_offset_(i));
 #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
           ptx::ldmatrix_sync_x4(b[j][np], b_base_ + np * 16 * kRowBytes + b_offset_(i));
