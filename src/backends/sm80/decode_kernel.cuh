@@ -15,7 +15,7 @@
 // on sm_90 instead splits the roles between score and output warps (decode_roles.cuh).
 // Numbers (H200, bf16, page 64, L 4096, whole call with PDL, cold L2, 2026-11; mlakit bench and
 // DISABLED_Breakdown in tests/gpu): h_q 16, b 64: 83.5-84.8 us, 3.6 TB/s (the decode kernel alone
-// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 282 us (kRoles; the plain
+// 77.7 us, 3.88 TB/s, 87% of the 4.47 TB/s read stream); h_q 128, b 64: 253 us (kRoles; the plain
 // loop 334-338, latency-bound: ncu tensor pipe 33% active, 2 warps per scheduler, 36% of stalls on
 // ldmatrix results); h_q 128, b 1: 22.0 us (persistent). docs/sm80-decode.md has the log.
 #pragma once

@@ -71,13 +71,21 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
 }
 
 // The KV tile with CTA-wide sequence number g (tiles of all the CTA's chunks, in order) lives in
-// stage g % stages, and its copies complete phase g / stages of that stage's mbarrier.
+// stage g % stages, and its copies complete phase g / stages of that stage's mbarrier. Made once
+// per chunk and advanced tile by tile: the division by the runtime stage count, per tile, sat on
+// the score warps' critical path (h_q 128, batch 64, L 4096: 258-260 -> 253 us, H200).
 struct TileSlot {
   int stage;
   uint32_t parity;
   __device__ __forceinline__ TileSlot(uint32_t g, int stages)
       : stage(static_cast<int>(g % static_cast<uint32_t>(stages))),
         parity((g / static_cast<uint32_t>(stages)) & 1u) {}
+  __device__ __forceinline__ void advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      parity ^= 1u;
+    }
+  }
 };
 
 // Once per CTA, before any chunk: the stages' mbarriers (a barrier of all threads follows).
@@ -121,9 +129,9 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   int32_t page = pages_lane ? page_of(stages) : 0;
   ScoreState<Cfg> st;
   const int mask_from = visible_bound(p, c, row0);
+  TileSlot slot(g0, stages);
 #pragma unroll 1
-  for (int t = 0; t < n_tiles; ++t) {
-    const TileSlot slot(g0 + t, stages);
+  for (int t = 0; t < n_tiles; ++t, slot.advance(stages)) {
     mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
     SplitKScores<T, Cfg> scores(s_q, s_kv0 + slot.stage * kStageBytes, warp, lane);
     scores.template run_ahead<kScoreAhead>(qf);
@@ -165,9 +173,10 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
   OutAccumulators<Cfg> o;
   zero_output<Cfg>(o);
   cta_sync();  // the score warps' Q copies have landed
+  // Tiles t and t - 1.
+  TileSlot slot(g0, stages), free_slot = slot;
 #pragma unroll 1
   for (int t = 0; t < n_tiles; ++t) {
-    const TileSlot slot(g0 + t, stages);
     const int b = t & 1;
     cta_sync();
     rescale_o<Cfg>(s.alpha_buf[b], warp, lane, o);
@@ -175,7 +184,6 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
     // that tile before the barrier of tile t - 1: its stage takes tile t - 1 + stages.
     const int next = t - 1 + stages;
     if (t >= 1 && next < n_tiles) {
-      const TileSlot free_slot(g0 + t - 1, stages);
       const KvLoader<T, Cfg> tile_loader(p, c, tid);
       TilePages<Cfg> pages;
 #pragma unroll
@@ -191,6 +199,8 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
     // to this one.
     mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
     add_pv<T, Cfg>(ptx::smem_u32(s.p_buf[b]), s_kv0 + slot.stage * kStageBytes, warp, lane, o);
+    free_slot = slot;
+    slot.advance(stages);
   }
   cta_sync();  // row_scale is complete
   write_output<T, Cfg>(p, s, c, row0, o, warp, lane);
