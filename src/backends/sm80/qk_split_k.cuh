@@ -81,17 +81,15 @@ class SplitKScores {
   __device__ __forceinline__ void step(int i, const QFragments<Cfg>& qf) {
     uint32_t a[4];
     if (i < Cfg::kQRegSteps) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) a[k] = qf[i < Cfg::kQRegSteps ? i : 0][k];
+      q_from_registers(i, qf, a);
     } else {
-      ptx::ldmatrix_sync_x4(a, a_base_ + a_offset_(i));
+      load_a(i, a);
     }
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
-      ptx::ldmatrix_sync_x4(b, b_base_ + np * 16 * kRowBytes + b_offset_(i));
-      mma_m16n8k16<T>(part_[2 * np], a, b[0], b[1]);
-      mma_m16n8k16<T>(part_[2 * np + 1], a, b[2], b[3]);
+      load_b(i, np, b);
+      mma_pair(np, a, b);
     }
   }
 
@@ -109,24 +107,15 @@ class SplitKScores {
       if (i >= kAhead) {
         const int step = i - kAhead;
         const int j = step % kAhead;
-        uint32_t af[4];
+        if (step < Cfg::kQRegSteps) q_from_registers(step, qf, a[j]);  // load_a skipped it
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          af[k] = step < Cfg::kQRegSteps ? qf[step < Cfg::kQRegSteps ? step : 0][k] : a[j][k];
-        }
-#pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          mma_m16n8k16<T>(part_[2 * np], af, b[j][np][0], b[j][np][1]);
-          mma_m16n8k16<T>(part_[2 * np + 1], af, b[j][np][2], b[j][np][3]);
-        }
+        for (int np = 0; np < kNTiles / 2; ++np) mma_pair(np, a[j], b[j][np]);
       }
       if (i < Cfg::kKStepsPerWarp) {
         const int j = i % kAhead;
-        if (i >= Cfg::kQRegSteps) ptx::ldmatrix_sync_x4(a[j], a_base_ + a_offset_(i));
+        load_a(i, a[j]);
 #pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          ptx::ldmatrix_sync_x4(b[j][np], b_base_ + np * 16 * kRowBytes + b_offset_(i));
-        }
+        for (int np = 0; np < kNTiles / 2; ++np) load_b(i, np, b[j][np]);
       }
     }
   }
@@ -145,6 +134,25 @@ class SplitKScores {
   }
 
  private:
+  // The A fragment of k-step i from shared memory (the k-steps past those held in registers).
+  __device__ __forceinline__ void load_a(int i, uint32_t (&a)[4]) const {
+    if (i >= Cfg::kQRegSteps) ptx::ldmatrix_sync_x4(a, a_base_ + a_offset_(i));
+  }
+  // The A fragment of k-step i < kQRegSteps, held in registers for the chunk.
+  __device__ __forceinline__ static void q_from_registers(int i, const QFragments<Cfg>& qf,
+                                                          uint32_t (&a)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] = qf[i < Cfg::kQRegSteps ? i : 0][k];
+  }
+  // K of k-step i for n8 tiles 2 np and 2 np + 1.
+  __device__ __forceinline__ void load_b(int i, int np, uint32_t (&b)[4]) const {
+    ptx::ldmatrix_sync_x4(b, b_base_ + np * 16 * kRowBytes + b_offset_(i));
+  }
+  __device__ __forceinline__ void mma_pair(int np, const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+    mma_m16n8k16<T>(part_[2 * np], a, b[0], b[1]);
+    mma_m16n8k16<T>(part_[2 * np + 1], a, b[2], b[3]);
+  }
+
   uint32_t b_base_;
   KStepOffsets<Cfg> b_offset_;
   uint32_t a_base_;
