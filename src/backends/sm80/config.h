@@ -1,13 +1,13 @@
 // Compile-time configuration of the sm80 decode kernel: tile sizes, warp layouts, pipeline depth
 // and the shared-memory layout. The kernel is written once against a TileConfig; four configs
 // are instantiated.
-//   TileM64Roles: 64 query rows, 4 score warps (16 whole rows each) and 8 output warps (64 x 64
-//            of O each) in a producer-consumer loop (decode_roles.cuh), where at least 3 KV
-//            stages fit (sm_90: 4). h_q 128, batch 64, L 4096: 282 us against 337 for TileM64
-//            (H200, 2026-11-24, docs/sm80-decode.md item 21). The score warps hold 16 of their 36
-//            k-steps of Q in registers (64 of the 168; the output warps set the count): 264 us;
-//            12: 265, 20: 281, 24 to 32: 305-313, as ptxas then loads the K fragments just
-//            before their mma (item 22).
+//   TileM64Roles: 64 query rows, 4 score warps and 8 output warps (64 x 64 of O each) in a
+//            producer-consumer loop (decode_roles.cuh), where at least 3 KV stages fit (sm_90: 4).
+//            The score warps work in pairs on 32 rows split over the dims (qk_pairs.cuh) and then
+//            hold 16 whole rows each for the softmax (the score layout below with one column
+//            group); setmaxnreg splits the registers between the roles. h_q 128, batch 64,
+//            L 4096: 226-229 us against 337 for TileM64 (H200, 2026-11-24, docs/sm80-decode.md
+//            items 21-23).
 // The other three run the plain loop with split-K scores (qk_split_k.cuh: a warp holds its rows
 // of Q for a share of the 576 dims in registers or reads it from shared memory, and computes
 // partial scores for all 32 tokens of a tile):
@@ -109,7 +109,8 @@ struct TileConfig {
 };
 
 using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 0>;
-using TileM64Roles = TileConfig<64, /*S*/ 4, 1, /*O*/ 1, 8, /*Q in registers*/ 16, Loop::kRoles>;
+using TileM64Roles =
+    TileConfig<64, /*S*/ 4, 1, /*O*/ 1, 8, /*Q in registers: qk_pairs.cuh*/ 0, Loop::kRoles>;
 using TileM32 = TileConfig<32, /*S*/ 2, 4, /*O*/ 1, 8>;
 using TileM16 = TileConfig<16, /*S*/ 1, 4, /*O*/ 1, 4>;
 
@@ -143,12 +144,14 @@ struct ScoreBuffers {
   };
 };
 // kRoles: P and alpha of two tiles (the score warps write tile t + 1 while the output warps read
-// tile t), and one mbarrier per KV stage that completes when the stage's copies have landed.
+// tile t), one mbarrier per KV stage that completes when the stage's copies have landed, and one
+// per score warp pair for the swap of partial scores (decode_roles.cuh).
 template <typename T, typename Cfg>
 struct ScoreBuffers<T, Cfg, Loop::kRoles> {
   alignas(128) T p_buf[2][Cfg::kRows * kBlockN];
   float alpha_buf[2][Cfg::kRows];
   uint64_t kv_full[kMaxStages];
+  uint64_t xchg_full[Cfg::kScoreWarps / 2];
   int32_t tile_pages[2][kBlockN];  // page ids of the next tiles the output warps copy
 };
 

@@ -151,22 +151,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else if constexpr (Cfg::kRoles) {
     __syncthreads();  // the mbarriers are initialized
   }
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
-  plan::Chunk c;
-  bool first = true;
-  uint32_t g_tile = 0;  // kRoles: the CTA's KV tile sequence number
-  while (chunks.next(&c)) {
-    if constexpr (Cfg::kRoles) {
-      roles::process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first, g_tile);
-    } else {
+  if constexpr (Cfg::kRoles) {
+    roles::run<T, Cfg>(p, s, m_tile, cta, q_loaded);
+  } else {
+    plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
+    plan::Chunk c;
+    bool first = true;
+    while (chunks.next(&c)) {
       process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
+      first = false;
     }
-    first = false;
-  }
-  if (q_loaded && first) {
-    // The request has no chunk: the Q copies must land before the CTA exits.
-    ptx::cp_async_commit_group();
-    ptx::cp_async_wait_group<0>();
+    if (q_loaded && first) {
+      // The request has no chunk: the Q copies must land before the CTA exits.
+      ptx::cp_async_commit_group();
+      ptx::cp_async_wait_group<0>();
+    }
   }
 }
 

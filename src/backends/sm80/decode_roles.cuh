@@ -1,27 +1,32 @@
 // The sm80 decode kernel's producer-consumer tile loop (config.h, Loop::kRoles): score warps and
-// output warps in one CTA, each on its own instruction stream.
+// output warps in one CTA, each on its own instruction stream and register budget.
 //
-// Score warp w owns query rows 16w .. 16w + 15 of the tile whole: per KV tile it computes their
-// scores against all 32 tokens and all 576 dims (mma.sync, Q and K from shared memory, fragments
-// loaded kScoreAhead k-steps ahead), masks, takes the row max inside the warp (lazily:
-// qk_softmax.cuh), and writes P and alpha into one of two buffers. Output warp u owns the 64 x 64
-// block of columns 64u of O: per tile it rescales O by alpha (rarely needed, thanks to the lazy
-// max), adds P V, and copies KV tiles into the stages that finished. The loop synchronizes through
-// mbarriers and one barrier of all threads per tile:
+// Score warps come in pairs: warp w = 2 pair + kg computes the partial scores of the pair's 32
+// query rows over half kg of the 576 dims against all 32 tokens of a KV tile (qk_pairs.cuh: each
+// K fragment feeds two row blocks, so K is read twice per tile rather than four times), swaps
+// halves with the other warp (swap_partials) so that it holds the whole scores of rows 16 w .. 16 w
+// + 15, and turns them into P and alpha (qk_softmax.cuh; the row max lazily). That softmax runs
+// inside the score loop of the next tile, where ptxas schedules its exp2 and shuffles among the
+// mma. Output warp u owns the 64 x 64 block of columns 64u of O: per tile it rescales O by alpha
+// (rarely needed, thanks to the lazy max), adds P V, and copies KV tiles into the stages that
+// finished. setmaxnreg gives the score warps kScoreRegs registers and the output warps (O is 128
+// of theirs) kOutputRegs. The loop synchronizes through mbarriers and one barrier of all threads
+// per tile:
 //   kv_full[stage] (mbarrier, one arrival per output thread through cp.async.mbarrier.arrive):
 //       the stage's copies landed; score warps wait for it before the scores, output warps
 //       before P V.
-//   the barrier of tile t (barrier 0, cta_sync): the score warps have written P and alpha of tile t
-//   into
-//       buffers t & 1, the output warps are done with P V of tile t - 1. After it the output
-//       warps refill the stage of tile t - 1 (every warp is past it) and run P V of tile t while
-//       the score warps compute tile t + 1 into the other buffers.
-// Letting the score warps run two tiles ahead (arrive on the producer side, a second barrier for
-// "buffer free") was not faster (docs/sm80-decode.md, item 21).
-// While the output warps work on tile t the score warps work on tile t + 1: each SM sub-partition
-// runs one score warp and two output warps, whose mma streams fill each other's waits (the plain
-// loop holds O and the score fragments in the same 255 registers, and its score k-steps run one
-// ldmatrix-to-mma latency each; docs/sm80-decode.md, item 21).
+//   xchg_full[pair] (mbarrier, one arrival per thread of the pair per tile): both warps' partials
+//       of the tile are in the swap buffer.
+//   the barrier of tile t (barrier 0, cta_sync): the score warps have written P and alpha of tile
+//       t into buffers t & 1 (in their loop over tile t + 1), the output warps are done with P V
+//       of tile t - 1. After it the output warps refill the stage of tile t - 1 (every warp is
+//       past it) and run P V of tile t while the score warps compute tile t + 2 and the softmax
+//       of tile t + 1. The refill reaches the score warps a tile later than the barrier, so the
+//       loop takes 4 KV stages to keep a tile of slack (with 3, a variant took 292 us against
+//       259 with 4).
+// Measured (H200, h_q 128, batch 64, L 4096, docs/sm80-decode.md item 23): 16 whole rows per score
+// warp, softmax after the score loop, 168 registers for all: 253-258 us; pairs 247-248; with
+// setmaxnreg 240; the softmax inside the next loop 226-229.
 #pragma once
 
 #include <cuda/ptx>
@@ -31,6 +36,7 @@
 #include "backends/sm80/loads.cuh"
 #include "backends/sm80/params.h"
 #include "backends/sm80/pv.cuh"
+#include "backends/sm80/qk_pairs.cuh"
 #include "backends/sm80/qk_softmax.cuh"
 #include "backends/sm80/qk_split_k.cuh"
 #include "kernels/common/ptx.h"
@@ -39,8 +45,24 @@
 namespace mlakit::sm80 {
 namespace roles {
 
-// K-steps of fragments a score warp loads ahead of its mma (qk_split_k.cuh, run_ahead).
+// K-steps of fragments a score warp loads ahead of its mma (qk_pairs.cuh); 2 measured the same.
 inline constexpr int kScoreAhead = 3;
+// K-steps of Q a score warp holds in registers for the chunk (qk_pairs.cuh): 8 registers each.
+// With 4, k-steps 0-7 of every row are held by the warps that own the row, and those bytes of the
+// Q tile serve as the swap buffer (swap_partials). 6: 232 us, 8: 236 (ptxas then issues the K
+// loads just before their mma).
+inline constexpr int kPairQRegSteps = 4;
+// The k-step of the score loop after whose loads the previous tile's softmax is placed: 3 and 6
+// measured the same, 4: 233 us, 2: 256, 1: 259.
+inline constexpr int kSoftmaxStep = 3;
+// Registers per thread of each role after setmaxnreg. The CTA is launched with kLaunchRegs
+// (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8), and setmaxnreg moves registers
+// between the warpgroups of that allocation only (an increase past it waits forever). The output
+// warps take the rest, rounded down to 8: 176. Score warps at 136 (output 184): 236 us; 128: 236;
+// 152 (output 176): 229; 168 for all (no setmaxnreg): the output warps spill their loop state.
+inline constexpr int kScoreRegs = 144;
+inline constexpr int kLaunchRegs = 168;
+inline constexpr int kOutputRegs = (12 * kLaunchRegs - 4 * kScoreRegs) / 8 / 8 * 8;
 
 // Barrier 0 of all threads of the CTA, which the two roles reach at different instructions: the
 // non-aligned form (bar.sync is barrier.sync.aligned, which requires every thread to execute the
@@ -77,10 +99,13 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
 struct TileSlot {
   int stage;
   uint32_t parity;
+  uint32_t tile_parity;  // g & 1: the phase parity of barriers with one phase per tile
   __device__ __forceinline__ TileSlot(uint32_t g, int stages)
       : stage(static_cast<int>(g % static_cast<uint32_t>(stages))),
-        parity((g / static_cast<uint32_t>(stages)) & 1u) {}
+        parity((g / static_cast<uint32_t>(stages)) & 1u),
+        tile_parity(g & 1u) {}
   __device__ __forceinline__ void advance(int stages) {
+    tile_parity ^= 1u;
     if (++stage == stages) {
       stage = 0;
       parity ^= 1u;
@@ -96,6 +121,46 @@ __device__ __forceinline__ void init_barriers(SharedStorage<T, Cfg>& s) {
     for (int stage = 0; stage < kMaxStages; ++stage) {
       cuda::ptx::mbarrier_init(&s.kv_full[stage], Cfg::kCopyThreads);
     }
+#pragma unroll
+    for (int pair = 0; pair < Cfg::kScoreWarps / 2; ++pair) {
+      cuda::ptx::mbarrier_init(&s.xchg_full[pair], 64);
+    }
+  }
+}
+
+// The swap of partial scores inside a score warp pair (qk_pairs.cuh): warp w stores its partials
+// of the other warp's rows (acc[1]) and adds the other warp's partials of its own rows to its own
+// (acc[0]): v, the whole scores of rows 16 w .. 16 w + 15 in the layout of one m16 row block.
+// fp32 addition commutes, so either warp's sum is the same bits.
+//
+// The buffer is the first 256 bytes (dims 0-127, k-steps 0-7) of Q rows 32 pair .. + 15, which
+// only this pair's warps read, into the registers they hold for the chunk (kPairQRegSteps: k-steps
+// 0-7 between the two warps), before the barrier after which the pair swaps; a barrier of all
+// threads also ends each tile, after the other warp read the previous tile's partials. Lane l of
+// warp kg writes n8 tile nt at row 32 pair + 8 kg + 2 nt + l / 16, bytes 16 (l % 16): a quarter
+// warp's stores are 128 contiguous bytes.
+__device__ __forceinline__ uint32_t swap_slot(uint32_t s_q, int warp, int nt, int lane) {
+  return s_q + ((warp / 2) * 32 + (warp % 2) * 8 + 2 * nt + lane / 16) * kRowBytes +
+         (lane % 16) * 16;
+}
+template <typename T, typename Cfg>
+__device__ __forceinline__ void swap_partials(SharedStorage<T, Cfg>& s, uint32_t s_q, int warp,
+                                              int lane, uint32_t parity,
+                                              const float (&acc)[2][4][4], float (&v)[4][4]) {
+  static_assert(kPairQRegSteps >= 4, "the swap buffer is Q the pair holds in registers");
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    ptx::st_shared_v4_f32(swap_slot(s_q, warp, nt, lane), acc[1][nt]);
+  }
+  // Release of this thread's stores; the wait acquires the other warp's.
+  (void)cuda::ptx::mbarrier_arrive(&s.xchg_full[warp / 2]);
+  mbarrier_wait(&s.xchg_full[warp / 2], parity);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    float other[4];
+    ptx::ld_shared_v4_f32(other, swap_slot(s_q, warp ^ 1, nt, lane));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[nt][k] = acc[0][nt][k] + other[k];
   }
 }
 
@@ -113,12 +178,14 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   ptx::cp_async_commit_group();
   ptx::cp_async_wait_group<0>();
   cta_sync();  // Q is visible to every score warp
-  QFragments<Cfg> qf;
-  load_q_fragments<Cfg>(s_q, warp, lane, qf);
+  const PairScores<T, kPairQRegSteps> scores(s_q, warp, lane);
+  typename PairScores<T, kPairQRegSteps>::QRegs qf;
+  scores.load_q(qf);
+  cta_sync();  // every score warp holds its Q registers: the swap buffer is free (swap_partials)
 
-  // Warp 0 reads the page ids of the tiles the output warps copy in the loop (tile stages - 1 + t
-  // at P full of tile t), a tile ahead, and publishes them with P: the output warps' registers
-  // are all taken by O, and a block-table read in their loop stalled them.
+  // Warp 0 reads the page ids of the tiles the output warps copy in the loop (tile t - 1 + stages
+  // after the barrier of tile t), a tile ahead, and publishes them before that barrier: a
+  // block-table read in the output warps' loop stalled them (O takes most of their registers).
   const int stages = p.stages;
   const bool pages_lane = warp == 0;
   const int32_t* g_pages = p.block_table + c.request * p.block_table_stride;
@@ -130,22 +197,39 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   ScoreState<Cfg> st;
   const int mask_from = visible_bound(p, c, row0);
   TileSlot slot(g0, stages);
-#pragma unroll 1
-  for (int t = 0; t < n_tiles; ++t, slot.advance(stages)) {
+  // Tile t's scores, then its swap; tile t's softmax runs inside the score loop of tile t + 1,
+  // and the barrier of all threads that publishes P of tile t follows that loop.
+  float v[4][4];  // whole scores of the tile whose softmax is pending
+  {
     mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
-    SplitKScores<T, Cfg> scores(s_q, s_kv0 + slot.stage * kStageBytes, warp, lane);
-    scores.template run_ahead<kScoreAhead>(qf);
-    const int b = t & 1;
-    // Buffers b were last read by the output warps for tile t - 2, before they joined the
-    // barrier of tile t - 1.
-    if (pages_lane && t >= 1) {
-      s.tile_pages[(t - 1) & 1][lane] = page;
-      page = page_of(stages + t);
+    float acc[2][4][4];
+    scores.template run<kScoreAhead>(s_kv0 + slot.stage * kStageBytes, qf, acc);
+    swap_partials<T, Cfg>(s, s_q, warp, lane, slot.tile_parity, acc, v);
+    slot.advance(stages);
+  }
+#pragma unroll 1
+  for (int t = 1; t < n_tiles; ++t, slot.advance(stages)) {
+    mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
+    // The pages of tile t - 2 + stages, which the output warps copy after the barrier of tile
+    // t - 1 (at the end of this loop). They read this buffer last after the barrier of tile t - 3.
+    if (pages_lane && t >= 2) {
+      s.tile_pages[t & 1][lane] = page;
+      page = page_of(stages + t - 1);
     }
-    const int tile_start = c.token_begin + t * kBlockN;
-    softmax_full_rows<T, Cfg>(scores.scores(), st, p, c, row0, tile_start, mask_from, s.p_buf[b],
-                              s.alpha_buf[b]);
-    cta_sync();
+    mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + (t - 1) * kBlockN, mask_from);
+    float acc[2][4][4];
+    const int b = (t - 1) & 1;
+    scores.template run<kScoreAhead, kSoftmaxStep>(s_kv0 + slot.stage * kStageBytes, qf, acc, [&] {
+      softmax_full_rows<T, Cfg>(v, st, p.scale_log2, s.p_buf[b], s.alpha_buf[b]);
+    });
+    cta_sync();  // P of tile t - 1
+    swap_partials<T, Cfg>(s, s_q, warp, lane, slot.tile_parity, acc, v);
+  }
+  {
+    const int t = n_tiles - 1, b = t & 1;
+    mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + t * kBlockN, mask_from);
+    softmax_full_rows<T, Cfg>(v, st, p.scale_log2, s.p_buf[b], s.alpha_buf[b]);
+    cta_sync();  // P of the last tile
   }
   write_row_stats<T, Cfg>(p, s, c, row0, st);
   cta_sync();
@@ -173,6 +257,7 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
   OutAccumulators<Cfg> o;
   zero_output<Cfg>(o);
   cta_sync();  // the score warps' Q copies have landed
+  cta_sync();  // the score warps hold their Q registers
   // Tiles t and t - 1.
   TileSlot slot(g0, stages), free_slot = slot;
 #pragma unroll 1
@@ -206,22 +291,61 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
   write_output<T, Cfg>(p, s, c, row0, o, warp, lane);
 }
 
-// One chunk; g_tile: the CTA's tile sequence number of the chunk's first tile (advanced past it).
-// q_loaded: the score threads issued the Q tile's copies already (not committed).
-template <typename T, typename Cfg>
-__device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStorage<T, Cfg>& s,
-                                              int m_tile, const plan::Chunk& c, bool q_loaded,
-                                              uint32_t& g_tile) {
-  const int row0 = m_tile * Cfg::kRows;
-  const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-  if (static_cast<int>(threadIdx.x) < 32 * Cfg::kScoreWarps) {
-    score_warp_chunk<T, Cfg>(p, s, row0, c, q_loaded, g_tile, n_tiles);
-  } else {
-    output_warp_chunk<T, Cfg>(p, s, row0, c, g_tile, n_tiles);
+// Registers per thread from here on for the executing warpgroup (setmaxnreg, sm_90a; ptxas
+// allocates the code that follows within the new budget). The toolkit's CCCL has no wrapper yet.
+template <int kRegs>
+__device__ __forceinline__ void set_max_registers() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (kRegs > 168) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  } else if constexpr (kRegs < 168) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
   }
-  g_tile += static_cast<uint32_t>(n_tiles);
-  // Every read of Q, P, row_scale and the KV stages is done before the next chunk writes them.
-  __syncthreads();
+#endif
+}
+
+// The rest of the kernel for one role: every chunk of the CTA (both roles walk the same ones), the
+// KV tiles of all of them numbered in sequence (TileSlot). q_loaded: the score threads issued the
+// Q tile's copies of the first chunk already (not committed). Each chunk ends with a barrier of
+// all threads: every read of Q, P, row_scale and the KV stages is done before the next chunk
+// writes them.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void run(const DecodeParams& p, SharedStorage<T, Cfg>& s, int m_tile,
+                                    int32_t cta, bool q_loaded) {
+  static_assert(Cfg::kScoreWarps == 4 && Cfg::kOutWarps == 8, "setmaxnreg is per warpgroup");
+  static_assert(65536 / Cfg::kThreads / 8 * 8 == kLaunchRegs);
+  static_assert(
+      Cfg::kScoreWarps * kScoreRegs + Cfg::kOutWarps * kOutputRegs <= Cfg::kWarps * kLaunchRegs,
+      "setmaxnreg.inc waits forever for registers the CTA does not hold");
+  const int row0 = m_tile * Cfg::kRows;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t g_tile = 0;
+  if (static_cast<int>(threadIdx.x) < 32 * Cfg::kScoreWarps) {
+    set_max_registers<kScoreRegs>();
+    bool first = true;
+    while (chunks.next(&c)) {
+      const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+      score_warp_chunk<T, Cfg>(p, s, row0, c, q_loaded && first, g_tile, n_tiles);
+      g_tile += static_cast<uint32_t>(n_tiles);
+      cta_sync();
+      first = false;
+    }
+    if (q_loaded && first) {
+      // The request has no chunk: the Q copies must land before the CTA exits.
+      ptx::cp_async_commit_group();
+      ptx::cp_async_wait_group<0>();
+    }
+  } else {
+    set_max_registers<kOutputRegs>();
+    while (chunks.next(&c)) {
+      const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+      output_warp_chunk<T, Cfg>(p, s, row0, c, g_tile, n_tiles);
+      g_tile += static_cast<uint32_t>(n_tiles);
+      cta_sync();
+    }
+  }
 }
 
 }  // namespace roles

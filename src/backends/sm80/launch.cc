@@ -85,7 +85,8 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   // pipeline one CTA allows.
   // The 64-row tile runs the score-warp / output-warp loop (config.h, kRoles) where that fits
   // kMinRolesStages (sm_90: 4 stages). h_q 128, batch 64, L 4096: 282 us against 337 for the
-  // plain loop when it came (H200, 2026-11-24, docs/sm80-decode.md item 21); 253 since item 22.
+  // plain loop when it came (H200, 2026-11-24, docs/sm80-decode.md item 21); 226-229 since item
+  // 23, which wants 4 stages (decode_roles.cuh).
   // With 2 stages (sm_80's 163 KB) a tile's copy would be issued just before the score warps need
   // it, so the plain loop runs there.
   size_t smem = 0;

@@ -153,43 +153,39 @@ __device__ __forceinline__ void softmax_to_shared(float (&acc)[Cfg::kSNTiles][4]
 // How far (log2 of P) a row's running max may lag its true max in softmax_full_rows.
 inline constexpr float kLazyRescaleLog2 = 8.0f;
 
-// Softmax over whole rows (config.h, kRoles): acc holds this warp's scores of its rows for all
-// kBlockN tokens of the tile; masks them, takes the row max over the whole tile without a
-// barrier, and writes P (p_tile) and alpha (alpha_rows). Written for any number of token
-// groups (each writes P of its own kSTokens), though kRoles has one. mask_from:
-// visible_bound(p, c, row0), the smallest bound of the tile's rows, computed once per chunk (its
-// division by h_q per tile sat on the score warps' critical path).
-template <typename T, typename Cfg>
-__device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], ScoreState<Cfg>& st,
-                                                  const DecodeParams& p, const plan::Chunk& c,
-                                                  int row0, int tile_start, int mask_from,
-                                                  T* p_tile, float* alpha_rows) {
-  constexpr int kNTiles = kBlockN / 8;
+// Softmax over whole rows (config.h, kRoles), in two parts so that the second can run inside the
+// next tile's score loop (decode_roles.cuh): acc holds this warp's scores of its rows for all
+// kBlockN tokens of the tile.
+//
+// mask_full_rows masks the tile starting at token `tile_start`. mask_from: visible_bound(p, c,
+// row0), the smallest bound of the tile's rows, computed once per chunk (its division by h_q per
+// tile sat on the score warps' critical path).
+template <typename Cfg>
+__device__ __forceinline__ void mask_full_rows(float (&acc)[kBlockN / 8][4],
+                                               const ScoreState<Cfg>& st, const DecodeParams& p,
+                                               const plan::Chunk& c, int row0, int tile_start,
+                                               int mask_from) {
+  static_assert(Cfg::kSColGroups == 1, "whole rows");
   if (tile_start + kBlockN > mask_from) {
     const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
                           visible_bound(p, c, row0 + st.row(1))};
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         if (tile_start + nt * 8 + 2 * st.q() + (k & 1) >= bound[k / 2]) acc[nt][k] = -INFINITY;
       }
     }
   }
-  // This warp's own tiles, picked with compile-time indices (a runtime index into acc would put
-  // it in local memory).
-  float own[Cfg::kSNTiles][4];
-#pragma unroll
-  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      own[nt][k] = acc[nt][k];
-#pragma unroll
-      for (int g = 1; g < Cfg::kSColGroups; ++g) {
-        if (st.tg() == g) own[nt][k] = acc[g * Cfg::kSNTiles + nt][k];
-      }
-    }
-  }
+}
+
+// softmax_full_rows takes the row max over the (masked) tile without a barrier and writes P
+// (p_tile) and alpha (alpha_rows); no branches, so that it schedules among the mma around it.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], ScoreState<Cfg>& st,
+                                                  float scale_log2, T* p_tile, float* alpha_rows) {
+  constexpr int kNTiles = kBlockN / 8;
+  static_assert(Cfg::kSColGroups == 1 && Cfg::kSNTiles == kNTiles, "whole rows");
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     float new_max = st.max[e];
@@ -203,20 +199,19 @@ __device__ __forceinline__ void softmax_full_rows(float (&acc)[kBlockN / 8][4], 
     // kLazyRescaleLog2 (P stays <= 2^kLazyRescaleLog2, well inside bf16 and fp16), so that after
     // the first tiles alpha is 1 and the output warps skip the rescale of O. The softmax is
     // invariant to the reference point; LSE uses the same one.
-    if (st.max[e] != -INFINITY && (new_max - st.max[e]) * p.scale_log2 <= kLazyRescaleLog2) {
+    if (st.max[e] != -INFINITY && (new_max - st.max[e]) * scale_log2 <= kLazyRescaleLog2) {
       new_max = st.max[e];
     }
-    const float alpha = advance_row<Cfg>(st, e, new_max, p.scale_log2, own);
-    if (st.tg() == 0 && st.q() == 0) alpha_rows[st.row(e)] = alpha;
+    const float alpha = advance_row<Cfg>(st, e, new_max, scale_log2, acc);
+    if (st.q() == 0) alpha_rows[st.row(e)] = alpha;
   }
   auto* s_p = reinterpret_cast<char*>(p_tile);
 #pragma unroll
-  for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
+  for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int chunk = st.tg() * Cfg::kSNTiles + nt;
-      *reinterpret_cast<uint32_t*>(s_p + p_chunk_offset(st.row(e), chunk) + 4 * st.q()) =
-          pack2<T>(own[nt][2 * e], own[nt][2 * e + 1]);
+      *reinterpret_cast<uint32_t*>(s_p + p_chunk_offset(st.row(e), nt) + 4 * st.q()) =
+          pack2<T>(acc[nt][2 * e], acc[nt][2 * e + 1]);
     }
   }
 }

@@ -29,9 +29,9 @@ using QFragments = uint32_t[Cfg::kQRegSteps > 0 ? Cfg::kQRegSteps : 1][4];
 
 // Byte offsets of the k-steps of warp kg for a lane reading chunk parity `hi` of rows with
 // swizzle x: offset(i) = (i / kRun) * 128 + lane_offset[i % kRun].
-template <typename Cfg>
+template <int kColGroups>
 struct KStepOffsets {
-  static constexpr int kRun = 4 / Cfg::kSColGroups;
+  static constexpr int kRun = 4 / kColGroups;
   uint32_t lane_offset[kRun];
 
   __device__ __forceinline__ KStepOffsets(int kg, int hi, int x) {
@@ -50,7 +50,7 @@ __device__ __forceinline__ void load_q_fragments(uint32_t s_q, int warp, int lan
   const int rg = warp / Cfg::kSColGroups, kg = warp % Cfg::kSColGroups;
   const int row = rg * 16 + lane % 16;  // lanes 16-31: the high 8 dims of each k-step
   const uint32_t base = s_q + row * kRowBytes;
-  const KStepOffsets<Cfg> offset(kg, lane / 16, row & 7);
+  const KStepOffsets<Cfg::kSColGroups> offset(kg, lane / 16, row & 7);
 #pragma unroll
   for (int i = 0; i < Cfg::kQRegSteps; ++i) ptx::ldmatrix_sync_x4(qf[i], base + offset(i));
 }
@@ -93,36 +93,6 @@ class SplitKScores {
     }
   }
 
-  // All k-steps, the fragments of each loaded kAhead k-steps before its mma (Q from qf for the
-  // first kQRegSteps, then from shared memory): for a warp with registers to spare (config.h,
-  // kRoles), whose ldmatrix latencies then overlap. (Two to four accumulator chains per n8 tile
-  // instead of one, and 6 or 9 k-steps ahead instead of 3, measured the same: docs/sm80-decode.md,
-  // item 21.)
-  template <int kAhead>
-  __device__ __forceinline__ void run_ahead(const QFragments<Cfg>& qf) {
-    static_assert(kAhead >= 1 && kAhead <= Cfg::kKStepsPerWarp);
-    uint32_t a[kAhead][4], b[kAhead][kNTiles / 2][4];
-#pragma unroll
-    for (int i = 0; i < Cfg::kKStepsPerWarp + kAhead; ++i) {
-      if (i >= kAhead) {
-        const int step = i - kAhead;
-        const int j = step % kAhead;
-        if (step < Cfg::kQRegSteps) q_from_registers(step, qf, a[j]);  // load_a skipped it
-#pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) mma_pair(np, a[j], b[j][np]);
-      }
-      if (i < Cfg::kKStepsPerWarp) {
-        const int j = i % kAhead;
-        load_a(i, a[j]);
-#pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) load_b(i, np, b[j][np]);
-      }
-    }
-  }
-
-  // The accumulators: whole scores when the warp takes all the dims (kSColGroups 1).
-  __device__ __forceinline__ float (&scores())[kNTiles][4] { return part_; }
-
   // The partials as [warp][n8 tile][lane][4] floats: one 16-byte store per lane and tile, no
   // bank conflicts.
   __device__ __forceinline__ void store(float* score_parts, int warp, int lane) const {
@@ -154,9 +124,9 @@ class SplitKScores {
   }
 
   uint32_t b_base_;
-  KStepOffsets<Cfg> b_offset_;
+  KStepOffsets<Cfg::kSColGroups> b_offset_;
   uint32_t a_base_;
-  KStepOffsets<Cfg> a_offset_;
+  KStepOffsets<Cfg::kSColGroups> a_offset_;
   float part_[kNTiles][4];
 };
 

@@ -119,4 +119,19 @@ __device__ __forceinline__ float4 ld_shared_cluster_v4_f32(uint32_t a) {
   return d;
 }
 
+// st.shared.v4.f32 [a], {v} (a 16-byte aligned shared-memory address).
+__device__ __forceinline__ void st_shared_v4_f32(uint32_t a, const float (&v)[4]) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "f"(v[0]), "f"(v[1]),
+               "f"(v[2]), "f"(v[3])
+               : "memory");
+}
+
+// ld.shared.v4.f32 {d}, [a] (a 16-byte aligned shared-memory address).
+__device__ __forceinline__ void ld_shared_v4_f32(float (&d)[4], uint32_t a) {
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(a)
+               : "memory");
+}
+
 }  // namespace mlakit::ptx
