@@ -110,14 +110,16 @@ class PvOperands {
   int v_chunk_;
 };
 
-// o += P V for one tile: the P tile at s_p, V in the KV tile at s_kv. The two k-steps are not
-// unrolled: unrolled, the kRoles output warps (168 registers) spilled their fragment addresses and
-// ran 5% slower (docs/sm80-decode.md, item 21).
+// o += P V for one tile: the P tile at s_p, V in the KV tile at s_kv. The two k-steps are
+// unrolled only for the kRoles output warps (176 registers since setmaxnreg; h_q 128, batch 64,
+// L 4096: 228.8-229.4 -> 224.6-226.3 us, H200). At 168 registers they had spilled their fragment
+// addresses and run 5% slower (docs/sm80-decode.md, items 21 and 23).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void add_pv(uint32_t s_p, uint32_t s_kv, int warp, int lane,
                                        OutAccumulators<Cfg>& o) {
   const PvOperands<T, Cfg> pv(s_p, s_kv, warp, lane);
-#pragma unroll 1
+  constexpr int kUnroll = Cfg::kRoles ? PvOperands<T, Cfg>::kKSteps : 1;
+#pragma unroll kUnroll
   for (int kk = 0; kk < PvOperands<T, Cfg>::kKSteps; ++kk) {
     typename PvOperands<T, Cfg>::PFragments a;
     pv.load_p(kk, a);
