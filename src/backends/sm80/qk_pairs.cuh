@@ -53,9 +53,9 @@ class PairScores {
   // mid() runs after the loads of k-step kMidStep are issued: other work (the previous tile's
   // softmax) that ptxas may then schedule among the mma.
   template <int kAhead, int kMidStep = -1, typename Mid = void (*)()>
-  __device__ __forceinline__ void run(uint32_t s_kv, const QRegs& qf,
-                                      float (&acc)[kRowBlocks][kNTiles][4],
-                                      Mid&& mid = [] {}) const {
+  __device__ __forceinline__ void run(
+      uint32_t s_kv, const QRegs& qf, float (&acc)[kRowBlocks][kNTiles][4],
+      Mid&& mid = [] {}) const {
     static_assert(kAhead >= 1 && kAhead <= kSteps);
 #pragma unroll
     for (int mb = 0; mb < kRowBlocks; ++mb) {
