@@ -46,10 +46,10 @@ static_assert(kRowChunks % 8 == 0, "the swizzle permutes chunks within groups of
 
 // The tile loop of a config:
 //   kPlain: every warp computes scores, then softmax, then P V, barriers between
-//   (decode_kernel.cuh) kRoles: score warps (whole rows: scores, softmax, P) and output warps (P V,
-//   KV copies) in a
-//       producer-consumer pipeline over named barriers and mbarriers (decode_roles.cuh). Needs
-//       kMinRolesStages.
+//       (decode_kernel.cuh).
+//   kRoles: score warps (scores in pairs, then softmax and P over whole rows) and output warps
+//       (P V, KV copies) in a producer-consumer pipeline over mbarriers and one barrier of all
+//       threads per tile (decode_roles.cuh). Needs kMinRolesStages.
 enum class Loop : int { kPlain, kRoles };
 
 template <int kRows_, int kSRowGroups_, int kSColGroups_, int kORowGroups_, int kOColGroups_,
@@ -125,7 +125,9 @@ enum class TileKind : int32_t {
 // sm_90 (227 KB) 3; the 16-row tile runs two CTAs of 2 stages per SM on sm_90 (5 for one CTA ran
 // 16% slower at h_q 16, batch 64: its 4 warps alone leave the SM idle on their latencies).
 inline constexpr int kMinStages = 2;
-inline constexpr int kMinRolesStages = 3;  // tiles t (P V), t + 1 (scores), t + 2 on its way
+// kRoles at a tile's barrier: tile t (P V next), t + 1 (its softmax pending, its V still needed),
+// t + 2 (scores). A fourth stage gives the copies a tile of slack (decode_roles.cuh).
+inline constexpr int kMinRolesStages = 3;
 inline constexpr int kMaxStages = 5;
 inline constexpr uint32_t kStageBytes = kBlockN * kRowBytes;  // 36 KB
 
