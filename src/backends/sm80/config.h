@@ -146,14 +146,13 @@ struct ScoreBuffers {
   };
 };
 // kRoles: P and alpha of two tiles (the score warps write tile t + 1 while the output warps read
-// tile t), one mbarrier per KV stage that completes when the stage's copies have landed, and one
-// per score warp pair for the swap of partial scores (decode_roles.cuh).
+// tile t) and one mbarrier per KV stage that completes when the stage's copies have landed
+// (decode_roles.cuh). The score warp pairs swap their partial scores through bytes of the Q tile.
 template <typename T, typename Cfg>
 struct ScoreBuffers<T, Cfg, Loop::kRoles> {
   alignas(128) T p_buf[2][Cfg::kRows * kBlockN];
   float alpha_buf[2][Cfg::kRows];
   uint64_t kv_full[kMaxStages];
-  uint64_t xchg_full[Cfg::kScoreWarps / 2];
   int32_t tile_pages[2][kBlockN];  // page ids of the next tiles the output warps copy
 };
 

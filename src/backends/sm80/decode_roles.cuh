@@ -4,29 +4,28 @@
 // Score warps come in pairs: warp w = 2 pair + kg computes the partial scores of the pair's 32
 // query rows over half kg of the 576 dims against all 32 tokens of a KV tile (qk_pairs.cuh: each
 // K fragment feeds two row blocks, so K is read twice per tile rather than four times), swaps
-// halves with the other warp (swap_partials) so that it holds the whole scores of rows 16 w .. 16 w
-// + 15, and turns them into P and alpha (qk_softmax.cuh; the row max lazily). That softmax runs
-// inside the score loop of the next tile, where ptxas schedules its exp2 and shuffles among the
-// mma. Output warp u owns the 64 x 64 block of columns 64u of O: per tile it rescales O by alpha
-// (rarely needed, thanks to the lazy max), adds P V, and copies KV tiles into the stages that
-// finished. setmaxnreg gives the score warps kScoreRegs registers and the output warps (O is 128
-// of theirs) kOutputRegs. The loop synchronizes through mbarriers and one barrier of all threads
-// per tile:
+// halves with the other warp across the tile's barrier (send_partials, receive_partials) so that it
+// holds the whole scores of rows 16 w .. 16 w + 15, and turns them into P and alpha
+// (qk_softmax.cuh; the row max lazily). That softmax runs inside the score loop of the next tile,
+// where ptxas schedules its exp2 and shuffles among the mma. Output warp u owns the 64 x 64 block
+// of columns 64u of O: per tile it rescales O by alpha (rarely needed, thanks to the lazy max),
+// adds P V, and copies KV tiles into the stages that finished. setmaxnreg gives the score warps
+// kScoreRegs registers and the output warps (O is 128 of theirs) kOutputRegs. The loop synchronizes
+// through mbarriers and one barrier of all threads per tile:
 //   kv_full[stage] (mbarrier, one arrival per output thread through cp.async.mbarrier.arrive):
-//       the stage's copies landed; score warps wait for it before the scores, output warps
-//       before P V.
-//   xchg_full[pair] (mbarrier, one arrival per thread of the pair per tile): both warps' partials
-//       of the tile are in the swap buffer.
+//       the stage's copies landed; score warps test it for the next tile before the barrier and
+//       wait only if the copies had not landed, output warps wait before P V.
 //   the barrier of tile t (barrier 0, cta_sync): the score warps have written P and alpha of tile
-//       t into buffers t & 1 (in their loop over tile t + 1), the output warps are done with P V
-//       of tile t - 1. After it the output warps refill the stage of tile t - 1 (every warp is
-//       past it) and run P V of tile t while the score warps compute tile t + 2 and the softmax
-//       of tile t + 1. The refill reaches the score warps a tile later than the barrier, so the
-//       loop takes 4 KV stages to keep a tile of slack (with 3, a variant took 292 us against
-//       259 with 4).
-// Measured (H200, h_q 128, batch 64, L 4096, docs/sm80-decode.md item 23): 16 whole rows per score
-// warp, softmax after the score loop, 168 registers for all: 253-258 us; pairs 247-248; with
-// setmaxnreg 240; the softmax inside the next loop 226-229.
+//       t into buffers t & 1 (in their loop over tile t + 1) and their partials of tile t + 1 into
+//       the swap buffers, the output warps are done with P V of tile t - 1. After it the output
+//       warps refill the stage of tile t - 1 (every warp is past it) and run P V of tile t while
+//       the score warps compute tile t + 2 and the softmax of tile t + 1. The refill reaches the
+//       score warps a tile later than the barrier, so the loop takes 4 KV stages to keep a tile of
+//       slack (with 3, a variant took 292 us against 259 with 4).
+// Measured (H200, h_q 128, batch 64, L 4096, docs/sm80-decode.md items 23 and 24): 16 whole rows
+// per score warp, softmax after the score loop, 168 registers for all: 253-258 us; pairs 247-248;
+// with setmaxnreg 240; the softmax inside the next loop 226-229; P V unrolled 224-227; the swap
+// across the barrier, the early test of the next stage, softmax step 4 and 152 registers 213-215.
 #pragma once
 
 #include <cuda/ptx>
@@ -45,22 +44,27 @@
 namespace mlakit::sm80 {
 namespace roles {
 
-// K-steps of fragments a score warp loads ahead of its mma (qk_pairs.cuh); 2 measured the same.
+// K-steps of fragments a score warp loads ahead of its mma (qk_pairs.cuh); 2 and 4 measured the
+// same.
 inline constexpr int kScoreAhead = 3;
 // K-steps of Q a score warp holds in registers for the chunk (qk_pairs.cuh): 8 registers each.
 // With 4, k-steps 0-7 of every row are held by the warps that own the row, and those bytes of the
-// Q tile serve as the swap buffer (swap_partials). 6: 232 us, 8: 236 (ptxas then issues the K
-// loads just before their mma).
+// Q tile serve as the swap buffers (send_partials). 6: 232 us, 8: 236 (ptxas then issues the K
+// loads just before their mma); with 152 registers 6 took 223-226 against 213-214.
 inline constexpr int kPairQRegSteps = 4;
-// The k-step of the score loop after whose loads the previous tile's softmax is placed: 3 and 6
-// measured the same, 4: 233 us, 2: 256, 1: 259.
-inline constexpr int kSoftmaxStep = 3;
+// The k-step of the score loop after whose loads the previous tile's softmax is placed. Item 23
+// (swap by mbarrier, 144 registers): 3 and 6 the same, 4: 233 us, 2: 256, 1: 259. Now (item 24):
+// 4: 215-223, 3: 219-226, 2: 223-224, 5: 223-226, 6: 227-230, 7: 218-221, 9: 222-224 at 144
+// registers; at 152, 4: 213-215, 3: 212-219, 7: 221-223.
+inline constexpr int kSoftmaxStep = 4;
 // Registers per thread of each role after setmaxnreg. The CTA is launched with kLaunchRegs
 // (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8), and setmaxnreg moves registers
 // between the warpgroups of that allocation only (an increase past it waits forever). The output
-// warps take the rest, rounded down to 8: 176. Score warps at 136 (output 184): 236 us; 128: 236;
-// 152 (output 176): 229; 168 for all (no setmaxnreg): the output warps spill their loop state.
-inline constexpr int kScoreRegs = 144;
+// warps take the rest, rounded down to 8: 176 (the most the score warps can take without lowering
+// it is 152). Item 23: score warps at 136 (output 184): 236 us; 128: 236; 152: 229, the same as
+// 144; 168 for all (no setmaxnreg): the output warps spill their loop state. Item 24: 152 against
+// 144: 214-215 against 218-223 (the same run).
+inline constexpr int kScoreRegs = 152;
 inline constexpr int kLaunchRegs = 168;
 inline constexpr int kOutputRegs = (12 * kLaunchRegs - 4 * kScoreRegs) / 8 / 8 * 8;
 
@@ -121,44 +125,45 @@ __device__ __forceinline__ void init_barriers(SharedStorage<T, Cfg>& s) {
     for (int stage = 0; stage < kMaxStages; ++stage) {
       cuda::ptx::mbarrier_init(&s.kv_full[stage], Cfg::kCopyThreads);
     }
-#pragma unroll
-    for (int pair = 0; pair < Cfg::kScoreWarps / 2; ++pair) {
-      cuda::ptx::mbarrier_init(&s.xchg_full[pair], 64);
-    }
   }
 }
 
-// The swap of partial scores inside a score warp pair (qk_pairs.cuh): warp w stores its partials
-// of the other warp's rows (acc[1]) and adds the other warp's partials of its own rows to its own
-// (acc[0]): v, the whole scores of rows 16 w .. 16 w + 15 in the layout of one m16 row block.
-// fp32 addition commutes, so either warp's sum is the same bits.
+// The swap of partial scores inside a score warp pair (qk_pairs.cuh), around the barrier of all
+// threads that ends each tile: before it, send_partials stores this warp's partials of the other
+// warp's rows (acc[1]); after it, receive_partials adds the other warp's partials of this warp's
+// rows to its own (acc[0]): v, the whole scores of rows 16 w .. 16 w + 15 in the layout of one m16
+// row block. fp32 addition commutes, so either warp's sum is the same bits. The barrier, there
+// anyway, orders the stores before the loads: an mbarrier of the pair's own (arrive, then wait for
+// the other warp) had cost a round trip per tile on the score warps' critical path.
 //
-// The buffer is the first 256 bytes (dims 0-127, k-steps 0-7) of Q rows 32 pair .. + 15, which
-// only this pair's warps read, into the registers they hold for the chunk (kPairQRegSteps: k-steps
-// 0-7 between the two warps), before the barrier after which the pair swaps; a barrier of all
-// threads also ends each tile, after the other warp read the previous tile's partials. Lane l of
-// warp kg writes n8 tile nt at row 32 pair + 8 kg + 2 nt + l / 16, bytes 16 (l % 16): a quarter
-// warp's stores are 128 contiguous bytes.
-__device__ __forceinline__ uint32_t swap_slot(uint32_t s_q, int warp, int nt, int lane) {
-  return s_q + ((warp / 2) * 32 + (warp % 2) * 8 + 2 * nt + lane / 16) * kRowBytes +
+// Two buffers, by tile parity, in the first 256 bytes (dims 0-127, k-steps 0-7) of Q rows 32 pair
+// .. + 31, which only this pair's warps read, into the registers they hold for the chunk
+// (kPairQRegSteps: k-steps 0-7 between the two warps), before a barrier that precedes the first
+// swap. A warp writes buffer t & 1 before the barrier of tile t; the other warp read it last (tile
+// t - 2) after the barrier of tile t - 2, before it reached the barrier of tile t - 1. Lane l of
+// warp kg writes n8 tile nt at row 32 pair + 16 buffer + 8 kg + 2 nt + l / 16, bytes 16 (l % 16):
+// a quarter warp's stores are 128 contiguous bytes.
+__device__ __forceinline__ uint32_t swap_slot(uint32_t s_q, int warp, uint32_t buffer, int nt,
+                                              int lane) {
+  return s_q +
+         ((warp / 2) * 32 + static_cast<int>(buffer) * 16 + (warp % 2) * 8 + 2 * nt + lane / 16) *
+             kRowBytes +
          (lane % 16) * 16;
 }
-template <typename T, typename Cfg>
-__device__ __forceinline__ void swap_partials(SharedStorage<T, Cfg>& s, uint32_t s_q, int warp,
-                                              int lane, uint32_t parity,
-                                              const float (&acc)[2][4][4], float (&v)[4][4]) {
-  static_assert(kPairQRegSteps >= 4, "the swap buffer is Q the pair holds in registers");
+__device__ __forceinline__ void send_partials(uint32_t s_q, int warp, int lane, uint32_t buffer,
+                                              const float (&acc)[2][4][4]) {
+  static_assert(kPairQRegSteps >= 4, "the swap buffers are Q the pair holds in registers");
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
-    ptx::st_shared_v4_f32(swap_slot(s_q, warp, nt, lane), acc[1][nt]);
+    ptx::st_shared_v4_f32(swap_slot(s_q, warp, buffer, nt, lane), acc[1][nt]);
   }
-  // Release of this thread's stores; the wait acquires the other warp's.
-  (void)cuda::ptx::mbarrier_arrive(&s.xchg_full[warp / 2]);
-  mbarrier_wait(&s.xchg_full[warp / 2], parity);
+}
+__device__ __forceinline__ void receive_partials(uint32_t s_q, int warp, int lane, uint32_t buffer,
+                                                 const float (&acc)[2][4][4], float (&v)[4][4]) {
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
     float other[4];
-    ptx::ld_shared_v4_f32(other, swap_slot(s_q, warp ^ 1, nt, lane));
+    ptx::ld_shared_v4_f32(other, swap_slot(s_q, warp ^ 1, buffer, nt, lane));
 #pragma unroll
     for (int k = 0; k < 4; ++k) v[nt][k] = acc[0][nt][k] + other[k];
   }
@@ -181,7 +186,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   const PairScores<T, kPairQRegSteps> scores(s_q, warp, lane);
   typename PairScores<T, kPairQRegSteps>::QRegs qf;
   scores.load_q(qf);
-  cta_sync();  // every score warp holds its Q registers: the swap buffer is free (swap_partials)
+  cta_sync();  // every score warp holds its Q registers: the swap buffers are free
 
   // Warp 0 reads the page ids of the tiles the output warps copy in the loop (tile t - 1 + stages
   // after the barrier of tile t), a tile ahead, and publishes them before that barrier: a
@@ -200,16 +205,27 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   // Tile t's scores, then its swap; tile t's softmax runs inside the score loop of tile t + 1,
   // and the barrier of all threads that publishes P of tile t follows that loop.
   float v[4][4];  // whole scores of the tile whose softmax is pending
+  // Whether the next tile's copies have landed, tested before the barrier so that the test's
+  // latency passes with the barrier and the swap rather than at the top of the next tile.
+  bool next_ready;
+  const auto test_next = [&] {
+    TileSlot next = slot;
+    next.advance(stages);
+    next_ready = cuda::ptx::mbarrier_test_wait_parity(&s.kv_full[next.stage], next.parity);
+  };
   {
     mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
     float acc[2][4][4];
     scores.template run<kScoreAhead>(s_kv0 + slot.stage * kStageBytes, qf, acc);
-    swap_partials<T, Cfg>(s, s_q, warp, lane, slot.tile_parity, acc, v);
+    test_next();
+    send_partials(s_q, warp, lane, slot.tile_parity, acc);
+    cta_sync();  // the partials of the first tile
+    receive_partials(s_q, warp, lane, slot.tile_parity, acc, v);
     slot.advance(stages);
   }
 #pragma unroll 1
   for (int t = 1; t < n_tiles; ++t, slot.advance(stages)) {
-    mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
+    if (!next_ready) mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
     // The pages of tile t - 2 + stages, which the output warps copy after the barrier of tile
     // t - 1 (at the end of this loop). They read this buffer last after the barrier of tile t - 3.
     if (pages_lane && t >= 2) {
@@ -222,8 +238,10 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     scores.template run<kScoreAhead, kSoftmaxStep>(s_kv0 + slot.stage * kStageBytes, qf, acc, [&] {
       softmax_full_rows<T, Cfg>(v, st, p.scale_log2, s.p_buf[b], s.alpha_buf[b]);
     });
-    cta_sync();  // P of tile t - 1
-    swap_partials<T, Cfg>(s, s_q, warp, lane, slot.tile_parity, acc, v);
+    test_next();
+    send_partials(s_q, warp, lane, slot.tile_parity, acc);
+    cta_sync();  // P of tile t - 1, the partials of tile t
+    receive_partials(s_q, warp, lane, slot.tile_parity, acc, v);
   }
   {
     const int t = n_tiles - 1, b = t & 1;
@@ -258,6 +276,7 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
   zero_output<Cfg>(o);
   cta_sync();  // the score warps' Q copies have landed
   cta_sync();  // the score warps hold their Q registers
+  cta_sync();  // the score warps' partials of the first tile
   // Tiles t and t - 1.
   TileSlot slot(g0, stages), free_slot = slot;
 #pragma unroll 1
