@@ -1,0 +1,11 @@
+#!/bin/bash
+# Ablations (wrong results, timing only): nosm = score warps without softmax, nopv = output warps without P V, none = both.
+OUT=${OUT:-/tmp/out}; R=$OUT/abl2; mkdir -p $R
+for f in .bin/*.gz .bin/v/*.gz; do gunzip -f $f; done
+for rep in 1 2; do
+for v in base nosm nopv none; do
+  B=.bin/v/mlakit-$v; [ $v = base ] && B=.bin/mlakit
+  timeout 40 $B bench --pdl --no-verify --settle-ms 300 --heads 128 --batch 64 --seq-len 4096 --backend sm80:0 > $R/$v-$rep.txt 2>&1
+  echo "$v: $(grep sm80 $R/$v-$rep.txt | awk '{printf "h%s/b%s %s  ", $2, $4, $8}')"
+done
+done
