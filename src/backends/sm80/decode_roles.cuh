@@ -103,7 +103,7 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
 struct TileSlot {
   int stage;
   uint32_t parity;
-  uint32_t tile_parity;  // g & 1: the phase parity of barriers with one phase per tile
+  uint32_t tile_parity;  // g & 1: which of the two swap buffers the tile uses
   __device__ __forceinline__ TileSlot(uint32_t g, int stages)
       : stage(static_cast<int>(g % static_cast<uint32_t>(stages))),
         parity((g / static_cast<uint32_t>(stages)) & 1u),
