@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "late_writer.h"
+
 namespace mlakit::testing {
 namespace {
 
@@ -219,6 +221,74 @@ void check_pdl_bitwise(const char* backend, int page_size) {
       Output ref;
       MLAKIT_ASSERT_OK(cpu_reference(in_b, &ref));
       EXPECT_TRUE(matches_reference(in_b, results[1][1], ref));
+    }
+  }
+}
+
+void check_inputs_written_late(const char* backend, int page_size) {
+  for (const int h_q : {16, 128}) {
+    Problem shape;
+    shape.h_q = h_q;
+    for (const int tactic : tactic_ids(backend, shape)) {
+      SCOPED_TRACE(::testing::Message() << "h_q " << h_q << " tactic " << tactic);
+      Problem p;
+      p.h_q = h_q;
+      p.page_size = page_size;
+      p.max_batch = 6;
+      p.max_seq_len = 3000;
+      p.return_lse = true;
+      p.enable_pdl = true;
+      const std::vector<int32_t> lens = {3000, 60, 0, 1, 1100, 65};
+      const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = 90u + h_q + tactic});
+      Output ref;
+      MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+      harness::DeviceInputs dev;
+      MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &dev));
+      // The values the late kernel writes (the real ones), and what the buffers hold before.
+      const int64_t table_size = static_cast<int64_t>(in.block_table.size());
+      std::vector<int32_t> real(in.seq_lens.begin(), in.seq_lens.end());
+      real.insert(real.end(), in.block_table.begin(), in.block_table.end());
+      harness::DeviceBuffer staged(real.size() * 4);
+      MLAKIT_ASSERT_CUDA(
+          cudaMemcpy(staged.get(), real.data(), real.size() * 4, cudaMemcpyHostToDevice));
+      // A reversed table: page ids of the cache, but not this request's.
+      std::vector<int32_t> shuffled(in.block_table.rbegin(), in.block_table.rend());
+
+      std::unique_ptr<Decoder> decoder;
+      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = tactic}, &decoder));
+      const size_t ws_bytes = decoder->workspace_bytes();
+      harness::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 256));
+      cudaStream_t stream = nullptr;
+      MLAKIT_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+      Output late[2];
+      const std::vector<int32_t> before_lens[2] = {{1, 2000, 7, 0, 64, 3000}, lens};
+      for (int k = 0; k < 2; ++k) {
+        MLAKIT_ASSERT_CUDA(cudaMemcpy(dev.seq_lens.get(), before_lens[k].data(),
+                                      before_lens[k].size() * 4, cudaMemcpyHostToDevice));
+        MLAKIT_ASSERT_CUDA(cudaMemcpy(dev.block_table.get(), shuffled.data(), table_size * 4,
+                                      cudaMemcpyHostToDevice));
+        MLAKIT_ASSERT_OK(dev.poison(in));
+        MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+        const int32_t* src = static_cast<const int32_t*>(staged.get());
+        MLAKIT_ASSERT_CUDA(launch_late_copy(
+            {src, static_cast<int32_t*>(dev.seq_lens.get()), static_cast<int64_t>(lens.size())},
+            {src + lens.size(), static_cast<int32_t*>(dev.block_table.get()), table_size}, 50'000,
+            stream));
+        MLAKIT_ASSERT_OK(decoder->run(dev.args, workspace.get(), ws_bytes, stream));
+        MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream));
+        late[k].out.resize(in.out_bytes() / 2);
+        late[k].lse.resize(in.lse_count());
+        MLAKIT_ASSERT_OK(dev.download(in, late[k].out.data(), late[k].lse.data()));
+      }
+      // The same inputs in place before the run (dev holds them now).
+      Output direct;
+      MLAKIT_ASSERT_OK(run_device(*decoder, in, dev, workspace.get(), stream, &direct));
+      cudaStreamDestroy(stream);
+      for (int k = 0; k < 2; ++k) {
+        EXPECT_TRUE(bitwise_equal(late[k], direct)) << "case " << k;
+        EXPECT_TRUE(matches_reference(in, late[k], ref)) << "case " << k;
+      }
     }
   }
 }

@@ -15,4 +15,11 @@ void check_graph_replay(const char* backend, int page_size);
 // s_q 1 and h_q 128 s_q 2, both tactics.
 void check_pdl_bitwise(const char* backend, int page_size);
 
+// With PDL, a kernel just before the run that lets it launch at once and writes its seq_lens and
+// block table only later: results follow what that kernel wrote, bitwise equal to a run after
+// it. Before the write the buffers hold other lengths (then the same lengths) and a shuffled
+// table, which a decode kernel that plans or prefetches before griddepcontrol.wait reads. h_q 16
+// and 128, every tactic.
+void check_inputs_written_late(const char* backend, int page_size);
+
 }  // namespace mlakit::testing

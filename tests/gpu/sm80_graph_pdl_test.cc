@@ -16,5 +16,11 @@ TEST(Sm80Pdl, BitwiseEqualWithAndWithout) {
   check_pdl_bitwise("sm80", 64);
 }
 
+TEST(Sm80Pdl, InputsWrittenLateByThePreviousKernel) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  check_inputs_written_late("sm80", 64);
+  check_inputs_written_late("sm80", 16);
+}
+
 }  // namespace
 }  // namespace mlakit::testing

@@ -17,5 +17,10 @@ TEST(Sm90Pdl, BitwiseEqualWithAndWithout) {
   check_pdl_bitwise("sm90", 64);
 }
 
+TEST(Sm90Pdl, InputsWrittenLateByThePreviousKernel) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_inputs_written_late("sm90", 64);
+}
+
 }  // namespace
 }  // namespace mlakit::testing
