@@ -251,8 +251,8 @@ void check_inputs_written_late(const char* backend, int page_size) {
       harness::DeviceBuffer staged(real.size() * 4);
       MLAKIT_ASSERT_CUDA(
           cudaMemcpy(staged.get(), real.data(), real.size() * 4, cudaMemcpyHostToDevice));
-      // A reversed table: page ids of the cache, but not this request's.
-      std::vector<int32_t> shuffled(in.block_table.rbegin(), in.block_table.rend());
+      // The table reversed: page ids of the cache, but not the requests' own.
+      const std::vector<int32_t> reversed(in.block_table.rbegin(), in.block_table.rend());
 
       std::unique_ptr<Decoder> decoder;
       MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = tactic}, &decoder));
@@ -266,7 +266,7 @@ void check_inputs_written_late(const char* backend, int page_size) {
       for (int k = 0; k < 2; ++k) {
         MLAKIT_ASSERT_CUDA(cudaMemcpy(dev.seq_lens.get(), before_lens[k].data(),
                                       before_lens[k].size() * 4, cudaMemcpyHostToDevice));
-        MLAKIT_ASSERT_CUDA(cudaMemcpy(dev.block_table.get(), shuffled.data(), table_size * 4,
+        MLAKIT_ASSERT_CUDA(cudaMemcpy(dev.block_table.get(), reversed.data(), table_size * 4,
                                       cudaMemcpyHostToDevice));
         MLAKIT_ASSERT_OK(dev.poison(in));
         MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());

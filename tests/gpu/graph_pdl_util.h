@@ -17,8 +17,8 @@ void check_pdl_bitwise(const char* backend, int page_size);
 
 // With PDL, a kernel just before the run that lets it launch at once and writes its seq_lens and
 // block table only later: results follow what that kernel wrote, bitwise equal to a run after
-// it. Before the write the buffers hold other lengths (then the same lengths) and a shuffled
-// table, which a decode kernel that plans or prefetches before griddepcontrol.wait reads. h_q 16
+// it. Before the write the buffers hold other lengths (then the same lengths) and the table
+// reversed: what a decode kernel would see if it read them before griddepcontrol.wait. h_q 16
 // and 128, every tactic.
 void check_inputs_written_late(const char* backend, int page_size);
 

@@ -1,6 +1,7 @@
 // A kernel that lets the next kernel on its stream launch at once (griddepcontrol
 // .launch_dependents), then, after a delay, writes that kernel's inputs: with PDL the next
-// kernel's CTAs run their code before griddepcontrol.wait on what the buffers held before.
+// kernel's CTAs start while the buffers still hold the old values, and only its
+// griddepcontrol.wait orders its reads after the writes.
 #include <cuda_runtime.h>
 
 #include "late_writer.h"
