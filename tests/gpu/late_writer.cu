@@ -4,15 +4,14 @@
 // griddepcontrol.wait orders its reads after the writes.
 #include <cuda_runtime.h>
 
+#include "kernels/common/pdl.h"
 #include "late_writer.h"
 
 namespace mlakit::testing {
 namespace {
 
 __global__ void late_copy(LateCopy a, LateCopy b, int64_t delay_ns) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
+  pdl::griddepcontrol_launch_dependents();
   uint64_t start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(start));
   do {
