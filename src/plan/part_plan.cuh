@@ -66,19 +66,66 @@ __host__ __device__ inline PartLength<I> part_length(I line, I min_cost, I max_c
   return {per_part, line, fixed};
 }
 
+// The (clamped) lengths of the batch's first kHeldRequests requests, lane l holding requests
+// l, l + 32, ...: loaded at once, one round trip where a load per round of 32 would wait for the
+// last. kBeforeWait: for a speculative plan made before griddepcontrol.wait, while the previous
+// kernel may still write seq_lens: relaxed loads at GPU scope (ld.relaxed.gpu), which are not a
+// data race with those writes and go to L2, so that no line stays in L1 that a read after the
+// wait could find stale.
+inline constexpr int32_t kHeldRequests = 128;
+struct HeldLens {
+  int32_t len[kHeldRequests / 32];
+};
+__device__ __forceinline__ int32_t load_relaxed_gpu(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+template <bool kBeforeWait>
+__device__ __forceinline__ HeldLens load_held_lens(const PlanInputs& in) {
+  const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
+  HeldLens h;
+#pragma unroll
+  for (int32_t k = 0; k < kHeldRequests / 32; ++k) {
+    const int32_t i = k * 32 + lane;
+    const int32_t raw =
+        i < in.batch ? (kBeforeWait ? load_relaxed_gpu(in.seq_lens + i) : in.seq_lens[i]) : 0;
+    h.len[k] = min(max(raw, 0), in.max_len);
+  }
+  return h;
+}
+// Whether every lane holds the same lengths in a and b.
+__device__ __forceinline__ bool same_lens(const HeldLens& a, const HeldLens& b) {
+  bool same = true;
+#pragma unroll
+  for (int32_t k = 0; k < kHeldRequests / 32; ++k) same = same && a.len[k] == b.len[k];
+  return __all_sync(0xffffffffu, same);
+}
+
 // Part `part` of the persistent plan. Called by all 32 lanes of one warp (all get the result);
-// `requests` non-null: also writes RequestMeta [batch] (then the whole batch is scanned).
+// `requests` non-null: also writes RequestMeta [batch] (then the whole batch is scanned). `held`
+// non-null: the first lengths (load_held_lens), those past kHeldRequests read from in.seq_lens;
+// null: all read from in.seq_lens (the kRoles loop spills when it holds them).
 __device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
-                                             RequestMeta* requests) {
+                                             RequestMeta* requests, const HeldLens* held) {
   constexpr unsigned kAll = 0xffffffffu;
   const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
   int32_t fixed = in.fixed_cost_blocks;  // 0 for equal requests cut into parts (below)
   const auto cost_of = [&](int32_t blocks) { return blocks > 0 ? blocks + fixed : 0; };
+  static_assert(kHeldRequests == 128);
+  const auto len_of = [&](int32_t base) {
+    const int32_t k = held == nullptr ? kHeldRequests / 32 : base / 32;
+    return k == 0   ? held->len[0]
+           : k == 1 ? held->len[1]
+           : k == 2 ? held->len[2]
+           : k == 3 ? held->len[3]
+                    : clamped_len(in, base + lane);
+  };
 
   // Pass 1: the line's length, the smallest non-empty and the largest request cost.
   int32_t line = 0, min_cost = INT32_MAX, max_cost = 0;
   for (int32_t base = 0; base < in.batch; base += 32) {
-    const int32_t cost = cost_of(ceil_div(clamped_len(in, base + lane), in.block_n));
+    const int32_t cost = cost_of(ceil_div(len_of(base), in.block_n));
     line += __reduce_add_sync(kAll, cost);
     min_cost = min(min_cost, __reduce_min_sync(kAll, cost > 0 ? cost : INT32_MAX));
     max_cost = max(max_cost, __reduce_max_sync(kAll, cost));
@@ -102,7 +149,7 @@ __device__ inline PartPlan plan_part_in_warp(const PlanInputs& in, int32_t part,
   int32_t line_before = 0, slots_before = 0;
   for (int32_t base = 0; base < in.batch; base += 32) {
     const int32_t i = base + lane;
-    const int32_t len = clamped_len(in, i);
+    const int32_t len = len_of(base);
     const int32_t blocks = ceil_div(len, in.block_n);
     int32_t end = cost_of(blocks);
 #pragma unroll
@@ -179,21 +226,59 @@ __device__ __forceinline__ PartPlan part_plan_from_meta(const PlanView& view, in
   return pp;
 }
 
+// The inputs of the persistent plan, from the decode kernel's parameters.
+__device__ __forceinline__ PlanInputs plan_inputs(const DecodeParamsBase& p) {
+  return PlanInputs{.seq_lens = p.seq_lens,
+                    .batch = p.batch,
+                    .max_len = p.max_len,
+                    .block_n = p.plan.block_n,
+                    .fixed_cost_blocks = p.fixed_cost_blocks,
+                    .min_chunk_blocks = p.min_chunk_blocks,
+                    .num_parts = p.plan.num_parts,
+                    .max_splits = p.plan.max_splits};
+}
+
 // The persistent part of CTA `cta` for a decode kernel (its params derive from DecodeParamsBase):
 // planned by the calling warp from seq_lens when p.inline_plan (the grid's
 // first CTA also writes every request's metadata for the combine kernel), else read from the plan
 // kernel's metadata. Call from one whole warp, after griddepcontrol.wait.
 __device__ __forceinline__ PartPlan part_for_cta(const DecodeParamsBase& p, int32_t cta) {
   if (!p.inline_plan) return part_plan_from_meta(p.plan, cta, p.batch);
-  const PlanInputs in{.seq_lens = p.seq_lens,
-                      .batch = p.batch,
-                      .max_len = p.max_len,
-                      .block_n = p.plan.block_n,
-                      .fixed_cost_blocks = p.fixed_cost_blocks,
-                      .min_chunk_blocks = p.min_chunk_blocks,
-                      .num_parts = p.plan.num_parts,
-                      .max_splits = p.plan.max_splits};
-  return plan_part_in_warp(in, cta, blockIdx.x == 0 ? p.plan.requests : nullptr);
+  const PlanInputs in = plan_inputs(p);
+  return plan_part_in_warp(in, cta, blockIdx.x == 0 ? p.plan.requests : nullptr, nullptr);
+}
+
+// The persistent part planned before griddepcontrol.wait, from seq_lens as they are then, and
+// confirmed after it. A CTA that reaches its SM while the previous kernel still runs spends that
+// time on the plan; after the wait only one load of the lengths and a comparison remain (H100,
+// sm80, h_q 16, b 64, L 4096: the plan after the wait took 2.4 us, the confirmation 0.3). Only for
+// inline plans of at most kHeldRequests requests (all lengths in registers).
+struct SpeculativePart {
+  HeldLens lens;  // as read before the wait
+  PartPlan part;  // planned from them
+};
+__device__ __forceinline__ bool can_speculate(const DecodeParamsBase& p) {
+  return p.schedule == Schedule::kPersistent && p.inline_plan && p.batch <= kHeldRequests;
+}
+// Before griddepcontrol.wait, one whole warp: the lengths by relaxed GPU-scope loads (they may
+// still change until the wait; load_held_lens).
+__device__ __forceinline__ SpeculativePart speculate_part(const DecodeParamsBase& p, int32_t cta) {
+  const PlanInputs in = plan_inputs(p);
+  SpeculativePart spec;
+  spec.lens = load_held_lens<true>(in);
+  spec.part = plan_part_in_warp(in, cta, nullptr, &spec.lens);
+  return spec;
+}
+// After griddepcontrol.wait, the same warp: the speculative part when the lengths did not change
+// (the plan is a function of them and of the plan shape), else planned again. Not for the grid's
+// first CTA: it writes every request's RequestMeta for the combine kernel, which may read the
+// previous call's until this grid's wait (part_for_cta after the wait).
+__device__ __forceinline__ PartPlan confirm_part(const DecodeParamsBase& p, int32_t cta,
+                                                 const SpeculativePart& spec) {
+  const PlanInputs in = plan_inputs(p);
+  const HeldLens lens = load_held_lens<false>(in);
+  if (same_lens(lens, spec.lens)) return spec.part;
+  return plan_part_in_warp(in, cta, nullptr, &lens);
 }
 
 }  // namespace mlakit::plan

@@ -63,7 +63,8 @@ TEST(Sm80, Edges) {
 }
 
 // The short sweep that scripts/sanitize.sh runs under compute-sanitizer: the three tile configs
-// (16, 32 and 64 rows), both tactics, split and unsplit requests, small enough for racecheck.
+// (16, 32 and 64 rows), tactics 0, 1 and 4 (the part planned before griddepcontrol.wait), split
+// and unsplit requests, small enough for racecheck.
 TEST(Sm80Sanitize, Small) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const Case small[] = {
@@ -96,6 +97,13 @@ TEST(Sm80Sanitize, Small) {
        .lse = true,
        .tactic = 1,
        .len = 10},
+      {.page_size = 32,
+       .h_q = 32,
+       .lens = Lens::kVariable,
+       .lse = true,
+       .tactic = 4,
+       .batch = 5,
+       .len = 300},
   };
   check_cases(small, 900, "sm80");
 }

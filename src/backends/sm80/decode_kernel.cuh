@@ -134,6 +134,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else if (q_loaded) {
     load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
   }
+  // Tactic 4 (p.speculate): a persistent CTA that plans itself does so now, on the lengths as
+  // they are, and confirms the part after the wait (part_plan.cuh). Not in the kRoles loop: there
+  // it made h_q 128, b 1, L 4096 slower (H100: 21.8 us against 19.7; not investigated). Nor in
+  // the grid's first CTA, which plans after the wait anyway (it writes every request's metadata)
+  // and would only start later. Prefetching the part's first 64 tokens into L2 here as well made
+  // the H200 slower (h_q 16, L 4096: b 8 20.2 -> 22.0 us, b 64 81.5 -> 83.3) and the H100 no
+  // faster (docs/sm80-decode.md item 27).
+  const bool speculate = !Cfg::kRoles && p.speculate && blockIdx.x != 0 && plan::can_speculate(p);
+  plan::SpeculativePart spec;
+  if (speculate && threadIdx.x < 32) spec = plan::speculate_part(p, cta);
   // Everything else reads seq_lens or the plan: wait for the previous kernel (the plan kernel,
   // or, when this grid plans itself, the caller's kernels and the previous call's combine, which
   // reads the RequestMeta written here). The combine kernel may start its launch now; it waits
@@ -144,7 +154,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // One warp plans this CTA's part; CTA 0 also writes every request's metadata for the
     // combine kernel.
     if (threadIdx.x < 32) {
-      const plan::PartPlan pp = plan::part_for_cta(p, cta);
+      const plan::PartPlan pp =
+          speculate ? plan::confirm_part(p, cta, spec) : plan::part_for_cta(p, cta);
       if (threadIdx.x == 0) s.part = pp;
     }
     __syncthreads();

@@ -130,6 +130,7 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
       int64_t{device.sm_count} * ctas_per_sm / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
+  setup->speculate = tactic == 4 && !roles;
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
   setup->sm_count = device.sm_count;
   return Status::Ok();
@@ -149,6 +150,7 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   params.kv = a.kv_cache;
   params.stages = setup.stages;
   params.scale = a.softmax_scale;
+  params.speculate = setup.speculate;
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
     MLAKIT_RETURN_IF_ERROR(
         plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));

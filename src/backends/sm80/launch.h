@@ -54,6 +54,7 @@ struct Setup {
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
   bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel (launch.cc)
+  bool speculate = false;    // tactic 4: ... and before griddepcontrol.wait (decode_kernel.cuh)
   bool pdl = false;          // programmatic dependent launch (enable_pdl on sm_90+)
   int32_t sm_count = 1;      // sizes the combine kernel's grid
 };
@@ -66,7 +67,7 @@ struct SetupOptions {
 
 // Prepares the kernel (shared-memory limit, occupancy) and sizes plan and workspace for the
 // device's SM count. tactic: 0 persistent, 1 one-shot; 2 and 3 the same with the 64-row tile's
-// plain loop (sm80_backend.cc).
+// plain loop; 4 persistent with the part planned before griddepcontrol.wait (sm80_backend.cc).
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup,
                   const SetupOptions& options = {});
 

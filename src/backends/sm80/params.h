@@ -13,6 +13,7 @@ struct DecodeParams : plan::DecodeParamsBase {
   const void* kv;  // [num_pages, page_size, 576] of T
   int32_t stages;  // KV pipeline depth, kMinStages..kMaxStages
   float scale;     // softmax_scale
+  bool speculate;  // tactic 4: the persistent part planned before griddepcontrol.wait
 };
 
 }  // namespace mlakit::sm80

@@ -4,7 +4,11 @@
 // Contract (DESIGN.md, "PDL and CUDA graphs"): a kernel launched with PDL may start while the
 // previous kernel in the stream still runs. It calls griddepcontrol_wait() before it touches any
 // global memory a previous kernel may write (its inputs, and the workspace the previous call
-// reads); the wait covers the whole previous grid and its memory.
+// reads) for anything a result depends on; the wait covers the whole previous grid and its
+// memory. One use of such memory before the wait is allowed because no result depends on it: a
+// speculative plan from seq_lens read by relaxed GPU-scope loads (no data race with the
+// previous kernel's writes, no stale line left in L1), confirmed against the lengths read after
+// the wait (plan::confirm_part).
 // griddepcontrol_launch_dependents() only lets the next kernel start its prologue early; it never
 // decides correctness. Without PDL (or before sm_90) both are no-ops, so results are bitwise equal
 // either way.
