@@ -13,6 +13,7 @@
 // CTA with block-wide barriers; nothing of that here.
 #pragma once
 
+#include "kernels/common/ptx.h"
 #include "plan/decode_params.h"
 #include "plan/inputs.cuh"
 #include "plan/plan.h"
@@ -76,11 +77,6 @@ inline constexpr int32_t kHeldRequests = 128;
 struct HeldLens {
   int32_t len[kHeldRequests / 32];
 };
-__device__ __forceinline__ int32_t load_relaxed_gpu(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 template <bool kBeforeWait>
 __device__ __forceinline__ HeldLens load_held_lens(const PlanInputs& in) {
   const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
@@ -89,7 +85,9 @@ __device__ __forceinline__ HeldLens load_held_lens(const PlanInputs& in) {
   for (int32_t k = 0; k < kHeldRequests / 32; ++k) {
     const int32_t i = k * 32 + lane;
     const int32_t raw =
-        i < in.batch ? (kBeforeWait ? load_relaxed_gpu(in.seq_lens + i) : in.seq_lens[i]) : 0;
+        i < in.batch
+            ? (kBeforeWait ? ptx::ld_relaxed_gpu_global_b32(in.seq_lens + i) : in.seq_lens[i])
+            : 0;
     h.len[k] = min(max(raw, 0), in.max_len);
   }
   return h;

@@ -77,6 +77,14 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ld.relaxed.gpu.global.b32 d, [a] (sm_70): a strong load at GPU scope; no data race with
+// another kernel's writes to `a`, and served from L2 (no line left in L1).
+__device__ __forceinline__ int32_t ld_relaxed_gpu_global_b32(const int32_t* a) {
+  int32_t d;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(d) : "l"(a) : "memory");
+  return d;
+}
+
 // ex2.approx.ftz.f32 d, a (sm_75): 2^a, relative error 2^-22; -inf gives +0.
 __device__ __forceinline__ float ex2_approx_ftz_f32(float a) {
   float d;
