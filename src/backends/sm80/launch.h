@@ -54,7 +54,7 @@ struct Setup {
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
   bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel (launch.cc)
-  bool speculate = false;    // tactic 4: ... and before griddepcontrol.wait (decode_kernel.cuh)
+  bool speculate = false;    // tactic 4: each CTA plans its part before griddepcontrol.wait
   bool pdl = false;          // programmatic dependent launch (enable_pdl on sm_90+)
   int32_t sm_count = 1;      // sizes the combine kernel's grid
 };
