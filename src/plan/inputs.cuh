@@ -19,10 +19,14 @@ struct PlanInputs {
   int32_t max_splits;  // one-shot only
 };
 
+// A length as read from seq_lens, clamped to [0, max_len].
+__device__ __forceinline__ int32_t clamp_len(int32_t len, int32_t max_len) {
+  return min(max(len, 0), max_len);
+}
 // Length of request i clamped to [0, max_len]; 0 past the batch.
 __device__ __forceinline__ int32_t clamped_len(const int32_t* seq_lens, int32_t i, int32_t batch,
                                                int32_t max_len) {
-  return i < batch ? min(max(seq_lens[i], 0), max_len) : 0;
+  return i < batch ? clamp_len(seq_lens[i], max_len) : 0;
 }
 __device__ __forceinline__ int32_t clamped_len(const PlanInputs& in, int32_t i) {
   return clamped_len(in.seq_lens, i, in.batch, in.max_len);

@@ -88,7 +88,7 @@ __device__ __forceinline__ HeldLens load_held_lens(const PlanInputs& in) {
         i < in.batch
             ? (kBeforeWait ? ptx::ld_relaxed_gpu_global_b32(in.seq_lens + i) : in.seq_lens[i])
             : 0;
-    h.len[k] = min(max(raw, 0), in.max_len);
+    h.len[k] = clamp_len(raw, in.max_len);
   }
   return h;
 }
