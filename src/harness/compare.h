@@ -31,6 +31,7 @@ Comparison compare(const Problem& problem, int batch, const void* test, const vo
 // Default tolerances for a problem (why: see compare.cc).
 struct Tolerance {
   double rtol, atol, lse_atol;
+  double rel_l2 = 1.0;  // bound on rel_l2_err (callers that check it)
 };
 Tolerance default_tolerance(const Problem& problem);
 

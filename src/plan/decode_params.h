@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "mlakit/mlakit.h"
@@ -34,6 +35,12 @@ struct DecodeParamsBase {
   int32_t page_shift;  // log2(page_size): page sizes are powers of two
   int32_t causal;      // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
   float scale_log2;    // softmax_scale * log2(e)
+  // fp8 dequantization scales (fp8/read_scales): a device pointer to one float, read at run time,
+  // or else the host value (1 for 16-bit inputs).
+  const float* q_scale_ptr;
+  const float* k_scale_ptr;
+  float q_scale;
+  float k_scale;
 };
 
 inline DecodeParamsBase decode_params_base(const Problem& p, const RunArgs& a,
@@ -61,6 +68,12 @@ inline DecodeParamsBase decode_params_base(const Problem& p, const RunArgs& a,
       .page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size)),
       .causal = p.causal && p.s_q > 1 ? 1 : 0,
       .scale_log2 = a.softmax_scale * 1.4426950408889634f,
+      .q_scale_ptr = p.q_dtype == DType::kFP8E4M3 ? a.q_scale_ptr : nullptr,
+      .k_scale_ptr = p.kv_dtype == DType::kFP8E4M3 ? a.k_scale_ptr : nullptr,
+      .q_scale = p.q_dtype == DType::kFP8E4M3 && a.q_scale_ptr == nullptr ? a.q_scale : 1.0f,
+      .k_scale = p.kv_dtype == DType::kFP8E4M3 && a.k_scale_ptr == nullptr && !std::isnan(a.k_scale)
+                     ? a.k_scale
+                     : 1.0f,
   };
 }
 

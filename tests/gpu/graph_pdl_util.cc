@@ -26,6 +26,7 @@ struct GraphResources {
 // Device buffers of fixed capacity that a captured graph keeps pointing at.
 struct FixedBuffers {
   harness::DeviceBuffer q, kv, block_table, seq_lens, sinks, out, lse;
+  harness::DeviceBuffer scales;  // fp8: q_scale, k_scale (RunArgs::*_scale_ptr)
   int64_t capacity_pages = 0;
   int64_t stride = 0;
   RunArgs args;
@@ -39,6 +40,7 @@ struct FixedBuffers {
   }
   std::vector<int32_t> table(static_cast<size_t>(in.batch) * b.stride,
                              static_cast<int32_t>(b.capacity_pages + 7919));
+  const float scales[2] = {in.q_scale, in.k_scale};
   for (int i = 0; i < in.batch; ++i) {
     std::copy_n(in.block_table.begin() + i * in.block_table_stride, in.block_table_stride,
                 table.begin() + i * b.stride);
@@ -53,6 +55,7 @@ struct FixedBuffers {
       {b.block_table.get(), table.data(), table.size() * 4},
       {b.seq_lens.get(), in.seq_lens.data(), in.seq_lens.size() * 4},
       {b.sinks.get(), in.sinks.data(), in.sinks.size() * 4},
+      {b.scales.get(), scales, b.scales.get() != nullptr ? sizeof(scales) : 0},
   };
   for (const auto& c : copies) {
     if (c.bytes > 0 && cudaMemcpy(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
@@ -76,15 +79,18 @@ Output download(const harness::HostInputs& in, const FixedBuffers& b) {
 
 }  // namespace
 
-void check_graph_replay(const char* backend, int page_size) {
+void check_graph_replay(const char* backend, int page_size, DTypes dtypes) {
+  const bool fp8 = dtypes.q == DType::kFP8E4M3 || dtypes.kv == DType::kFP8E4M3;
   for (const int h_q : {16, 64}) {
     Problem shape;  // the tactics offered depend on the rows of a tile (sm80: h_q * s_q > 32)
     shape.h_q = h_q;
     shape.s_q = 2;
+    shape.q_dtype = dtypes.q;
+    shape.kv_dtype = dtypes.kv;
+    shape.out_dtype = dtypes.out;
     for (const int tactic : tactic_ids(backend, shape)) {
       SCOPED_TRACE(::testing::Message() << "h_q " << h_q << " tactic " << tactic);
-      Problem p;
-      p.h_q = h_q;
+      Problem p = shape;
       p.s_q = 2;
       p.page_size = page_size;
       p.max_batch = 6;
@@ -97,8 +103,8 @@ void check_graph_replay(const char* backend, int page_size) {
       b.stride = p.max_seq_len / p.page_size + 2;
       b.capacity_pages = p.max_batch * b.stride + 4;
       const size_t rows = static_cast<size_t>(p.max_batch) * p.s_q * p.h_q;
-      b.q = harness::DeviceBuffer(rows * kDqk * 2);
-      b.kv = harness::DeviceBuffer(b.capacity_pages * p.page_size * kDqk * 2);
+      b.q = harness::DeviceBuffer(rows * kDqk * dtype_bytes(p.q_dtype));
+      b.kv = harness::DeviceBuffer(b.capacity_pages * p.page_size * kDqk * dtype_bytes(p.kv_dtype));
       b.block_table = harness::DeviceBuffer(p.max_batch * b.stride * 4);
       b.seq_lens = harness::DeviceBuffer(p.max_batch * 4);
       b.sinks = harness::DeviceBuffer(p.h_q * 4);
@@ -114,6 +120,11 @@ void check_graph_replay(const char* backend, int page_size) {
       b.args.sinks = b.sinks.as<float>();
       b.args.out = b.out.get();
       b.args.lse = b.lse.as<float>();
+      if (fp8) {
+        b.scales = harness::DeviceBuffer(2 * sizeof(float));
+        if (p.q_dtype == DType::kFP8E4M3) b.args.q_scale_ptr = b.scales.as<float>();
+        if (p.kv_dtype == DType::kFP8E4M3) b.args.k_scale_ptr = b.scales.as<float>() + 1;
+      }
 
       std::unique_ptr<Decoder> decoder;
       MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = tactic}, &decoder));
@@ -136,7 +147,11 @@ void check_graph_replay(const char* backend, int page_size) {
       };
       uint64_t seed = 40 + 10 * tactic + h_q;
       for (const std::vector<int32_t>& lens : rounds) {
-        const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed++});
+        harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed++});
+        // New scales every round (the same stored values dequantize to other ones): the graph
+        // reads them through the pointers.
+        in.q_scale *= 1.0f + 0.25f * static_cast<float>(seed % 4);
+        in.k_scale *= 1.5f - 0.25f * static_cast<float>(seed % 3);
         Output ref;
         MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
 
@@ -157,7 +172,7 @@ void check_graph_replay(const char* backend, int page_size) {
   }
 }
 
-void check_pdl_bitwise(const char* backend, int page_size) {
+void check_pdl_bitwise(const char* backend, int page_size, DTypes dtypes) {
   struct Shape {
     int h_q, s_q;
   };
@@ -165,11 +180,13 @@ void check_pdl_bitwise(const char* backend, int page_size) {
     Problem shape_problem;  // the tactics offered depend on the rows of a tile
     shape_problem.h_q = shape.h_q;
     shape_problem.s_q = shape.s_q;
+    shape_problem.q_dtype = dtypes.q;
+    shape_problem.kv_dtype = dtypes.kv;
+    shape_problem.out_dtype = dtypes.out;
     for (const int tactic : tactic_ids(backend, shape_problem)) {
       SCOPED_TRACE(::testing::Message()
                    << "h_q " << shape.h_q << " s_q " << shape.s_q << " tactic " << tactic);
-      Problem p;
-      p.h_q = shape.h_q;
+      Problem p = shape_problem;
       p.s_q = shape.s_q;
       p.page_size = page_size;
       p.max_batch = 5;

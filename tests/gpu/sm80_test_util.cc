@@ -16,7 +16,8 @@ std::string case_name(const Case& c) {
   std::ostringstream os;
   os << to_string(c.dtype) << "_page" << c.page_size << "_h" << c.h_q << "_sq" << c.s_q << "_"
      << kLens[static_cast<int>(c.lens)] << (c.sinks ? "_sinks" : "") << (c.lse ? "_lse" : "")
-     << (c.causal ? "" : "_noncausal") << "_tactic" << c.tactic;
+     << (c.causal ? "" : "_noncausal") << (c.fp8_kv ? "_e4m3kv" : "") << (c.fp8_q ? "_e4m3q" : "")
+     << "_tactic" << c.tactic;
   if (c.batch > 0) os << "_b" << c.batch;
   if (c.len >= 0) os << "_L" << c.len;
   return os.str();
@@ -57,6 +58,8 @@ Problem case_problem(const Case& c, const std::vector<int32_t>& lens) {
   p.max_batch = static_cast<int32_t>(lens.size());
   p.max_seq_len = *std::max_element(lens.begin(), lens.end());
   p.q_dtype = p.kv_dtype = p.out_dtype = c.dtype;
+  if (c.fp8_kv) p.kv_dtype = DType::kFP8E4M3;
+  if (c.fp8_q) p.q_dtype = DType::kFP8E4M3;
   p.causal = c.causal;
   p.has_sinks = c.sinks;
   p.return_lse = c.lse;
@@ -103,17 +106,22 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
 
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
                                              const Output& ref) {
+  return matches_reference(in, got, ref, harness::default_tolerance(in.problem));
+}
+
+::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
+                                             const Output& ref, const harness::Tolerance& tol) {
   const Problem& p = in.problem;
   const bool lse = p.return_lse;
   const harness::Comparison cmp =
       harness::compare(p, in.batch, got.out.data(), ref.out.data(), lse ? got.lse.data() : nullptr,
                        lse ? ref.lse.data() : nullptr);
-  const harness::Tolerance tol = harness::default_tolerance(p);
-  if (cmp.passes(tol.rtol, tol.atol, tol.lse_atol)) {
+  if (cmp.passes(tol.rtol, tol.atol, tol.lse_atol) && cmp.rel_l2_err <= tol.rel_l2) {
     return ::testing::AssertionSuccess() << cmp.summary();
   }
-  return ::testing::AssertionFailure() << cmp.summary() << " (tolerance: " << tol.atol << " + "
-                                       << tol.rtol << " * ref max, lse " << tol.lse_atol << ")";
+  return ::testing::AssertionFailure()
+         << cmp.summary() << " (tolerance: " << tol.atol << " + " << tol.rtol
+         << " * ref max, rel L2 " << tol.rel_l2 << ", lse " << tol.lse_atol << ")";
 }
 
 ::testing::AssertionResult bitwise_equal(const Output& a, const Output& b) {
@@ -218,12 +226,13 @@ std::vector<Refusal> common_refusals() {
   base.max_seq_len = 1024;
   Problem fp8 = base;
   fp8.kv_dtype = DType::kFP8E4M3;
+  fp8.kv_layout = KvLayout::kFp8Blockwise;
   fp8.q_dtype = DType::kBF16;
   Problem sparse = base;
   sparse.topk = 2048;
   Problem long_mtp = base;
   long_mtp.s_q = 9;
-  return {{fp8, "kv_dtype"}, {sparse, "sparse"}, {long_mtp, "s_q 9"}};
+  return {{fp8, "kv_layout"}, {sparse, "sparse"}, {long_mtp, "s_q 9"}};
 }
 
 void expect_refused(const char* backend, const std::vector<Refusal>& refusals) {

@@ -74,6 +74,10 @@ struct Case {
   int batch = 0;  // 0: by lens (fixed 3, variable 6, skewed 5)
   int len = -1;   // -1: by rows and lens
   bool causal = true;
+  // An e4m3 cache (one scale); with fp8_q also an e4m3 q. dtype is then the output's (and q's
+  // when it is not fp8).
+  bool fp8_kv = false;
+  bool fp8_q = false;
 };
 
 std::string case_name(const Case& c);
@@ -97,9 +101,13 @@ Status run_device(const Decoder& decoder, const harness::HostInputs& in,
 Status run_device(const std::function<Status(cudaStream_t)>& run, const harness::HostInputs& in,
                   const harness::DeviceInputs& device, cudaStream_t stream, Output* got);
 
-// Compares against the reference with harness::default_tolerance; returns the summary.
+// Compares against the reference with harness::default_tolerance (or `tolerance`); returns the
+// summary.
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
                                              const Output& ref);
+::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
+                                             const Output& ref,
+                                             const harness::Tolerance& tolerance);
 
 // Runs case `c` (inputs from `seed`) on `backend` with tactic c.tactic and compares every element
 // with the cpu reference; prints one line per case.
@@ -123,8 +131,8 @@ struct Refusal {
   Problem problem;
   const char* mentions;
 };
-// What no GPU backend runs yet: fp8 kv ("kv_dtype"), sparse ("sparse"), s_q 9 ("s_q 9"), each
-// on a default problem with max_seq_len 1024.
+// What no GPU backend runs yet: the fp8 blockwise cache ("kv_layout"), sparse ("sparse"), s_q 9
+// ("s_q 9"), each on a default problem with max_seq_len 1024.
 std::vector<Refusal> common_refusals();
 // Expects can_run(backend, r.problem) to refuse each with kUnsupported, naming r.mentions.
 void expect_refused(const char* backend, const std::vector<Refusal>& refusals);

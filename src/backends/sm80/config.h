@@ -108,11 +108,15 @@ struct TileConfig {
                 "kRun = 4 / kSColGroups of every 4 k-steps per warp (qk_split_k.cuh)");
 };
 
-using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 0>;
+using TileM64 = TileConfig<64, /*S*/ 4, 2, /*O*/ 1, 8, /*Q in registers*/ 1>;
 using TileM64Roles =
     TileConfig<64, /*S*/ 4, 1, /*O*/ 1, 8, /*Q in registers: qk_pairs.cuh*/ 0, Loop::kRoles>;
 using TileM32 = TileConfig<32, /*S*/ 2, 4, /*O*/ 1, 8>;
 using TileM16 = TileConfig<16, /*S*/ 1, 4, /*O*/ 1, 4>;
+// The fp8 cache's 16-row tile: a KV tile in flight in registers (loads_fp8.cuh, 36 per thread)
+// leaves room for 1 of the 9 k-steps of Q held in registers (9 spilled 64 bytes on sm_90a, 2 still
+// 8).
+using TileM16Fp8 = TileConfig<16, /*S*/ 1, 4, /*O*/ 1, 4, /*Q in registers*/ 1>;
 
 enum class TileKind : int32_t {
   kM16 = 0,

@@ -25,11 +25,13 @@
 #include "backends/sm80/epilogue.cuh"
 #include "backends/sm80/launch.h"
 #include "backends/sm80/loads.cuh"
+#include "backends/sm80/loads_fp8.cuh"
 #include "backends/sm80/params.h"
 #include "backends/sm80/pv.cuh"
 #include "backends/sm80/qk_softmax.cuh"
 #include "backends/sm80/qk_split_k.cuh"
 #include "core/cuda_check.h"
+#include "kernels/common/fp8.cuh"
 #include "kernels/common/pdl.h"
 #include "plan/work.cuh"
 
@@ -105,10 +107,74 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     accumulate_pv<T, Cfg>(s, s_kv, warp, lane, o);
   }
   ptx::cp_async_wait_group<0>();  // only empty groups remain
-  write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane);
+  write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, p.scale_log2, 1.0f);
 }
 
+// process_chunk for an fp8 cache (loads_fp8.cuh): the same tile loop with the KV tiles widened to
+// T on their way into shared memory, a tile held in registers between its fetch and its store;
+// the dequantization scales go to the softmax (q and k) and the epilogue (v). q is T (copied as
+// in process_chunk) or e4m3 (widened).
 template <typename T, typename Cfg>
+__device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedStorage<T, Cfg>& s,
+                                                  int m_tile, const plan::Chunk& c,
+                                                  const fp8::Scales& scales) {
+  static_assert(!Cfg::kRoles, "the fp8 cache runs the plain loop");
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int row0 = m_tile * Cfg::kRows;
+  const uint32_t s_q = ptx::smem_u32(s.q);
+  const uint32_t s_kv0 = ptx::smem_u32(&s) + sizeof(SharedStorage<T, Cfg>);
+  const int stages = p.stages;
+  const float scale_log2 = p.scale_log2 * scales.qk;
+
+  // The previous chunk's epilogue ended with a barrier after its last reads of q and kv.
+  if (p.q_fp8) {
+    load_q_fp8<T, Cfg>(s_q, p, c.request, row0);
+  } else {
+    load_q<T, Cfg>(s_q, p, c.request, row0);
+  }
+  ptx::cp_async_commit_group();
+  const Fp8KvLoader<T, Cfg> loader(p, c);
+  const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+  Fp8TileRegs<Cfg> regs;
+  for (int t = 0; t < stages - 1 && t < n_tiles; ++t) {
+    loader.fetch(c.token_begin + t * kBlockN, regs);
+    loader.store(s_kv0 + t * kStageBytes, regs);
+  }
+  if (stages - 1 < n_tiles) loader.fetch(c.token_begin + (stages - 1) * kBlockN, regs);
+  ScoreState<Cfg> st;
+  QFragments<Cfg> qf;
+  OutAccumulators<Cfg> o;
+  zero_output<Cfg>(o);
+
+  int read_stage = 0, write_stage = stages - 1;
+#pragma unroll 1
+  for (int t = 0; t < n_tiles; ++t) {
+    ptx::cp_async_wait_group<0>();  // q (16-bit)
+    __syncthreads();  // tile t is visible; every warp is done with tile t - 1 and its stage
+    const int next = t + stages - 1;
+    if (next < n_tiles) {
+      loader.store(s_kv0 + write_stage * kStageBytes, regs);
+      if (next + 1 < n_tiles) loader.fetch(c.token_begin + (next + 1) * kBlockN, regs);
+    }
+    write_stage = write_stage + 1 == stages ? 0 : write_stage + 1;
+
+    const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
+    read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
+    float acc[Cfg::kSNTiles][4];
+    if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
+    compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
+    mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
+    __syncthreads();  // tile_max complete
+    softmax_to_shared<T, Cfg>(acc, st, scale_log2, s);
+    __syncthreads();  // P and alpha complete
+    accumulate_pv<T, Cfg>(s, s_kv, warp, lane, o);
+  }
+  ptx::cp_async_wait_group<0>();
+  write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, scale_log2, scales.v);
+}
+
+// kFp8: the cache is e4m3 (process_chunk_fp8), T the type the math runs in.
+template <typename T, typename Cfg, bool kFp8>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -123,7 +189,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // One-shot CTAs of split 0 (they always have work if their request has any) load their Q tile
   // while the plan kernel runs: the caller's inputs are final, since this grid launched only
   // once the plan kernel had passed its own griddepcontrol.wait, and the plan writes no Q.
-  const bool q_loaded = p.schedule == plan::Schedule::kOneShot && cta < p.batch;
+  const bool q_loaded = !kFp8 && p.schedule == plan::Schedule::kOneShot && cta < p.batch;
   if constexpr (Cfg::kRoles) {
     // Score warps copy Q; the barrier after the stages' mbarrier init comes below or with the
     // persistent plan.
@@ -168,8 +234,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
     plan::Chunk c;
     bool first = true;
+    [[maybe_unused]] fp8::Scales scales;
+    if constexpr (kFp8) scales = fp8::read_scales(p);
     while (chunks.next(&c)) {
-      process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
+      if constexpr (kFp8) {
+        process_chunk_fp8<T, Cfg>(p, s, m_tile, c, scales);
+      } else {
+        process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
+      }
       first = false;
     }
     if (q_loaded && first) {
@@ -180,30 +252,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 }
 
-template <typename T, typename Cfg>
+template <typename T, typename Cfg, bool kFp8>
 Status prepare_decode(int stages, int* ctas_per_sm) {
   const size_t smem = SharedStorage<T, Cfg>::smem_bytes(stages);
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, Cfg>,
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, Cfg, kFp8>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      ctas_per_sm, decode_kernel<T, Cfg>, Cfg::kThreads, smem));
+      ctas_per_sm, decode_kernel<T, Cfg, kFp8>, Cfg::kThreads, smem));
   return Status::Ok();
 }
 
-template <typename T, typename Cfg>
+template <typename T, typename Cfg, bool kFp8>
 Status launch_decode(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  MLAKIT_CUDA_RETURN(pdl::launch(decode_kernel<T, Cfg>, grid, dim3(Cfg::kThreads),
+  MLAKIT_CUDA_RETURN(pdl::launch(decode_kernel<T, Cfg, kFp8>, grid, dim3(Cfg::kThreads),
                                  SharedStorage<T, Cfg>::smem_bytes(p.stages), stream, pdl, p));
   return Status::Ok();
 }
 
-// The table entry of one instantiation (one per decode_<dtype>_<tile>.cu).
-template <typename T, typename Cfg>
+// The table entry of one instantiation (one per decode_<dtype>_<tile>.cu and
+// decode_e4m3_<dtype>_<tile>.cu).
+template <typename T, typename Cfg, bool kFp8 = false>
 constexpr DecodeKernel decode_kernel_entry() {
   return {.rows = Cfg::kRows,
           .smem_fixed_bytes = sizeof(SharedStorage<T, Cfg>),
-          .prepare = prepare_decode<T, Cfg>,
-          .launch = launch_decode<T, Cfg>};
+          .prepare = prepare_decode<T, Cfg, kFp8>,
+          .launch = launch_decode<T, Cfg, kFp8>};
 }
 
 }  // namespace mlakit::sm80

@@ -249,7 +249,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     softmax_full_rows<T, Cfg>(v, st, p.scale_log2, s.p_buf[b], s.alpha_buf[b]);
     cta_sync();  // P of the last tile
   }
-  write_row_stats<T, Cfg>(p, s, c, row0, st);
+  write_row_stats<T, Cfg>(p, s, c, row0, st, p.scale_log2, 1.0f);
   cta_sync();
 }
 

@@ -20,11 +20,13 @@ namespace mlakit::sm80 {
 // Each row's LSE (to lse or the partial's LSE) and output scale (to s.row_scale), from the score
 // warps' softmax state. With several token groups their denominators meet in shared memory
 // (a barrier of all threads inside); with whole rows per warp (kSColGroups 1) only score threads
-// may call it, and it has no barrier.
+// may call it, and it has no barrier. scale_log2: the scores' scale (p.scale_log2, times the fp8
+// dequantization scales of q and k); v_scale: the fp8 cache's scale of V (1 for 16-bit caches).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void write_row_stats(const DecodeParams& p, SharedStorage<T, Cfg>& s,
                                                 const plan::Chunk& c, int row0,
-                                                const ScoreState<Cfg>& st) {
+                                                const ScoreState<Cfg>& st, float scale_log2,
+                                                float v_scale) {
   const bool direct = c.slot < 0;
   float sums[2];
 #pragma unroll
@@ -52,7 +54,7 @@ __device__ __forceinline__ void write_row_stats(const DecodeParams& p, SharedSto
     }
     const bool any = sum > 0.0f;
     const float lse =
-        any ? ((e == 0 ? st.max[0] : st.max[1]) * p.scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
+        any ? ((e == 0 ? st.max[0] : st.max[1]) * scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
     float scale = any ? 1.0f / sum : 0.0f;
     if (r < p.rows) {
       if (direct) {
@@ -62,7 +64,7 @@ __device__ __forceinline__ void write_row_stats(const DecodeParams& p, SharedSto
         p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
       }
     }
-    s.row_scale[row] = scale;
+    s.row_scale[row] = scale * v_scale;
   }
 }
 
@@ -108,8 +110,9 @@ template <typename T, typename Cfg>
 __device__ __forceinline__ void write_epilogue(const DecodeParams& p, SharedStorage<T, Cfg>& s,
                                                const plan::Chunk& c, int row0,
                                                const ScoreState<Cfg>& st,
-                                               const OutAccumulators<Cfg>& o, int warp, int lane) {
-  write_row_stats<T, Cfg>(p, s, c, row0, st);
+                                               const OutAccumulators<Cfg>& o, int warp, int lane,
+                                               float scale_log2, float v_scale) {
+  write_row_stats<T, Cfg>(p, s, c, row0, st, scale_log2, v_scale);
   __syncthreads();
   write_output<T, Cfg>(p, s, c, row0, o, warp, lane);
 }

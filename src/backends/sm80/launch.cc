@@ -58,8 +58,23 @@ TileKind tile_for(const Problem& problem) {
   return TileKind::kM64;
 }
 
-const DecodeKernel& select_kernel(DType dtype, TileKind tile) {
-  const bool bf16 = dtype == DType::kBF16;
+DType compute_dtype(const Problem& p) {
+  if (p.kv_dtype != DType::kFP8E4M3) return p.kv_dtype;
+  return p.q_dtype == DType::kFP8E4M3 ? p.out_dtype : p.q_dtype;
+}
+
+const DecodeKernel& select_kernel(const Problem& p, TileKind tile) {
+  const bool bf16 = compute_dtype(p) == DType::kBF16;
+  if (p.kv_dtype == DType::kFP8E4M3) {
+    switch (tile) {
+      case TileKind::kM16:
+        return bf16 ? decode_kernel_e4m3_bf16_m16() : decode_kernel_e4m3_fp16_m16();
+      case TileKind::kM32:
+        return bf16 ? decode_kernel_e4m3_bf16_m32() : decode_kernel_e4m3_fp16_m32();
+      case TileKind::kM64:
+        return bf16 ? decode_kernel_e4m3_bf16_m64() : decode_kernel_e4m3_fp16_m64();
+    }
+  }
   switch (tile) {
     case TileKind::kM16: return bf16 ? decode_kernel_bf16_m16() : decode_kernel_fp16_m16();
     case TileKind::kM32: return bf16 ? decode_kernel_bf16_m32() : decode_kernel_fp16_m32();
@@ -77,7 +92,7 @@ int stages_for(const DecodeKernel& kernel, size_t smem_optin) {
 Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup,
                   const SetupOptions& options) {
   const TileKind tile = tile_for(p);
-  const DecodeKernel* kernel = &select_kernel(p.kv_dtype, tile);
+  const DecodeKernel* kernel = &select_kernel(p, tile);
   // The 16-row tile runs two CTAs per SM where each still gets kMinStages (sm_90: 2 stages each
   // instead of one CTA of 5): its 4 warps leave the SM idle on their own latencies. h_q 16,
   // L 4096, whole call, persistent: batch 64 87.0 us instead of 101.3, batch 8 22.8 instead of
@@ -98,7 +113,7 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   }
   if (stages == 0) {
     MLAKIT_RETURN_IF_ERROR(smem_per_cta(device, 1, options.smem_limit, &smem));
-    if (tile == TileKind::kM64 && tactic < 2) {
+    if (tile == TileKind::kM64 && tactic < 2 && p.kv_dtype != DType::kFP8E4M3) {
       const DecodeKernel& roles_kernel = p.kv_dtype == DType::kBF16
                                              ? decode_kernel_bf16_m64_roles()
                                              : decode_kernel_fp16_m64_roles();
@@ -151,6 +166,7 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   params.stages = setup.stages;
   params.scale = a.softmax_scale;
   params.speculate = setup.speculate;
+  params.q_fp8 = p.q_dtype == DType::kFP8E4M3;
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
     MLAKIT_RETURN_IF_ERROR(
         plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));

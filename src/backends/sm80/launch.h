@@ -33,13 +33,25 @@ const DecodeKernel& decode_kernel_fp16_m32();
 const DecodeKernel& decode_kernel_fp16_m64();
 const DecodeKernel& decode_kernel_bf16_m64_roles();
 const DecodeKernel& decode_kernel_fp16_m64_roles();
+// Defined in decode_e4m3_<dtype>_<tile>.cu: an e4m3 cache widened to <dtype> (loads_fp8.cuh).
+const DecodeKernel& decode_kernel_e4m3_bf16_m16();
+const DecodeKernel& decode_kernel_e4m3_bf16_m32();
+const DecodeKernel& decode_kernel_e4m3_bf16_m64();
+const DecodeKernel& decode_kernel_e4m3_fp16_m16();
+const DecodeKernel& decode_kernel_e4m3_fp16_m32();
+const DecodeKernel& decode_kernel_e4m3_fp16_m64();
+
+// The 16-bit type the kernel computes in: the cache's; for an fp8 cache q's, or with an fp8 q
+// the output's.
+DType compute_dtype(const Problem& problem);
 
 // The tile config for a problem: the smallest tile that holds all query rows of a request
 // (16 or 32 rows), else 64-row tiles.
 TileKind tile_for(const Problem& problem);
-// The tile's kernel with the smallest shared memory (what can_run checks); make_setup takes the
-// 64-row tile's kRoles kernel instead where kMinRolesStages of it fit.
-const DecodeKernel& select_kernel(DType dtype, TileKind tile);
+// The tile's kernel for the problem's dtypes with the smallest shared memory (what can_run
+// checks); make_setup takes the 64-row tile's kRoles kernel instead where kMinRolesStages of it
+// fit (16-bit caches only).
+const DecodeKernel& select_kernel(const Problem& problem, TileKind tile);
 
 // KV stages for `kernel` within `smem_optin` bytes per block (the most, up to kMaxStages); 0 when
 // not even kMinStages fit.

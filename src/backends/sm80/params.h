@@ -9,11 +9,12 @@
 namespace mlakit::sm80 {
 
 struct DecodeParams : plan::DecodeParamsBase {
-  const void* q;   // [b, s_q, h_q, 576] of T; row r = t * h_q + h of a request
-  const void* kv;  // [num_pages, page_size, 576] of T
+  const void* q;   // [b, s_q, h_q, 576] of T (or e4m3: q_fp8); row r = t * h_q + h of a request
+  const void* kv;  // [num_pages, page_size, 576] of T, or of e4m3 in the fp8 kernels
   int32_t stages;  // KV pipeline depth, kMinStages..kMaxStages
   float scale;     // softmax_scale
   bool speculate;  // tactic 4: the persistent part planned before griddepcontrol.wait
+  bool q_fp8;      // the fp8 kernels: q is e4m3, widened to T on its way into shared memory
 };
 
 }  // namespace mlakit::sm80

@@ -38,9 +38,14 @@ Status available(const DeviceInfo& device) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo& device) {
-  if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kFP16) {
-    return unsupported("kv_dtype ", to_string(p.kv_dtype),
-                       " is not supported by backend sm80 (supported: bf16, fp16)");
+  if (p.kv_layout != KvLayout::kDense) {
+    return unsupported("kv_layout ", to_string(p.kv_layout),
+                       " is not supported by backend sm80 (supported: dense)");
+  }
+  // An fp8 cache computes in q's 16-bit type (or, with an fp8 q, the output's) and writes it.
+  if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {
+    return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
+                       " is not supported by backend sm80 (supported: out_dtype = q_dtype)");
   }
   if (p.sparse()) {
     return unsupported("sparse attention (topk ", p.topk,
@@ -54,7 +59,7 @@ Status can_run(const Problem& p, const DeviceInfo& device) {
     return unsupported("page_size ", p.page_size,
                        " is not supported by backend sm80 (supported: 1, 16, 32, 64, 128)");
   }
-  const sm80::DecodeKernel& kernel = sm80::select_kernel(p.kv_dtype, sm80::tile_for(p));
+  const sm80::DecodeKernel& kernel = sm80::select_kernel(p, sm80::tile_for(p));
   int smem_optin = 0;
   if (cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.device) !=
       cudaSuccess) {
@@ -83,7 +88,11 @@ Status can_run(const Problem& p, const DeviceInfo& device) {
 // CTA that reaches its SM while the previous kernel still runs no longer plans after the wait.
 // Faster than 0 on every uniform case measured (h_q 16, L 4096; H100 b 1 12.2 -> 11.2 us, b 64
 // 116.0 -> 114.5; H200 b 1 12.3 -> 11.4, b 64 84.3 -> 83.0; docs/sm80-decode.md item 27).
+// With an fp8 cache the 64-row tile runs the plain loop only (tactics 0 and 1 are then plain).
 std::vector<Tactic> tactics(const Problem& p) {
+  if (sm80::tile_for(p) == sm80::TileKind::kM64 && p.kv_dtype == DType::kFP8E4M3) {
+    return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
+  }
   if (sm80::tile_for(p) != sm80::TileKind::kM64) {
     return {{.id = 4, .name = "persistent-speculative"},
             {.id = 0, .name = "persistent"},
@@ -110,10 +119,11 @@ const BackendEntry& sm80_backend_entry() {
       .name = "sm80",
       .summary = "portable tensor-core decode (mma.sync, cp.async), split-KV planned on the device",
       .supports =
-          "q/kv/out bf16 or fp16; page size 1, 16, 32, 64, 128; h_q 1..128; s_q 1..8 causal or "
-          "not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: persistent, one-shot "
-          "(and both with the plain loop for h_q * s_q > 32; persistent-speculative, the default "
-          "for h_q * s_q <= 32)",
+          "q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q (out alike) or "
+          "e4m3 q (out bf16/fp16), widened to 16 bits in shared memory; page size 1, 16, 32, 64, "
+          "128; h_q 1..128; s_q 1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA "
+          "graphs. Tactics: persistent, one-shot (and both with the plain loop for h_q * s_q > "
+          "32 and a 16-bit cache; persistent-speculative, the default for h_q * s_q <= 32)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,

@@ -1,0 +1,128 @@
+// Loads of the sm80 decode kernel for an fp8 (e4m3) cache and an fp8 q: the values are widened
+// to the kernel's 16-bit type T on their way into shared memory, so the tiles there are the ones
+// the 16-bit kernel reads (config.h) and the math is unchanged. A KV tile is read from global
+// memory into registers (fetch) one tile ahead of its store (store: widen, then 16-byte stores
+// into the swizzled layout), so the loads of tile t + stages - 1 are in flight while tile t is
+// computed; cp.async cannot widen.
+//
+// Each thread moves 9 pieces of a tile (32 tokens x 576 bytes): 16 bytes with 128 threads, 8 with
+// 256, consecutive threads on consecutive bytes of a token. Tokens at or past the chunk's end are
+// zeros, never read.
+#pragma once
+
+#include "backends/sm80/config.h"
+#include "backends/sm80/loads.cuh"
+#include "backends/sm80/params.h"
+#include "kernels/common/fp8.cuh"
+#include "plan/work.cuh"
+
+namespace mlakit::sm80 {
+
+template <typename Cfg>
+struct Fp8Pieces {
+  static constexpr int kPerThread = 9;
+  static constexpr int kBytes = kBlockN * kDqk / (Cfg::kThreads * kPerThread);  // 16 or 8
+  static constexpr int kPerToken = kDqk / kBytes;
+  static constexpr int kWords = kBytes / 4;
+  static_assert(kBytes * Cfg::kThreads * kPerThread == kBlockN * kDqk && kBytes % 8 == 0);
+};
+
+// One thread's pieces of a KV tile, in flight between fetch and store.
+template <typename Cfg>
+struct Fp8TileRegs {
+  uint32_t w[Fp8Pieces<Cfg>::kPerThread][Fp8Pieces<Cfg>::kWords];
+};
+
+// Widens kWords words of e4m3 (dims d0 .. d0 + 4 kWords - 1 of a row) and stores them as T at
+// row `row` of a [rows][576] tile of T in the swizzled layout of config.h.
+template <typename T, int kWords>
+__device__ __forceinline__ void store_widened(uint32_t s_tile, int row, int d0,
+                                              const uint32_t (&w)[kWords]) {
+#pragma unroll
+  for (int k = 0; k < kWords; k += 2) {
+    uint32_t v[4];
+    fp8::widen4<T>(w[k], v[0], v[1]);
+    fp8::widen4<T>(w[k + 1], v[2], v[3]);
+    const uint32_t at = s_tile + row_chunk_offset(row, (d0 + 4 * k) / 8);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v[0]), "r"(v[1]),
+                 "r"(v[2]), "r"(v[3])
+                 : "memory");
+  }
+}
+
+template <int kWords>
+__device__ __forceinline__ void load_words(const uint8_t* src, uint32_t (&w)[kWords]) {
+  if constexpr (kWords == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+    static_assert(kWords == 2);
+    const uint2 v = *reinterpret_cast<const uint2*>(src);
+    w[0] = v.x, w[1] = v.y;
+  }
+}
+
+// The fp8 q tile: rows [row0, row0 + kRows) of request `request` widened to T (rows past the
+// request's last are zeros). Synchronous: once per chunk.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void load_q_fp8(uint32_t s_q, const DecodeParams& p, int request,
+                                           int row0) {
+  constexpr int kPieces = Cfg::kRows * kDqk / 16;
+  const auto* g_q = static_cast<const uint8_t*>(p.q) + (int64_t{request} * p.rows + row0) * kDqk;
+  const int valid_rows = min(Cfg::kRows, p.rows - row0);
+  for (int idx = static_cast<int>(threadIdx.x); idx < kPieces; idx += Cfg::kThreads) {
+    const int row = idx / (kDqk / 16), d0 = idx % (kDqk / 16) * 16;
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (row < valid_rows) load_words<4>(g_q + row * kDqk + d0, w);
+    store_widened<T, 4>(s_q, row, d0, w);
+  }
+}
+
+// Gathers the e4m3 KV tiles of one chunk through the block table.
+template <typename T, typename Cfg>
+class Fp8KvLoader {
+ public:
+  using Pieces = Fp8Pieces<Cfg>;
+
+  __device__ __forceinline__ Fp8KvLoader(const DecodeParams& p, const plan::Chunk& c)
+      : g_kv_(static_cast<const uint8_t*>(p.kv)),
+        g_pages_(p.block_table + c.request * p.block_table_stride),
+        page_shift_(p.page_shift),
+        token_end_(c.token_end) {}
+
+  // The tile starting at token `tile_start` into registers (zeros past the chunk's end).
+  __device__ __forceinline__ void fetch(int tile_start, Fp8TileRegs<Cfg>& r) const {
+#pragma unroll
+    for (int k = 0; k < Pieces::kPerThread; ++k) {
+      const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+      const int row = idx / Pieces::kPerToken;
+      const int pos = tile_start + row;
+#pragma unroll
+      for (int i = 0; i < Pieces::kWords; ++i) r.w[k][i] = 0;
+      if (pos < token_end_) {
+        const int64_t slot = (static_cast<int64_t>(g_pages_[pos >> page_shift_]) << page_shift_) |
+                             (pos & ((1 << page_shift_) - 1));
+        load_words<Pieces::kWords>(g_kv_ + slot * kDqk + idx % Pieces::kPerToken * Pieces::kBytes,
+                                   r.w[k]);
+      }
+    }
+  }
+
+  // The fetched tile, widened, into the stage at s_kv.
+  __device__ __forceinline__ void store(uint32_t s_kv, const Fp8TileRegs<Cfg>& r) const {
+#pragma unroll
+    for (int k = 0; k < Pieces::kPerThread; ++k) {
+      const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+      store_widened<T, Pieces::kWords>(s_kv, idx / Pieces::kPerToken,
+                                       idx % Pieces::kPerToken * Pieces::kBytes, r.w[k]);
+    }
+  }
+
+ private:
+  const uint8_t* g_kv_;
+  const int32_t* g_pages_;
+  int page_shift_;
+  int token_end_;
+};
+
+}  // namespace mlakit::sm80
