@@ -190,7 +190,7 @@ Verdict judge(const harness::HostInputs& in, const Reference& ref, const std::ve
                        p.return_lse ? ref.lse.data() : nullptr);
   v.unwritten = harness::compare(p, in.batch, out.data(), out.data(), nullptr, nullptr).nonfinite;
   const harness::Tolerance tol = harness::default_tolerance(p);
-  v.ok = v.cmp.passes(tol.rtol, tol.atol, tol.lse_atol) && v.unwritten == 0;
+  v.ok = v.cmp.passes(tol) && v.unwritten == 0;
   return v;
 }
 

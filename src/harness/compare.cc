@@ -44,9 +44,9 @@ Comparison compare(const Problem& p, int batch, const void* test, const void* re
   return c;
 }
 
-bool Comparison::passes(double rtol, double atol, double lse_atol) const {
-  return nonfinite == 0 && lse_mismatch == 0 && max_abs_err <= atol + rtol * max_abs_ref &&
-         lse_max_abs_err <= lse_atol;
+bool Comparison::passes(const Tolerance& t) const {
+  return nonfinite == 0 && lse_mismatch == 0 && max_abs_err <= t.atol + t.rtol * max_abs_ref &&
+         rel_l2_err <= t.rel_l2 && lse_max_abs_err <= t.lse_atol;
 }
 
 std::string Comparison::summary() const {
@@ -62,9 +62,18 @@ std::string Comparison::summary() const {
 // fp16 (2^-12); a GPU kernel additionally rounds P to 16 bits before the PV product (same
 // relative error per term, averaging out over many tokens) and sums in a different order. The
 // bound is relative to the largest reference magnitude: 2 bf16 ulps of the largest output covers
-// the final rounding plus accumulated P rounding with margin (observed errors ~1 ulp). fp8 inputs
-// add nothing here: the reference dequantizes the same e4m3 values exactly.
+// the final rounding plus accumulated P rounding with margin (observed errors ~1 ulp). An fp8
+// cache with a 16-bit q adds nothing here: the reference dequantizes the same e4m3 values
+// exactly, and kernels widen them exactly.
+// An e4m3 q allows both products in e4m3 (sm90's fp8 wgmma): P rounded to e4m3 (3 mantissa bits,
+// relative rounding up to 2^-4 per term) averages over the tokens to about 1-2% of the output's
+// magnitude (docs/fp8-decode.md); the scores stay exact products accumulated in fp32, so the LSE
+// keeps its bound. The bound on the relative L2 error is the contract (3e-2), the elementwise
+// one 2^-4 of the largest output.
 Tolerance default_tolerance(const Problem& p) {
+  if (p.q_dtype == DType::kFP8E4M3) {
+    return {.rtol = 0x1.0p-4, .atol = 1e-5, .lse_atol = 2e-3, .rel_l2 = 3e-2};
+  }
   const double ulp = p.out_dtype == DType::kBF16 ? 0x1.0p-8 : 0x1.0p-11;
   return {.rtol = 2.0 * ulp, .atol = 1e-5, .lse_atol = 2e-3};
 }

@@ -8,6 +8,13 @@
 
 namespace mlakit::harness {
 
+// Default tolerances for a problem (why: see compare.cc).
+struct Tolerance {
+  double rtol, atol, lse_atol;
+  double rel_l2 = 1.0;  // bound on rel_l2_err
+};
+Tolerance default_tolerance(const Problem& problem);
+
 struct Comparison {
   int64_t count = 0;
   int64_t nonfinite = 0;   // NaN / inf in the tested output where the reference is finite
@@ -17,9 +24,9 @@ struct Comparison {
   double lse_max_abs_err = 0;
   int64_t lse_mismatch = 0;  // -inf / finite disagreements and NaNs in lse
 
-  // Passes when every element is finite, max_abs_err <= atol + rtol * max_abs_ref and the LSE
-  // agrees within lse_atol.
-  bool passes(double rtol, double atol, double lse_atol) const;
+  // Passes when every element is finite, max_abs_err <= atol + rtol * max_abs_ref, rel_l2_err <=
+  // rel_l2 and the LSE agrees within lse_atol.
+  bool passes(const Tolerance& tolerance) const;
   std::string summary() const;  // "max err 1.2e-03 (ref max 4.1e-01), rel L2 2.3e-03"
 };
 
@@ -27,12 +34,5 @@ struct Comparison {
 // `ref_lse` may be null.
 Comparison compare(const Problem& problem, int batch, const void* test, const void* ref,
                    const float* test_lse, const float* ref_lse);
-
-// Default tolerances for a problem (why: see compare.cc).
-struct Tolerance {
-  double rtol, atol, lse_atol;
-  double rel_l2 = 1.0;  // bound on rel_l2_err (callers that check it)
-};
-Tolerance default_tolerance(const Problem& problem);
 
 }  // namespace mlakit::harness

@@ -116,7 +116,7 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
   const harness::Comparison cmp =
       harness::compare(p, in.batch, got.out.data(), ref.out.data(), lse ? got.lse.data() : nullptr,
                        lse ? ref.lse.data() : nullptr);
-  if (cmp.passes(tol.rtol, tol.atol, tol.lse_atol) && cmp.rel_l2_err <= tol.rel_l2) {
+  if (cmp.passes(tol)) {
     return ::testing::AssertionSuccess() << cmp.summary();
   }
   return ::testing::AssertionFailure()
@@ -140,7 +140,8 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
   return ::testing::AssertionSuccess();
 }
 
-void check_case(const Case& c, uint64_t seed, const char* backend) {
+void check_case(const Case& c, uint64_t seed, const char* backend,
+                const harness::Tolerance* tolerance) {
   const std::vector<int32_t> lens = case_lengths(c, seed);
   const Problem p = case_problem(c, lens);
   const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
@@ -155,15 +156,17 @@ void check_case(const Case& c, uint64_t seed, const char* backend) {
   StreamHolder s;
   Output got;
   MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
-  const ::testing::AssertionResult result = matches_reference(in, got, ref);
+  const ::testing::AssertionResult result =
+      matches_reference(in, got, ref, tolerance ? *tolerance : harness::default_tolerance(p));
   EXPECT_TRUE(result) << case_name(c);
   std::printf("  %-56s %s\n", case_name(c).c_str(), result.message());
 }
 
-void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend) {
+void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend,
+                 const harness::Tolerance* tolerance) {
   for (const Case& c : cases) {
     SCOPED_TRACE(case_name(c));
-    check_case(c, seed++, backend);
+    check_case(c, seed++, backend, tolerance);
   }
 }
 

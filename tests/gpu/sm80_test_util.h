@@ -110,14 +110,16 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
                                              const harness::Tolerance& tolerance);
 
 // Runs case `c` (inputs from `seed`) on `backend` with tactic c.tactic and compares every element
-// with the cpu reference; prints one line per case.
-void check_case(const Case& c, uint64_t seed, const char* backend);
+// with the cpu reference (harness::default_tolerance, or `tolerance`); prints one line per case.
+void check_case(const Case& c, uint64_t seed, const char* backend,
+                const harness::Tolerance* tolerance = nullptr);
 
 // The ids of every tactic `backend` offers for `p`.
 std::vector<int> tactic_ids(const char* backend, const Problem& p);
 
 // check_case for each case in turn, with seeds seed, seed + 1, ...
-void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend);
+void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend,
+                 const harness::Tolerance* tolerance = nullptr);
 // check_case for each case with every tactic of the backend in turn, seeds seed, seed + 1, ...
 void check_each_tactic(std::span<const Case> cases, uint64_t seed, const char* backend);
 

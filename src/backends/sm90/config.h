@@ -40,6 +40,8 @@ inline constexpr int kQkChunks = kDqk / 64;                 // 9 column chunks o
 inline constexpr int kChunkBytes = 64 * 128;                // one column chunk of 64 rows: 8 KB
 inline constexpr int kTileBytes = kQkChunks * kChunkBytes;  // 72 KB: 64 rows x 576
 inline constexpr int kStages = 2;
+// The most stages of any tile (the fp8 tile's: Fp8Layout); the barrier arrays are sized for it.
+inline constexpr int kMaxStages = 4;
 inline constexpr int kConsumerThreads = 256;             // two warpgroups
 inline constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
 // Registers per thread after setmaxnreg: the producer gives up what the consumers' 128 fp32
@@ -61,11 +63,13 @@ inline constexpr int kNarrowPassRows = 16;
 
 // Barriers and the exchange between the consumer warpgroups, after the operand tiles.
 struct SmallStorage {
-  uint64_t full[kStages][kQkChunks];  // column chunk j of a KV block landed (producer + TMA bytes)
-  uint64_t empty[kStages];            // both consumer warpgroups done with the stage
-  uint64_t chunk_empty[kStages][kQkChunks];  // narrow tile: column chunk j of the stage consumed
-  uint64_t q_full;                           // Q tile landed
-  uint64_t q_empty;                          // both consumer warpgroups done with Q
+  uint64_t full[kMaxStages][kQkChunks];  // column chunk j of a KV block landed (producer + bytes)
+  // The consumers are done with the stage: both warpgroups (wide tile), or the 128 threads of the
+  // warpgroup that owns it (fp8 tile).
+  uint64_t empty[kMaxStages];
+  uint64_t chunk_empty[kMaxStages][kQkChunks];  // narrow tile: column chunk j of the stage consumed
+  uint64_t q_full;                              // Q tile landed
+  uint64_t q_empty;                             // both consumer warpgroups done with Q
   uint64_t wg_sync[2];         // narrow tile: warpgroup w's 128 threads meet (twice a block)
   uint64_t published[2];       // warpgroup w's block: its max and P are out (128)
   float row_max[2][kRows];     // per warpgroup: the running max after its last block
@@ -82,8 +86,16 @@ struct SmallStorage {
 };
 
 // The shared-memory plan of a tile of kTileRows query rows (64: the wide tile; 16, 32: narrow).
+// The producer reads its stages, chunks and release mode from here (and from Fp8Layout).
 template <int kTileRows>
 struct Layout {
+  static constexpr int kStages = sm90::kStages;
+  static constexpr int kKvChunkBytes = kChunkBytes;  // one column chunk of a KV block
+  static constexpr int kStageBytes = kTileBytes;
+  // How the consumers give a stage back: chunk by chunk (chunk_empty; the narrow tile) or whole
+  // (empty, with this many arrivals).
+  static constexpr bool kReleasePerChunk = kTileRows != kRows;
+  static constexpr int kEmptyArrivals = 2;
   static constexpr int kQChunkBytes = kTileRows * 128;  // one column chunk of the Q tile
   static constexpr int kQBytes = kQkChunks * kQChunkBytes;
   static constexpr size_t kQOffset = 0;
@@ -98,6 +110,37 @@ struct Layout {
   static_assert(kQChunkBytes % 1024 == 0, "swizzle atoms stay 1024-aligned");
   static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
   static_assert(size_t{kTileRows} * kMergeStride * 4 <= size_t{kStages} * kTileBytes,
+                "the result fits over the KV stages (cluster merge)");
+};
+
+// The fp8 (e4m3) cache's narrow tile (decode_fp8_narrow.cuh): KV blocks of 64 tokens x 576 bytes
+// as 9 column chunks of 64 tokens x 64 bytes in the 64-byte swizzle (TMA boxes of 64 x 64 bytes),
+// 4 stages (warpgroup w owns the blocks of stages w and w + 2); the Q tile in the 64-byte swizzle
+// (e4m3 q) or the 128-byte one (16-bit q, as in Layout); per warpgroup a P^T tile of kTileRows x 64
+// tokens (e4m3: 64-byte rows; 16-bit: 128-byte rows) in the exchange buffer, which the epilogue's
+// rows reuse. 16 rows, e4m3 q: 199 KB; 32 rows, 16-bit q: 220 KB.
+template <int kTileRows, int kQElemBytes>
+struct Fp8Layout {
+  static constexpr int kStages = kMaxStages;
+  static constexpr int kKvChunkBytes = kBlockN * 64;  // 4 KB
+  static constexpr int kStageBytes = kQkChunks * kKvChunkBytes;
+  static constexpr bool kReleasePerChunk = false;
+  static constexpr int kEmptyArrivals = 128;  // every thread of the owning warpgroup
+  static constexpr int kQChunkBytes = kTileRows * 64 * kQElemBytes;
+  static constexpr int kQBytes = kQkChunks * kQChunkBytes;
+  static constexpr int kPBytes = kTileRows * kBlockN * kQElemBytes;  // one warpgroup's P^T
+  static constexpr size_t kQOffset = 0;
+  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kExchangeOffset = kKvOffset + size_t{kStages} * kStageBytes;
+  static constexpr size_t kExchangeBytes = size_t{kNarrowPassRows} * kMergeStride * 4;
+  static constexpr size_t kSmallOffset = kExchangeOffset + kExchangeBytes;
+  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+  static_assert(kTileRows == 16 || kTileRows == 32);
+  static_assert(kQElemBytes == 1 || kQElemBytes == 2);
+  static_assert(kQChunkBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms stay aligned");
+  static_assert(2 * kPBytes <= kExchangeBytes && kExchangeOffset % 1024 == 0);
+  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+  static_assert(size_t{kTileRows} * kMergeStride * 4 <= size_t{kStages} * kStageBytes,
                 "the result fits over the KV stages (cluster merge)");
 };
 

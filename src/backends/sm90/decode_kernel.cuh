@@ -26,6 +26,7 @@
 
 #include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
+#include "backends/sm90/decode_fp8_narrow.cuh"
 #include "backends/sm90/decode_narrow.cuh"
 #include "backends/sm90/device.cuh"
 #include "backends/sm90/launch.h"
@@ -43,11 +44,11 @@ namespace mlakit::sm90 {
 
 #ifdef MLAKIT_SM90_WGMMA
 
-// The producer warp: walks the same chunks as the consumers and keeps the stages full.
-template <int kTileRows>
+// The producer warp: walks the same chunks as the consumers and keeps the stages full. L: the
+// shared-memory plan (Layout, Fp8Layout): stages, chunk sizes, how stages come back.
+template <typename L, int kTileRows>
 __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, int m_tile,
                                         int32_t cta) {
-  using L = Layout<kTileRows>;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   SmallStorage& sm = *s.small;
   const int page_size = 1 << p.page_shift;
@@ -84,8 +85,8 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       }
       const int32_t id0 = __shfl_sync(0xffffffffu, ids, page % 32);
       const int32_t id1 = __shfl_sync(0xffffffffu, ids, (page + 1) % 32);
-      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
-      if constexpr (kTileRows == kRows) {
+      const uint32_t stage = n_block % L::kStages, phase = (n_block / L::kStages) & 1;
+      if constexpr (!L::kReleasePerChunk) {
         if (lane == 0) wait_parity(&sm.empty[stage], phase ^ 1);
       } else if (lane < kQkChunks) {
         wait_parity(&sm.chunk_empty[stage][lane], phase ^ 1);  // narrow: chunk by chunk
@@ -97,16 +98,16 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       // rows are then masked and zeroed as V.
       if (lane < kQkChunks) {
         const bool second = two_pages && tok0 + page_size < c.token_end;
-        const uint32_t bytes = two_pages && !second ? kChunkBytes / 2 : kChunkBytes;
-        uint8_t* dst = s.kv + stage * kTileBytes + lane * kChunkBytes;
+        const uint32_t bytes = two_pages && !second ? L::kKvChunkBytes / 2 : L::kKvChunkBytes;
+        uint8_t* dst = s.kv + stage * L::kStageBytes + lane * L::kKvChunkBytes;
         const int32_t row = (id0 << p.page_shift) + (tok0 & (page_size - 1));
         uint64_t* bar = &sm.full[stage][lane];
         (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                                    cuda::ptx::space_shared, bar, bytes);
         tma_load_2d(dst, &p.kv_map, lane * kChunkElems, row, bar);
         if (second)
-          tma_load_2d(dst + kChunkBytes / 2, &p.kv_map, lane * kChunkElems, id1 << p.page_shift,
-                      bar);
+          tma_load_2d(dst + L::kKvChunkBytes / 2, &p.kv_map, lane * kChunkElems,
+                      id1 << p.page_shift, bar);
       }
       __syncwarp();
     }
@@ -116,6 +117,7 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
 #ifdef MLAKIT_SM90_TRACE
 // Trace only: a second producer warp stamps when the first and the last column chunk of each
 // block have landed (waiting does not consume the barriers' phases).
+template <typename L>
 __device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int32_t cta) {
   SmallStorage& sm = *s.small;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
@@ -123,7 +125,7 @@ __device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int3
   uint32_t n_block = 0;
   while (chunks.next(&c)) {
     for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
-      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+      const uint32_t stage = n_block % L::kStages, phase = (n_block / L::kStages) & 1;
       wait_parity(&sm.full[stage][0], phase);
       trace(3, 9);
       wait_parity(&sm.full[stage][kQkChunks - 1], phase);
@@ -425,12 +427,20 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 
 #endif  // MLAKIT_SM90_WGMMA
 
-// kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh).
-template <typename T, int kTileRows>
+// The shared-memory plan of an instantiation (config.h).
+template <int kTileRows, typename T, bool kFp8Kv>
+using LayoutOf = std::conditional_t<kFp8Kv, Fp8Layout<kTileRows, sizeof(T)>, Layout<kTileRows>>;
+
+// kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh). T: q's type (and
+// the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh; narrow
+// tiles only; T uint8_t for an e4m3 q).
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  using L = Layout<kTileRows>;
+  using L = LayoutOf<kTileRows, T, kFp8Kv>;
   constexpr bool kNarrow = kTileRows != kRows;
+  static_assert(!kFp8Kv || kNarrow, "the fp8 cache runs the narrow tile");
+  static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -458,12 +468,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // cache before the PDL wait, as CUTLASS mainloops do.
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.kv_map) : "memory");
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < L::kStages; ++i) {
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.full[i][j], 1);
-      cuda::ptx::mbarrier_init(&sm.empty[i], 2);
+      cuda::ptx::mbarrier_init(&sm.empty[i], L::kEmptyArrivals);
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.chunk_empty[i][j], 1);
-      cuda::ptx::mbarrier_init(&sm.published[i], 128);
     }
+    for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.published[w], 128);
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
     for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.wg_sync[w], 128);
@@ -490,11 +500,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) grid_stamp(1);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (threadIdx.x < kConsumerThreads + 32) produce<kTileRows>(p, s, m_tile, cta);
+    if (threadIdx.x < kConsumerThreads + 32) produce<L, kTileRows>(p, s, m_tile, cta);
 #ifdef MLAKIT_SM90_TRACE
     if (threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
         blockIdx.x == 0) {
-      watch(p, s, cta);
+      watch<L>(p, s, cta);
     }
 #endif
     if (merges) {
@@ -503,14 +513,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
-    if constexpr (kNarrow) {
+    if constexpr (kFp8Kv) {
+      consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
+    } else if constexpr (kNarrow) {
       consume_narrow<T, kTileRows>(p, s, m_tile, cta);
     } else {
       consume<T>(p, s, m_tile, cta);
     }
     if (merges) {
       cluster_sync();  // every CTA's result and LSE in its shared memory
-      merge_cluster<T, kTileRows>(p, s.kv, sm, m_tile, cta / splits, split / p.plan.cluster_size);
+      merge_cluster<TOut, kTileRows>(p, s.kv, sm, m_tile, cta / splits,
+                                     split / p.plan.cluster_size);
       cluster_sync();  // no CTA leaves while another reads its shared memory
     }
   }
@@ -519,13 +532,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, int kTileRows>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
 Status prepare_decode() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows>,
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows, TOut, kFp8Kv>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          Layout<kTileRows>::kSmemBytes));
+                                          LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes));
   cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows>));
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows, TOut, kFp8Kv>));
   if (attributes.binaryVersion != 90) {
     return unsupported(
         "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
@@ -535,36 +548,38 @@ Status prepare_decode() {
   return Status::Ok();
 }
 
-template <typename T, int kTileRows>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
   trace_print_at_exit();
-  MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T, kTileRows>, grid, dim3(kThreads),
-                                           Layout<kTileRows>::kSmemBytes, stream, pdl,
-                                           static_cast<unsigned>(cluster), p));
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(
+      decode_kernel<T, kTileRows, TOut, kFp8Kv>, grid, dim3(kThreads),
+      LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes, stream, pdl, static_cast<unsigned>(cluster), p));
   return Status::Ok();
 }
 
 // How many clusters of `cluster` CTAs of the kernel the device runs at once (one CTA per SM; a
 // cluster's CTAs share a GPC, so this can be less than SMs / cluster).
-template <typename T, int kTileRows>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
 Status max_active_clusters(int cluster, int* count) {
   cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(cluster));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = Layout<kTileRows>::kSmemBytes;
+  config.dynamicSmemBytes = LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes;
   config.attrs = attribute;
   config.numAttrs = 1;
-  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(count, decode_kernel<T, kTileRows>, &config));
+  MLAKIT_CUDA_RETURN(
+      cudaOccupancyMaxActiveClusters(count, decode_kernel<T, kTileRows, TOut, kFp8Kv>, &config));
   return Status::Ok();
 }
 
 // The entry of one instantiation (launch.h); each decode_<dtype>*.cu defines one.
-template <typename T, int kTileRows>
+template <typename T, int kTileRows, typename TOut = T, bool kFp8Kv = false>
 const DecodeKernel& decode_kernel_entry() {
-  static constexpr DecodeKernel kEntry{.prepare = prepare_decode<T, kTileRows>,
-                                       .launch = launch_decode<T, kTileRows>,
-                                       .max_active_clusters = max_active_clusters<T, kTileRows>};
+  static constexpr DecodeKernel kEntry{
+      .prepare = prepare_decode<T, kTileRows, TOut, kFp8Kv>,
+      .launch = launch_decode<T, kTileRows, TOut, kFp8Kv>,
+      .max_active_clusters = max_active_clusters<T, kTileRows, TOut, kFp8Kv>};
   return kEntry;
 }
 

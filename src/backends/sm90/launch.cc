@@ -92,20 +92,23 @@ Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
   return Status::Ok();
 }
 
-// A 2-D map over rows of 576 16-bit elements (1152 bytes apart), boxes of 64 columns x box_rows
-// rows, 128-byte swizzle, zeros outside. promotion: the L2 fetch size of the copies.
-Status encode_rows(const void* base, uint64_t rows, uint32_t box_rows, const char* what,
-                   CUtensorMapL2promotion promotion, CUtensorMap* map) {
+// A 2-D map over rows of 576 elements of `dtype` (16-bit: 1152 bytes apart, e4m3: 576), boxes of
+// 64 columns x box_rows rows in the swizzle of their 128 or 64 bytes, zeros outside. promotion:
+// the L2 fetch size of the copies.
+Status encode_rows(const void* base, DType dtype, uint64_t rows, uint32_t box_rows,
+                   const char* what, CUtensorMapL2promotion promotion, CUtensorMap* map) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   MLAKIT_RETURN_IF_ERROR(encode_fn(&encode));
+  const bool fp8 = dtype == DType::kFP8E4M3;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kDqk) * 2};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kDqk) * dtype_bytes(dtype)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunkElems), box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides, box,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(
+      map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
+      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return Status(StatusCode::kInternal, str_cat("backend sm90: cuTensorMapEncodeTiled failed for ",
                                                  what, " (CUresult ", static_cast<int>(r), ")"));
@@ -115,24 +118,58 @@ Status encode_rows(const void* base, uint64_t rows, uint32_t box_rows, const cha
 
 }  // namespace
 
+namespace {
+
+// The kernel of a 16-bit cache.
+const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows) {
+  switch (tile_rows) {
+    case kRows: return bf16 ? decode_kernel_bf16() : decode_kernel_fp16();
+    case kSmallNarrowRows:
+      return bf16 ? decode_kernel_bf16_narrow16() : decode_kernel_fp16_narrow16();
+    default: return bf16 ? decode_kernel_bf16_narrow32() : decode_kernel_fp16_narrow32();
+  }
+}
+
+// The kernel of an e4m3 cache (narrow tiles of 16 or 32 rows).
+const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
+  const bool small = tile_rows == kSmallNarrowRows;
+  if (q == DType::kFP8E4M3) {
+    if (out == DType::kBF16) {
+      return small ? decode_kernel_e4m3_e4m3_bf16_narrow16()
+                   : decode_kernel_e4m3_e4m3_bf16_narrow32();
+    }
+    return small ? decode_kernel_e4m3_e4m3_fp16_narrow16()
+                 : decode_kernel_e4m3_e4m3_fp16_narrow32();
+  }
+  if (q == DType::kBF16) {
+    return small ? decode_kernel_e4m3_bf16_narrow16() : decode_kernel_e4m3_bf16_narrow32();
+  }
+  return small ? decode_kernel_e4m3_fp16_narrow16() : decode_kernel_e4m3_fp16_narrow32();
+}
+
+}  // namespace
+
 Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup) {
   const int32_t rows = p.h_q * p.s_q;
+  const bool fp8 = p.kv_dtype == DType::kFP8E4M3;
   const bool narrow = tactic >= kNarrowTactic;
-  if (narrow && rows > kMaxNarrowRows) {
+  if (fp8 && !narrow) {
+    return invalid_argument(
+        "tactic",
+        str_cat(kNarrowTactic, "..", kNarrowTactic + 2, " for an fp8 cache (the narrow tile)"),
+        tactic);
+  }
+  if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
                                     " (the narrow tile takes up to ", kMaxNarrowRows, " rows)"),
                             tactic);
   }
-  const bool bf16 = p.kv_dtype == DType::kBF16;
   const int32_t tile_rows = !narrow                    ? kRows
                             : rows <= kSmallNarrowRows ? kSmallNarrowRows
                                                        : kMaxNarrowRows;
-  const DecodeKernel& kernel =
-      !narrow ? (bf16 ? decode_kernel_bf16() : decode_kernel_fp16())
-      : tile_rows == kSmallNarrowRows
-          ? (bf16 ? decode_kernel_bf16_narrow16() : decode_kernel_fp16_narrow16())
-          : (bf16 ? decode_kernel_bf16_narrow32() : decode_kernel_fp16_narrow32());
+  const DecodeKernel& kernel = fp8 ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
+                                   : kernel_16bit(p.kv_dtype == DType::kBF16, tile_rows);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = p;
@@ -208,10 +245,10 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   const CUtensorMapL2promotion promotion = setup.tile_rows == kRows
                                                ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
                                                : CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, std::max<int64_t>(q_rows, 1),
+  MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, p.q_dtype, std::max<int64_t>(q_rows, 1),
                                      static_cast<uint32_t>(setup.tile_rows), "q", promotion,
                                      &params.q_map));
-  MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, kv_rows,
+  MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows,
                                      static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
                                      "kv_cache", promotion, &params.kv_map));
   const int64_t ctas =

@@ -33,11 +33,22 @@ const DecodeKernel& decode_kernel_bf16_narrow16();
 const DecodeKernel& decode_kernel_bf16_narrow32();
 const DecodeKernel& decode_kernel_fp16_narrow16();
 const DecodeKernel& decode_kernel_fp16_narrow32();
+// Defined in decode_e4m3_<q>[_<out>]_narrow<rows>.cu: an e4m3 cache (decode_fp8_narrow.cuh) with a
+// bf16 or fp16 q (out alike) or an e4m3 q (out bf16 or fp16).
+const DecodeKernel& decode_kernel_e4m3_bf16_narrow16();
+const DecodeKernel& decode_kernel_e4m3_bf16_narrow32();
+const DecodeKernel& decode_kernel_e4m3_fp16_narrow16();
+const DecodeKernel& decode_kernel_e4m3_fp16_narrow32();
+const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow16();
+const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow32();
+const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow16();
+const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow32();
 
 // Tactics: 0 persistent, 1 one-shot, 2 cluster (plan.h: C clusters of S CTAs per request and query
 // tile, each cluster merging through distributed shared memory, the combine kernel only when
 // C > 1; the shape picked per call from the batch); kNarrowTactic + each of them with the narrow
-// tile (config.h; h_q x s_q <= 32 only).
+// tile (config.h; h_q x s_q <= 32 only, except with an fp8 cache, which runs the narrow tile only:
+// tiles of 32 rows beyond that).
 inline constexpr int kNarrowTactic = 3;
 inline constexpr int kMaxNarrowRows = 32;
 // The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.

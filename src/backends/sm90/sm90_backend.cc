@@ -38,9 +38,14 @@ Status available(const DeviceInfo& device) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo&) {
-  if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kFP16) {
-    return unsupported("kv_dtype ", to_string(p.kv_dtype),
-                       " is not supported by backend sm90 (supported: bf16, fp16)");
+  if (p.kv_layout != KvLayout::kDense) {
+    return unsupported("kv_layout ", to_string(p.kv_layout),
+                       " is not supported by backend sm90 (supported: dense)");
+  }
+  // An fp8 cache with a 16-bit q computes in q's type and writes it.
+  if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {
+    return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
+                       " is not supported by backend sm90 (supported: out_dtype = q_dtype)");
   }
   if (p.sparse()) {
     return unsupported("sparse attention (topk ", p.topk,
@@ -80,6 +85,11 @@ std::vector<Tactic> tactics(const Problem& p) {
                narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
   const bool cluster_first = p.max_seq_len <= 2048 || p.max_batch <= 1;
   const int32_t rows = p.h_q * p.s_q;
+  // An fp8 cache runs the narrow tile only (decode_fp8_narrow.cuh), in tiles of 32 rows past 32.
+  if (p.kv_dtype == DType::kFP8E4M3) {
+    if (cluster_first) return {narrow_cluster, narrow_persistent, narrow_one_shot};
+    return {narrow_persistent, narrow_one_shot, narrow_cluster};
+  }
   if (rows <= sm90::kSmallNarrowRows) {
     if (cluster_first) {
       return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
@@ -109,10 +119,11 @@ const BackendEntry& sm90_backend_entry() {
       .name = "sm90",
       .summary = "Hopper decode (wgmma, TMA, warp-specialized), split-KV planned on the device",
       .supports =
-          "sm_90 only; q/kv/out bf16 or fp16; page size 32, 64, 128; h_q 1..128; s_q "
-          "1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA graphs. Tactics: "
-          "cluster, persistent, one-shot, and the same three with the narrow tile (h_q x s_q <= "
-          "32)",
+          "sm_90 only; q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q "
+          "(out alike; the cache widened in registers) or e4m3 q (out bf16/fp16; fp8 wgmma); "
+          "page size 32, 64, 128; h_q 1..128; s_q 1..8 causal or not; variable lengths; sinks; "
+          "lse; PDL; CUDA graphs. Tactics: cluster, persistent, one-shot, and the same three with "
+          "the narrow tile (h_q x s_q <= 32; the only ones with an fp8 cache)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,

@@ -34,6 +34,15 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr, uint32_t
          (static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32) | (uint64_t{1} << 62);
 }
 
+// The same with the 64-byte swizzle (layout type 2): atoms of 8 rows x 64 bytes (512 bytes),
+// 16-byte chunk c of row r at chunk c ^ ((r / 2) % 4), what TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_64B. K-major only here (the fp8 tiles: 64 e4m3 of K per row), sbo the
+// distance between 8-row groups (512).
+__device__ __forceinline__ uint64_t smem_desc_sw64(uint32_t smem_addr, uint32_t sbo) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32) | (uint64_t{2} << 62);
+}
+
 // The descriptor of the same tile `bytes` further on: the start address field holds address >> 4
 // in 14 bits (18-bit addresses), and every shared-memory address stays below 2^18, so adding to
 // the low bits never carries into the other fields. Lets a loop of wgmmas step a descriptor
@@ -237,6 +246,112 @@ __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], uint64_t desc_
 #endif
 }
 
+// The narrow tile's products with A from registers: N 16: %0..%7, then %8..%11 the A fragment,
+// %12 desc_b, %13 scale_d; N 32: %0..%15, then %16..%19, %20, %21.
+#define MLAKIT_WGMMA_RS_N16_TAIL \
+  "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1"
+#define MLAKIT_WGMMA_RS_N32_TAIL                                                             \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, " \
+  "%19}, %20, p, 1, 1"
+#define MLAKIT_WGMMA_A_INPUTS "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} d, {a0..a3}, desc_b, p, 1, 1, 0 (sm_90a),
+// N 16 or 32: d = A B + (scale_d ? d : 0), A from registers (the m64k16 fragment of
+// wgmma_m64n256k16_rs_tb), B K-major. The fp8 narrow tile with a 16-bit q: S^T = K Q^T and
+// O^T += V^T P^T with K and V^T widened from e4m3 in registers.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_m64nNk16_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                                  uint64_t desc_b, int scale_d) {
+  static_assert(N == 16 || N == 32);
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>);
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (N == 16 && kBf16) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            13) "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " MLAKIT_WGMMA_RS_N16_TAIL
+                ", 0;\n}\n"
+        : MLAKIT_WGMMA_N16_OUTPUTS
+        : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+  } else if constexpr (N == 16) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            13) "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " MLAKIT_WGMMA_RS_N16_TAIL
+                ", 0;\n}\n"
+        : MLAKIT_WGMMA_N16_OUTPUTS
+        : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+  } else if constexpr (kBf16) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            21) "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " MLAKIT_WGMMA_RS_N32_TAIL
+                ", 0;\n}\n"
+        : MLAKIT_WGMMA_N32_OUTPUTS
+        : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            21) "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " MLAKIT_WGMMA_RS_N32_TAIL
+                ", 0;\n}\n"
+        : MLAKIT_WGMMA_N32_OUTPUTS
+        : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+  }
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 d, desc_a, desc_b, p, 1, 1 (sm_90a), N 16
+// or 32: d = A B + (scale_d ? d : 0), both K-major (8-bit types have no transposed forms). The
+// fp8 narrow tile's S^T = K Q^T with q and the cache in e4m3.
+template <int N>
+__device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[N / 2], uint64_t desc_a,
+                                                    uint64_t desc_b, int scale_d) {
+  static_assert(N == 16 || N == 32);
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (N == 16) {
+    asm volatile(MLAKIT_WGMMA_SCALE_D(10) "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+                 : MLAKIT_WGMMA_N16_OUTPUTS
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(MLAKIT_WGMMA_SCALE_D(18) "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, "
+                 "%17, p, 1, 1;\n}\n"
+                 : MLAKIT_WGMMA_N32_OUTPUTS
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 d, {a0..a3}, desc_b, p, 1, 1 (sm_90a), N 16
+// or 32: A from registers, the m64k32 fragment of 8-bit types in thread t of the warpgroup: a[0]
+// row r, k 4q .. 4q + 3 (byte i = k 4q + i); a[1] row r + 8; a[2] row r, k 16 + 4q ..; a[3] row
+// r + 8, k 16 + 4q .., with r = 16 (t / 32) + (t % 32) / 4 and q = t % 4. B K-major. The fp8
+// narrow tile's O^T += V^T P^T (V^T byte-transposed in registers).
+template <int N>
+__device__ __forceinline__ void wgmma_m64nNk32_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, int scale_d) {
+  static_assert(N == 16 || N == 32);
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (N == 16) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            13) "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_RS_N16_TAIL
+                ";\n}\n"
+        : MLAKIT_WGMMA_N16_OUTPUTS
+        : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            21) "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_RS_N32_TAIL
+                ";\n}\n"
+        : MLAKIT_WGMMA_N32_OUTPUTS
+        : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+  }
+#endif
+}
+
+#undef MLAKIT_WGMMA_RS_N16_TAIL
+#undef MLAKIT_WGMMA_RS_N32_TAIL
+#undef MLAKIT_WGMMA_A_INPUTS
 #undef MLAKIT_WGMMA_SCALE_D
 #undef MLAKIT_WGMMA_N16_TAIL
 #undef MLAKIT_WGMMA_N16_OUTPUTS

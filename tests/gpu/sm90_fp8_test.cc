@@ -1,0 +1,153 @@
+// GPU tests of the sm90 backend with an fp8 (e4m3, one scale) cache, against the cpu reference,
+// on sm_90 devices only: the narrow tile of 16 or 32 rows (decode_fp8_narrow.cuh; tiles of 32 rows
+// past 32), q bf16 or fp16 (out alike: the cache widened in registers) or e4m3 (out bf16 or fp16:
+// both products on fp8 wgmma), page sizes 32, 64 and 128, h_q 1..128, s_q up to 8, length kinds,
+// sinks, lse, every tactic; device-side scales followed by graph replays; PDL bitwise.
+//
+// Tolerance: harness::default_tolerance: for a 16-bit q that of 16-bit inputs (the widening is
+// exact); for an e4m3 q the documented error of an e4m3 P (relative L2 below 3e-2).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
+#include "backends/sm90/launch.h"
+#include "graph_pdl_util.h"
+#include "sm80_test_util.h"
+
+namespace mlakit::testing {
+namespace {
+
+constexpr const char* kBackend = "sm90";
+
+// {dtype (out, and q unless fp8_q), page size, h_q, s_q, lengths, sinks, lse, tactic, batch, len,
+// causal, fp8_kv, fp8_q}: each page size, q kind and output dtype; tiles of 16 and 32 rows, partial
+// and several per request (h_q x s_q up to 1024); every schedule.
+const Case kSweep[] = {
+    {DType::kBF16, 64, 16, 1, Lens::kVariable, false, true, 3, 0, -1, true, true, true},
+    {DType::kBF16, 64, 16, 1, Lens::kVariable, true, true, 4, 0, -1, true, true, false},
+    {DType::kFP16, 32, 16, 2, Lens::kSkewed, true, false, 5, 0, -1, true, true, true},
+    {DType::kFP16, 128, 32, 1, Lens::kFixed, false, true, 3, 3, 700, true, true, false},
+    {DType::kBF16, 32, 1, 8, Lens::kVariable, true, true, 4, 0, -1, true, true, true},
+    {DType::kBF16, 128, 3, 5, Lens::kSkewed, false, true, 5, 0, -1, true, true, false},
+    {DType::kFP16, 64, 8, 4, Lens::kFixed, true, true, 3, 2, 130, true, true, true},
+    {DType::kBF16, 64, 64, 1, Lens::kVariable, true, true, 3, 0, -1, true, true, true},
+    {DType::kBF16, 32, 64, 2, Lens::kFixed, false, true, 4, 0, -1, true, true, false},
+    {DType::kFP16, 128, 128, 1, Lens::kSkewed, true, true, 3, 0, -1, true, true, true},
+    {DType::kBF16, 64, 128, 2, Lens::kVariable, false, false, 5, 0, -1, true, true, false},
+    {DType::kBF16, 128, 128, 8, Lens::kFixed, true, true, 4, 0, 300, true, true, true},
+    {DType::kFP16, 32, 40, 3, Lens::kVariable, true, true, 3, 0, -1, true, true, false},
+    {DType::kBF16, 64, 16, 1, Lens::kFixed, true, true, 3, 1, 4001, true, true, true},
+    {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 5, 1, 4001, true, true, false},
+};
+
+TEST(Sm90Fp8, Sweep) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_cases(kSweep, 4100, kBackend);
+}
+
+// The common edges (long single requests, lengths below s_q, non-causal, all empty, 1100
+// requests, odd head counts) with sm90's page sizes, an e4m3 cache, 16-bit and e4m3 q, every
+// tactic; and lengths at a 64-token block boundary.
+TEST(Sm90Fp8, Edges) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  std::vector<Case> edges = common_edges();
+  // {dtype, page size, h_q, s_q, lengths, sinks, lse, tactic (set below), batch, len}
+  const Case more[] = {
+      {DType::kBF16, 64, 16, 1, Lens::kFixed, false, true, 0, 0, 64},
+      {DType::kBF16, 64, 128, 2, Lens::kFixed, true, true, 0, 0, 65},
+      {DType::kFP16, 32, 32, 4, Lens::kFixed, false, true, 0, 0, 63},
+  };
+  edges.insert(edges.end(), std::begin(more), std::end(more));
+  const size_t n = edges.size();
+  for (size_t k = 0; k < n; ++k) {
+    Case& c = edges[k];
+    c.page_size = c.page_size == 1 ? 128 : std::max(c.page_size, 32);
+    c.fp8_kv = true;
+    Case with_q = c;
+    with_q.fp8_q = true;
+    edges.push_back(with_q);
+  }
+  check_each_tactic(edges, 4200, kBackend);
+}
+
+// The error of the e4m3 products on the data (q and the cache N(0, 1/4) before
+// quantization), over lengths and head counts; the contract is a relative L2 error below 3e-2.
+TEST(Sm90Fp8, ErrorOfFp8Products) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  uint64_t seed = 4300;
+  for (const int h_q : {16, 128}) {
+    for (const int len : {64, 1024, 8192}) {
+      const Case c{.h_q = h_q,
+                   .lens = Lens::kFixed,
+                   .lse = true,
+                   .tactic = 3,
+                   .batch = 2,
+                   .len = len,
+                   .fp8_kv = true,
+                   .fp8_q = true};
+      const std::vector<int32_t> lens = case_lengths(c, seed);
+      const Problem p = case_problem(c, lens);
+      const harness::HostInputs in =
+          harness::make_inputs(p, lens, {.seed = seed++, .magnitude = 0.5f});
+      Output ref, got;
+      MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+      std::unique_ptr<Decoder> decoder;
+      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = c.tactic}, &decoder));
+      harness::DeviceInputs device;
+      MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+      harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+      StreamHolder s;
+      MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+      const harness::Comparison cmp = harness::compare(p, in.batch, got.out.data(), ref.out.data(),
+                                                       got.lse.data(), ref.lse.data());
+      EXPECT_LT(cmp.rel_l2_err, 3e-2) << case_name(c);
+      EXPECT_TRUE(cmp.passes(harness::default_tolerance(p))) << cmp.summary();
+      std::printf("  N(0,1/4) h_q %3d L %5d: %s\n", h_q, len, cmp.summary().c_str());
+    }
+  }
+}
+
+// The wide tile's tactics are refused for an fp8 cache, naming the tactic.
+TEST(Sm90Fp8, WideTacticsRefused) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  Problem p;
+  p.kv_dtype = DType::kFP8E4M3;
+  p.max_seq_len = 1024;
+  for (const int tactic : {0, 1, 2}) {
+    std::unique_ptr<Decoder> decoder;
+    const Status st = Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("tactic"), std::string::npos) << st.message();
+  }
+}
+
+TEST(Sm90Fp8Graph, ScalesAndLengthsFollowedByReplays) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_graph_replay(kBackend, 32, {.q = DType::kBF16, .kv = DType::kFP8E4M3});
+  check_graph_replay(kBackend, 64, {.q = DType::kFP8E4M3, .kv = DType::kFP8E4M3});
+}
+
+TEST(Sm90Fp8Pdl, BitwiseEqualWithAndWithout) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_pdl_bitwise(kBackend, 64, {.q = DType::kFP8E4M3, .kv = DType::kFP8E4M3});
+  check_pdl_bitwise(kBackend, 128, {.q = DType::kFP16, .kv = DType::kFP8E4M3, .out = DType::kFP16});
+}
+
+// For scripts/sanitize.sh: both q kinds, 16 and 32 rows, each schedule, split and unsplit
+// requests, the stages reused within a chunk.
+TEST(Sm90Sanitize, Fp8) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const Case small[] = {
+      {DType::kBF16, 32, 16, 2, Lens::kVariable, true, true, 3, 0, 100, true, true, false},
+      {DType::kFP16, 64, 8, 3, Lens::kSkewed, false, true, 4, 0, 12, true, true, true},
+      {DType::kBF16, 128, 32, 1, Lens::kFixed, true, true, 5, 2, 300, true, true, true},
+      {DType::kBF16, 64, 16, 1, Lens::kFixed, false, false, 3, 8, 600, true, true, false},
+      {DType::kBF16, 64, 64, 1, Lens::kVariable, true, true, 5, 0, 300, true, true, false},
+  };
+  check_cases(small, 4400, kBackend);
+}
+
+}  // namespace
+}  // namespace mlakit::testing
