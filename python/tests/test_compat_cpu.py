@@ -37,6 +37,14 @@ def wrap(framework, bits, dtype="bf16"):
     return bits.view(ml_dtypes.float8_e4m3fn) if dtype == "fp8" else bits
 
 
+def flashmla_lse(want_lse):
+    """The reference LSE [b, s_q, h_q] as FlashMLA returns it: [b, h_q, s_q], +inf (not -inf)
+    for a query without visible tokens."""
+    flipped = want_lse.transpose(0, 2, 1).copy()
+    flipped[np.isneginf(flipped)] = np.inf
+    return flipped
+
+
 def values(x):
     if torch is not None and isinstance(x, torch.Tensor):
         return x.float().numpy().astype(np.float64)
@@ -72,7 +80,9 @@ def test_flash_mla_dense(framework, s_q, causal):
     assert tuple(out.shape) == (b, s_q, h_q, 512)
     assert_close_to_reference(values(out), want, "bf16")
     assert tuple(lse.shape) == (b, h_q, s_q)  # FlashMLA's layout
-    np.testing.assert_allclose(values(lse), want_lse.transpose(0, 2, 1), atol=2e-4)
+    np.testing.assert_allclose(values(lse), flashmla_lse(want_lse), atol=2e-4)
+    if s_q == 2 and causal:  # request 0 (1 token): its first query token sees nothing
+        assert np.all(np.isposinf(values(lse)[0, :, 0]))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -95,7 +105,7 @@ def test_flash_mla_sparse_fp8_blockwise(framework):
     want, want_lse = reference(w, page_size=page, indices=indices, topk_lens=topk_length,
                                sinks=sink)  # fmt: skip
     assert_close_to_reference(values(out), want, "bf16")
-    np.testing.assert_allclose(values(lse), want_lse.transpose(0, 2, 1), atol=2e-4)
+    np.testing.assert_allclose(values(lse), flashmla_lse(want_lse), atol=2e-4)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -122,8 +132,120 @@ def test_flash_mla_unsupported_arguments():
     for name in ("extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length"):
         with pytest.raises(NotImplementedError, match=f"^{name}: "):
             compat.flash_mla_with_kvcache(*args, 512, None, None, **{name: w.seq_lens})
-    with pytest.raises(NotImplementedError, match="^descale_q: a per-request"):
-        compat.flash_mla_with_kvcache(*args, 512, None, None, descale_q=np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="^descale_q: expected None for a bf16 q"):
+        compat.flash_mla_with_kvcache(*args, 512, None, None, descale_q=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="^descale_k: expected None for a bf16 k_cache"):
+        compat.flash_mla_with_kvcache(*args, 512, None, None, descale_k=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="^is_fp8_kvcache: expected False for a bf16 k_cache"):
+        compat.flash_mla_with_kvcache(*args, 512, None, None, is_fp8_kvcache=True)
+
+
+# ---- FlashMLA fp8: vLLM's fork (flash_mla_with_kvcache_fp8, get_mla_metadata_dense_fp8) --------
+
+
+def fp8_dense_workload(seed, *, q_dtype="fp8_e4m3", seq_lens=(0, 1, 64, 150), s_q=1, h_q=16):
+    return make_workload(np.random.default_rng(seed), b=len(seq_lens), s_q=s_q, h_q=h_q,
+                         page_size=64, seq_lens=list(seq_lens), q_dtype=q_dtype,
+                         kv_dtype="fp8_e4m3", q_scale=0.5, k_scale=0.25)  # fmt: skip
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("s_q,causal", [(1, True), (2, True), (2, False)])
+def test_flash_mla_with_kvcache_fp8(framework, s_q, causal):
+    """vLLM's FlashMLA backend: get_mla_metadata_dense_fp8 per step, then flash_mla_with_kvcache_fp8
+    with the cache unsqueezed to [blocks, 64, 1, 576] and descales layer._q_scale.reshape(1)."""
+    w = fp8_dense_workload(20 + s_q, s_q=s_q)
+    b, h_q = len(w.seq_lens), w.q.shape[2]
+    seq_lens = wrap(framework, w.seq_lens)
+    tile_scheduler_metadata, num_splits = compat.get_mla_metadata_dense_fp8(
+        seq_lens, s_q * h_q // 1, 1
+    )
+    assert tuple(tile_scheduler_metadata.shape)[1] == 8 and tuple(num_splits.shape) == (b + 1,)
+    assert str(num_splits.dtype).endswith("int32")
+    out, lse = compat.flash_mla_with_kvcache_fp8(
+        q=wrap(framework, w.q, "fp8"),
+        k_cache=wrap(framework, w.kv_cache, "fp8")[:, :, None, :],
+        block_table=wrap(framework, w.block_table),
+        cache_seqlens=seq_lens,
+        head_dim_v=512,
+        tile_scheduler_metadata=tile_scheduler_metadata,
+        num_splits=num_splits,
+        softmax_scale=576**-0.5,
+        causal=causal,
+        descale_q=wrap(framework, np.array([0.5], np.float32)),
+        descale_k=wrap(framework, np.array([0.25], np.float32)),
+    )
+    want, want_lse = reference(w, page_size=64, causal=causal)
+    assert tuple(out.shape) == (b, s_q, h_q, 512) and "bfloat16" in str(out.dtype)
+    assert_close_to_reference(values(out), want, "bf16")
+    assert tuple(lse.shape) == (b, h_q, s_q)
+    assert np.all(np.isposinf(values(lse)[0])), "seq_len 0: lse +inf, as FlashMLA"
+    np.testing.assert_allclose(values(lse), flashmla_lse(want_lse), atol=2e-4)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_flash_mla_fp8_cache_with_bf16_query(framework):
+    """mlakit's bf16-q mode through both FlashMLA names: descale_q None, descale_k given (a
+    float too), is_fp8_kvcache left False as vLLM's older flash_mla_with_kvcache form did."""
+    w = fp8_dense_workload(30, q_dtype="bf16", seq_lens=(5, 130))
+    q, kv = wrap(framework, w.q), wrap(framework, w.kv_cache, "fp8")
+    table, lens = wrap(framework, w.block_table), wrap(framework, w.seq_lens)
+    want, _ = reference(w, page_size=64)
+    out, _ = compat.flash_mla_with_kvcache_fp8(q, kv, table, lens, 512, None, None,
+                                               descale_k=0.25)  # fmt: skip
+    assert_close_to_reference(values(out), want, "bf16")
+    descale_k = wrap(framework, np.array([0.25], np.float32))
+    out, _ = compat.flash_mla_with_kvcache(q, kv, table, lens, 512, None, None, descale_k=descale_k)
+    assert_close_to_reference(values(out), want, "bf16")
+
+
+def test_flash_mla_fp8_descale_tensors_are_read_at_run_time():
+    """descale_k is passed by pointer: changed in place, the next call follows it."""
+    w = fp8_dense_workload(31, seq_lens=(40, 100))
+    descale_q, descale_k = np.array([0.5], np.float32), np.array([0.25], np.float32)
+    args = (w.q, w.kv_cache, w.block_table, w.seq_lens, 512, None, None)
+    first, _ = compat.flash_mla_with_kvcache_fp8(*args, descale_q=descale_q, descale_k=descale_k)
+    descale_k[0] = 0.5
+    second, _ = compat.flash_mla_with_kvcache_fp8(*args, descale_q=descale_q, descale_k=descale_k)
+    rescaled = make_workload(np.random.default_rng(31), b=2, s_q=1, h_q=16, page_size=64,
+                             seq_lens=[40, 100], q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3",
+                             q_scale=0.5, k_scale=0.5)  # fmt: skip
+    assert_close_to_reference(values(first), reference(w, page_size=64)[0], "bf16")
+    assert_close_to_reference(values(second), reference(rescaled, page_size=64)[0], "bf16")
+
+
+def test_flash_mla_fp8_argument_errors():
+    w = fp8_dense_workload(32, seq_lens=(9,))
+    one = np.ones(1, np.float32)
+    q, kv = w.q, w.kv_cache[:, :, None, :]
+    args = (w.block_table, w.seq_lens, 512, None, None)
+
+    def fp8(q=q, kv=kv, **kwargs):
+        return compat.flash_mla_with_kvcache_fp8(q, kv, *args, **kwargs)
+
+    with pytest.raises(ValueError, match=r"^descale_q: expected a one-element float32 tensor "
+                       r"\(the dequantization scale of an fp8 q\), given None"):  # fmt: skip
+        fp8(descale_k=one)
+    with pytest.raises(ValueError, match="^descale_k: expected a one-element float32 tensor"):
+        fp8(descale_q=one)
+    with pytest.raises(NotImplementedError, match="^descale_k: a per-request dequantization"):
+        fp8(descale_q=one, descale_k=np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="^descale_q: expected dtype float32, given float64"):
+        fp8(descale_q=np.ones(1, np.float64), descale_k=one)
+    with pytest.raises(ValueError, match="^descale_q: expected a finite value > 0, given 0"):
+        fp8(descale_q=0.0, descale_k=one)
+    with pytest.raises(ValueError, match="^head_dim_v: expected 512, given 576"):
+        compat.flash_mla_with_kvcache_fp8(q, kv, w.block_table, w.seq_lens, 576, None, None)
+    bf16_kv = np.zeros(kv.shape, np.uint16).view(ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match="^k_cache: expected .* float8_e4m3fn .*, given bf16"):
+        fp8(kv=bf16_kv, descale_q=one, descale_k=one)
+    blockwise = np.zeros((kv.shape[0], 64, 1, 656), np.uint8)
+    with pytest.raises(TypeError, match="^k_cache: expected .*, given the 656-byte fp8 layout"):
+        fp8(kv=blockwise, descale_q=one, descale_k=one)
+    with pytest.raises(ValueError, match="^is_fp8_kvcache: expected True for the 656-byte"):
+        compat.flash_mla_with_kvcache(q, blockwise, *args)
+    with pytest.raises(ValueError, match="^descale_q: expected None for a bf16 q"):
+        fp8(q=w.q.astype(np.uint16).view(ml_dtypes.bfloat16), descale_q=one, descale_k=one)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -69,20 +69,23 @@ def reference(q, kv, table, lens, *, softmax_scale=SCALE, causal=True, sinks=Non
     return out, lse
 
 
-def assert_close(got, want, what="out"):
+def assert_close(got, want, what="out", rel_l2_max=1e-2):
+    """Max error within 2% of the largest reference value, relative L2 error <= rel_l2_max (3e-2
+    for the fp8-q mode's fp8 products, per its documented error)."""
     got = got.float()
     assert torch.isfinite(got).all(), f"{what}: NaN or inf in the result"
     err = (got - want).abs()
     max_err, bound = err.max().item(), 0.02 * want.abs().max().item() + 1e-3
     rel_l2 = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
-    assert max_err <= bound and rel_l2 <= 1e-2, (
+    assert max_err <= bound and rel_l2 <= rel_l2_max, (
         f"{what}: max error {max_err:.3g} (bound {bound:.3g}), relative L2 {rel_l2:.3g}"
     )
 
 
 def assert_lse_close(got, want):
     finite = torch.isfinite(want)
-    assert torch.equal(torch.isneginf(got), torch.isneginf(want)), "lse: -inf where not expected"
+    assert torch.equal(got[~finite], want[~finite]), "lse: +-inf where not expected"
+    assert torch.isfinite(got[finite]).all(), "lse: +-inf where not expected"
     err = (got[finite] - want[finite]).abs()
     assert err.numel() == 0 or err.max().item() <= 1e-2 + 1e-3 * want[finite].abs().max().item()
 
@@ -327,7 +330,8 @@ def test_flash_mla_dense_decode(s_q, causal):
     assert out.shape == (b, s_q, h_q, dv) and out.dtype == q.dtype
     assert_close(out, want)
     assert lse.shape == (b, h_q, s_q) and lse.dtype == torch.float32
-    assert_lse_close(lse, want_lse.transpose(1, 2))
+    flashmla = want_lse.transpose(1, 2)  # FlashMLA: +inf for a query without visible tokens
+    assert_lse_close(lse, flashmla.masked_fill(flashmla.isneginf(), float("inf")))
 
 
 @pytest.mark.parametrize("page_size,q_len,layout", [(64, 1, "4d"), (32, 1, "3d"), (64, 2, "4d")])
