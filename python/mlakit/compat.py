@@ -412,6 +412,86 @@ def flash_mla_with_kvcache_fp8(
 # ---------------------------------------------------------------------------------------------
 
 
+def _trtllm_scales(
+    query: Any, kv_cache: Any, bmm1_scale: Any, bmm2_scale: Any
+) -> Tuple[Any, Any, Any]:
+    """FlashInfer's fused scales as mlakit's (softmax_scale, q_scale, k_scale).
+
+    FlashInfer computes softmax(bmm1_scale * q.k) . v * bmm2_scale on the stored values; mlakit
+    computes softmax(softmax_scale * (q_scale q).(k_scale k)) . (k_scale v), with q_scale only for
+    an fp8 query and k_scale (which scales K and V alike) only for an fp8 cache. So k_scale =
+    bmm2_scale, and softmax_scale * q_scale * bmm2_scale = bmm1_scale. A tensor scale stays on the
+    device (a pointer read at run time): bmm1_scale alone becomes q_scale with softmax_scale =
+    1 / bmm2_scale; a tensor bmm2_scale makes q_scale = bmm1_scale / bmm2_scale, one element-wise
+    division on the device (FlashInfer itself multiplies a tensor bmm1_scale by log2(e)). A case
+    that would need a tensor's value on the host (a softmax scale from a tensor with a 16-bit
+    query, whose scale mlakit takes as a host float only) is refused, never synchronized.
+    """
+    fp8_cache = _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
+    q_kind = _array_dtype("query", query)
+    fp8_query = q_kind == "fp8_e4m3"
+    tensors = {}
+    for name, value in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
+        if isinstance(value, bool):
+            raise TypeError(f"{name}: expected a float or a one-element float32 tensor, given bool")
+        if isinstance(value, (int, float)):
+            host_scale(name, value)
+        else:
+            _scale_array(name, value, query, "query")
+            tensors[name] = value
+    bmm1_tensor = "bmm1_scale" in tensors
+    bmm2_tensor = "bmm2_scale" in tensors
+
+    if not fp8_cache:
+        if bmm2_tensor:
+            raise _not_supported(
+                "bmm2_scale",
+                "a tensor with a 16-bit cache",
+                "mlakit scales the output only through an fp8 cache's dequantization scale: "
+                "pass 1.0",
+            )
+        if float(bmm2_scale) != 1.0:
+            raise _not_supported("bmm2_scale", "an output scale other than 1.0 with a 16-bit cache")
+    if bmm1_tensor and not fp8_query:
+        raise _not_supported(
+            "bmm1_scale",
+            f"a tensor with a {q_kind} query",
+            "the softmax scale of a 16-bit query is a host float in mlakit, and reading the "
+            "tensor would synchronize; FlashInfer takes tensor scales for fp8 inputs only: pass "
+            "a float",
+        )
+    if bmm2_tensor and not fp8_query:
+        raise _not_supported(
+            "bmm2_scale",
+            f"a tensor with a {q_kind} query",
+            "the softmax scale would be bmm1_scale / bmm2_scale, a device value, and the scale of "
+            "a 16-bit query is a host float in mlakit; FlashInfer takes tensor scales for fp8 "
+            "inputs only: pass a float, or an fp8 query",
+        )
+
+    if not fp8_cache:
+        return float(bmm1_scale), (1.0 if fp8_query else None), None
+    if not fp8_query:
+        return float(bmm1_scale) / float(bmm2_scale), None, float(bmm2_scale)
+    if bmm2_tensor:
+        return 1.0, _divide(bmm1_scale, bmm2_scale), bmm2_scale
+    if bmm1_tensor:
+        return 1.0 / float(bmm2_scale), bmm1_scale, float(bmm2_scale)
+    return float(bmm1_scale) / float(bmm2_scale), 1.0, float(bmm2_scale)
+
+
+def _divide(numerator: Any, denominator: Any) -> Any:
+    """numerator / denominator as a one-element float32 array of the denominator's framework and
+    device, computed there (on a GPU: one kernel on the current stream, captured with a graph)."""
+    kind = _arrays.framework(denominator)
+    if kind == "torch":
+        return sys.modules["torch"].div(numerator, denominator)
+    if kind == "numpy":
+        np = sys.modules["numpy"]
+        return np.divide(numerator, denominator, dtype=np.float32)
+    return numerator / denominator
+
+
 def trtllm_batch_decode_with_kv_cache_mla(
     query: Any,
     kv_cache: Any,
@@ -446,9 +526,11 @@ def trtllm_batch_decode_with_kv_cache_mla(
         max_seq_len: the longest cached length (sizes mlakit's workspace).
         out: [batch_size, q_len_per_request, num_heads, 512] (or [batch_size, num_heads, 512]
             when q_len_per_request is 1), written in place and returned.
-        bmm1_scale: q_scale * k_scale * softmax scale, a float.
-        bmm2_scale: v_scale * o_scale, a float; it must be 1.0 for a 16-bit cache (an fp8 cache
-            folds it into its dequantization scale).
+        bmm1_scale: q_scale * k_scale * softmax scale: a float, or a one-element float32
+            tensor where the query is, read at run time (with an fp8 query and cache only, as in
+            FlashInfer).
+        bmm2_scale: v_scale * o_scale: a float, or such a tensor (with an fp8 query and cache
+            only); it must be 1.0 with a 16-bit cache (mlakit has no output scale).
         sinks: [num_heads] float32 sink logits (a tensor, or a list holding one).
         skip_softmax_threshold_scale_factor: not supported.
         enable_pdl: programmatic dependent launch (None: off).
@@ -464,9 +546,6 @@ def trtllm_batch_decode_with_kv_cache_mla(
         raise ValueError(f"qk_rope_head_dim: expected 64, given {qk_rope_head_dim}")
     if skip_softmax_threshold_scale_factor is not None:
         raise _not_supported("skip_softmax_threshold_scale_factor", "skip-softmax sparsity")
-    for name, value in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
-        if not isinstance(value, (int, float)):
-            raise _not_supported(name, "a tensor scale (pass a float)")
     if isinstance(sinks, (list, tuple)):
         if len(sinks) != 1:
             raise ValueError(
@@ -474,16 +553,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
             )
         sinks = sinks[0]
 
-    fp8_cache = _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
-    fp8_query = _array_dtype("query", query) == "fp8_e4m3"
-    softmax_scale = float(bmm1_scale)
-    k_scale = None
-    if fp8_cache:
-        # V = e4m3 * bmm2_scale, and K gets the same scale: the scores keep their bmm1_scale.
-        k_scale = float(bmm2_scale)
-        softmax_scale = float(bmm1_scale) / float(bmm2_scale)
-    elif float(bmm2_scale) != 1.0:
-        raise _not_supported("bmm2_scale", "an output scale other than 1.0 with a 16-bit cache")
+    softmax_scale, q_scale, k_scale = _trtllm_scales(query, kv_cache, bmm1_scale, bmm2_scale)
 
     out4 = out
     if out is not None and len(out.shape) == 3:
@@ -498,7 +568,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         return_lse=False,
         softmax_scale=softmax_scale,
         causal=True,
-        q_scale=1.0 if fp8_query else None,
+        q_scale=q_scale,
         k_scale=k_scale,
         sinks=sinks,
         indices=block_tables if sparse else None,

@@ -324,7 +324,75 @@ def test_trtllm_unsupported_arguments():
         call(skip_softmax_threshold_scale_factor=1.0)
     with pytest.raises(NotImplementedError, match="^bmm2_scale: an output scale other than 1.0"):
         call(bmm2_scale=0.5)
-    with pytest.raises(NotImplementedError, match="^bmm1_scale: a tensor scale"):
+    with pytest.raises(NotImplementedError, match="^bmm1_scale: a tensor with a bf16 query is "):
         call(bmm1_scale=np.ones(1, np.float32))
+    with pytest.raises(NotImplementedError, match="^bmm2_scale: a tensor with a 16-bit cache is "):
+        call(bmm2_scale=np.ones(1, np.float32))
+    for bad in (0.0, -0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="^bmm1_scale: expected a finite value > 0, given "):
+            call(bmm1_scale=bad)
+    with pytest.raises(ValueError, match="^bmm2_scale: expected a finite value > 0, given 0"):
+        call(bmm2_scale=0)
+    with pytest.raises(TypeError, match="^bmm1_scale: expected dtype float32, given float64"):
+        call(bmm1_scale=np.ones(1, np.float64))
+    with pytest.raises(ValueError, match="^bmm1_scale: expected a one-element float32 array"):
+        call(bmm1_scale=np.ones(2, np.float32))
     with pytest.raises(ValueError, match="sinks: expected one"):
         call(sinks=[np.zeros(4, np.float32)] * 2)
+
+
+# ---- FlashInfer's fused scales with an fp8 cache: floats and one-element tensors -----------------
+
+BMM1, BMM2 = 0.05, 0.5
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("query", ["fp8", "bf16"])
+@pytest.mark.parametrize("bmm1_form", ["float", "tensor"])
+@pytest.mark.parametrize("bmm2_form", ["float", "tensor"])
+def test_trtllm_fp8_scales(framework, query, bmm1_form, bmm2_form):
+    """out = softmax(bmm1_scale * q.k) . v * bmm2_scale on the stored values, whichever form the
+    scales take; a form that would need a tensor's value on the host is refused by name."""
+    rng = np.random.default_rng(40)
+    b, h, page = 3, 8, 32
+    # Scales 1: the workload's values are the stored ones, which FlashInfer's scales multiply.
+    w = make_workload(rng, b=b, s_q=1, h_q=h, page_size=page, seq_lens=[0, 33, 90],
+                      q_dtype="fp8_e4m3" if query == "fp8" else "bf16",
+                      kv_dtype="fp8_e4m3")  # fmt: skip
+    sinks = rng.standard_normal(h).astype(np.float32)
+
+    def form(value, kind):
+        return value if kind == "float" else wrap(framework, np.array([value], np.float32))
+
+    out = wrap(framework, np.full((b, 1, h, 512), 0x7FC0, np.uint16))  # NaN-poisoned bf16
+    call = dict(query=wrap(framework, w.q, query), kv_cache=wrap(framework, w.kv_cache, "fp8"),
+                workspace_buffer=None, qk_nope_head_dim=128, kv_lora_rank=512,
+                qk_rope_head_dim=64, block_tables=wrap(framework, w.block_table),
+                seq_lens=wrap(framework, w.seq_lens), max_seq_len=96, out=out,
+                bmm1_scale=form(BMM1, bmm1_form), bmm2_scale=form(BMM2, bmm2_form),
+                sinks=[wrap(framework, sinks)])  # fmt: skip
+    if query == "bf16" and (bmm1_form, bmm2_form) != ("float", "float"):
+        name = "bmm1_scale" if bmm1_form == "tensor" else "bmm2_scale"
+        with pytest.raises(NotImplementedError, match=f"^{name}: a tensor with a bf16 query is "):
+            compat.trtllm_batch_decode_with_kv_cache_mla(**call)
+        return
+    assert compat.trtllm_batch_decode_with_kv_cache_mla(**call) is out
+    want, _ = reference(w, page_size=page, softmax_scale=BMM1, sinks=sinks)
+    assert_close_to_reference(values(out), want * BMM2, "bf16")
+
+
+def test_trtllm_tensor_scales_are_read_at_run_time():
+    """Tensor scales reach mlakit as pointers (bmm1 / bmm2 as a device division when bmm2 is a
+    tensor): changed in place, the next call follows them."""
+    rng = np.random.default_rng(41)
+    w = make_workload(rng, b=2, s_q=1, h_q=8, page_size=64, seq_lens=[70, 12], q_dtype="fp8_e4m3",
+                      kv_dtype="fp8_e4m3")  # fmt: skip
+    bmm1, bmm2 = np.array([BMM1], np.float32), np.array([BMM2], np.float32)
+    for one, two in ((BMM1, BMM2), (0.02, 2.0)):
+        bmm1[0], bmm2[0] = one, two
+        out = compat.trtllm_batch_decode_with_kv_cache_mla(
+            w.q, w.kv_cache, None, 128, 512, 64, w.block_table, w.seq_lens, 128,
+            bmm1_scale=bmm1, bmm2_scale=bmm2,
+        )  # fmt: skip
+        want, _ = reference(w, page_size=64, softmax_scale=one)
+        assert_close_to_reference(values(out), want * two, "bf16")
