@@ -350,7 +350,8 @@ def flash_mla_with_kvcache(
         descale_q, descale_k: the dequantization scales of an fp8 q / cache (vLLM's keywords):
             one-element float32 tensors where q is, read at run time (a captured CUDA graph
             follows them), or floats. Required with fp8 e4m3 inputs (descale_k is optional with
-            the 656-byte layout), refused with 16-bit ones; per-request scales are not supported.
+            the 656-byte layout, where it multiplies the 512 fp8 values, not the bf16 RoPE part),
+            refused with 16-bit ones; per-request scales are not supported.
 
     Returns:
         (out [batch_size, seq_len_q, num_heads_q, 512], softmax_lse [batch_size, num_heads_q,
@@ -427,7 +428,11 @@ def _trtllm_scales(
     that would need a tensor's value on the host (a softmax scale from a tensor with a 16-bit
     query, whose scale mlakit takes as a host float only) is refused, never synchronized.
     """
-    fp8_cache = _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
+    # The 656-byte blockwise cache's k_scale multiplies its 512 fp8 values but not its bf16 RoPE
+    # part, so it cannot carry an output scale: bmm2_scale is 1.0 there, as with a 16-bit cache.
+    blockwise = int(kv_cache.shape[-1]) == 656
+    fp8_cache = not blockwise and _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
+    cache_kind = "the 656-byte fp8 cache" if blockwise else "a 16-bit cache"
     q_kind = _array_dtype("query", query)
     fp8_query = q_kind == "fp8_e4m3"
     tensors = {}
@@ -446,12 +451,12 @@ def _trtllm_scales(
         if bmm2_tensor:
             raise _not_supported(
                 "bmm2_scale",
-                "a tensor with a 16-bit cache",
-                "mlakit scales the output only through an fp8 cache's dequantization scale: "
-                "pass 1.0",
+                f"a tensor with {cache_kind}",
+                "mlakit scales the output only through a per-tensor fp8 cache's dequantization "
+                "scale: pass 1.0",
             )
         if float(bmm2_scale) != 1.0:
-            raise _not_supported("bmm2_scale", "an output scale other than 1.0 with a 16-bit cache")
+            raise _not_supported("bmm2_scale", f"an output scale other than 1.0 with {cache_kind}")
     if bmm1_tensor and not fp8_query:
         raise _not_supported(
             "bmm1_scale",
@@ -530,7 +535,8 @@ def trtllm_batch_decode_with_kv_cache_mla(
             tensor where the query is, read at run time (with an fp8 query and cache only, as in
             FlashInfer).
         bmm2_scale: v_scale * o_scale: a float, or such a tensor (with an fp8 query and cache
-            only); it must be 1.0 with a 16-bit cache (mlakit has no output scale).
+            only); it must be 1.0 with a 16-bit or 656-byte blockwise cache (mlakit has no
+            output scale).
         sinks: [num_heads] float32 sink logits (a tensor, or a list holding one).
         skip_softmax_threshold_scale_factor: not supported.
         enable_pdl: programmatic dependent launch (None: off).

@@ -381,6 +381,27 @@ def test_trtllm_fp8_scales(framework, query, bmm1_form, bmm2_form):
     assert_close_to_reference(values(out), want * BMM2, "bf16")
 
 
+def test_trtllm_blockwise_cache_takes_no_output_scale():
+    """The 656-byte cache's k_scale leaves its RoPE part unscaled: it cannot carry bmm2_scale."""
+    rng = np.random.default_rng(42)
+    b, h, page, topk = 2, 8, 64, 16
+    w = make_workload(rng, b=b, s_q=1, h_q=h, page_size=page, seq_lens=[80, 30], blockwise=True)
+    indices = np.full((b, 1, topk), -1, np.int32)
+    for i in range(b):
+        owned = [int(w.block_table[i, j // page]) * page + j % page for j in range(w.seq_lens[i])]
+        indices[i, 0, :10] = rng.choice(owned, 10, replace=False)
+    args = (w.q.view(ml_dtypes.bfloat16), w.kv_cache, None, 128, 512, 64, indices, w.seq_lens,
+            128)  # fmt: skip
+    out = compat.trtllm_batch_decode_with_kv_cache_mla(*args, sparse_mla_top_k=topk,
+                                                       bmm1_scale=0.05)  # fmt: skip
+    want, _ = reference(w, page_size=page, softmax_scale=0.05, indices=indices)
+    assert_close_to_reference(values(out), want, "bf16")
+    with pytest.raises(NotImplementedError, match="^bmm2_scale: an output scale other than 1.0 "
+                       "with the 656-byte fp8 cache is not supported"):  # fmt: skip
+        compat.trtllm_batch_decode_with_kv_cache_mla(*args, sparse_mla_top_k=topk,
+                                                     bmm1_scale=0.05, bmm2_scale=0.5)  # fmt: skip
+
+
 def test_trtllm_tensor_scales_are_read_at_run_time():
     """Tensor scales reach mlakit as pointers (bmm1 / bmm2 as a device division when bmm2 is a
     tensor): changed in place, the next call follows them."""
