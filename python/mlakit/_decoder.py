@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Tuple, Union
 
 from . import _arrays
@@ -224,8 +225,11 @@ class Decoder:
                 array of q's framework (NumPy, PyTorch and CuPy).
             lse: [b, s_q, h_q] float32 for decoders made with lse=True (None: a new array).
             softmax_scale: None: 1/sqrt(576).
-            q_scale, k_scale: fp8 dequantization scales: a float, or a one-element float32 array
-                where the backend runs (read at run time, so a captured graph follows it).
+            q_scale, k_scale: fp8 dequantization scales (value = e4m3 * scale; k_scale scales K
+                and V): a finite float > 0, or a one-element float32 array where the backend runs
+                (a pointer read at run time, so a captured graph follows a changing value).
+                q_scale is required with an fp8 q, k_scale with a dense fp8 cache (optional with
+                fp8_blockwise); both are refused with 16-bit inputs.
             sinks: [h_q] float32 sink logits (decoders made with sinks=True).
             indices: [b, s_q, topk] int32 cache slots ``page * page_size + offset``, -1 = empty
                 (sparse decoders).
@@ -285,10 +289,25 @@ class Decoder:
         return (out, lse) if self._lse else out
 
 
+def host_scale(name: str, value: Any) -> float:
+    """A scale given as a host number, checked: finite and > 0.
+
+    The library takes NaN for "not given", so a NaN (or 0, a negative or an infinite value) must
+    be refused here, by name, rather than passed on.
+    """
+    scale = float(value)
+    if not (math.isfinite(scale) and scale > 0.0):
+        raise ValueError(f"{name}: expected a finite value > 0, given {scale:g}")
+    return scale
+
+
 def _scale(name: str, value: ScaleArg) -> Any:
-    """A host float stays a float (NumPy scalars become one); an array is exported."""
-    if value is None or isinstance(value, (int, float)):
-        return value
+    """A host number becomes a checked float (NumPy scalars too); an array is exported, so that
+    the library reads it where the backend runs, at run time (a captured graph follows it)."""
+    if value is None or isinstance(value, bool):
+        return value  # bool: the extension refuses it with its usual message
+    if isinstance(value, (int, float)):
+        return host_scale(name, value)
     if _arrays.framework(value) == "numpy" and type(value).__name__ != "ndarray":
-        return float(value)
+        return host_scale(name, value)
     return _arrays.export(name, value)

@@ -3,27 +3,37 @@
 Switching is a change of import::
 
     from mlakit.compat import flash_mla_with_kvcache, get_mla_metadata
+    from mlakit.compat import flash_mla_with_kvcache_fp8, get_mla_metadata_dense_fp8
     from mlakit.compat import trtllm_batch_decode_with_kv_cache_mla
 
-The signatures and return values follow the originals (FlashMLA's ``flash_mla_interface.py`` and
-FlashInfer's ``flashinfer.mla``); arguments whose feature mlakit does not have raise
-NotImplementedError naming the argument. PyTorch tensors go through the ``mlakit::decode`` custom
-op (torch.compile and CUDA graphs work); other arrays through a cached ``mlakit.Decoder``.
+The signatures and return values follow the originals (FlashMLA's ``flash_mla_interface.py``, the
+fp8 entry points of vLLM's FlashMLA fork in ``vllm.attention.ops.flashmla``, and FlashInfer's
+``flashinfer.mla``); every argument is implemented, or raises (NotImplementedError where mlakit
+lacks the feature) with a message naming it. PyTorch tensors go through the ``mlakit::decode``
+custom op (torch.compile and CUDA graphs work); other arrays through a cached ``mlakit.Decoder``.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, List, Optional, Tuple, Union
 
 from . import _arrays, _cache
-from ._decoder import dtype_name
+from ._decoder import dtype_name, host_scale
 
-__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "trtllm_batch_decode_with_kv_cache_mla"]
+__all__ = [
+    "get_mla_metadata",
+    "get_mla_metadata_dense_fp8",
+    "flash_mla_with_kvcache",
+    "flash_mla_with_kvcache_fp8",
+    "trtllm_batch_decode_with_kv_cache_mla",
+]
 
 
-def _not_supported(name: str, what: str) -> NotImplementedError:
-    return NotImplementedError(f"{name}: {what} is not supported by mlakit")
+def _not_supported(name: str, what: str, why: str = "") -> NotImplementedError:
+    because = f" ({why})" if why else ""
+    return NotImplementedError(f"{name}: {what} is not supported by mlakit{because}")
 
 
 def _numel(x: Any) -> int:
@@ -116,8 +126,33 @@ def _decode(
 
 
 # ---------------------------------------------------------------------------------------------
-# FlashMLA
+# FlashMLA (deepseek-ai/FlashMLA, and the fp8 entry points of vLLM's fork)
 # ---------------------------------------------------------------------------------------------
+
+
+def _placeholder_metadata(
+    cache_seqlens: Any, num_q_tokens_per_head_k: int, num_heads_k: int
+) -> Tuple[Any, Any]:
+    """Zero-filled tile_scheduler_metadata [num_sm_parts, 8] and num_splits [b + 1] int32."""
+    batch = int(cache_seqlens.shape[0])
+    sm_count = 1
+    kind = _arrays.framework(cache_seqlens)
+    if kind == "torch" and cache_seqlens.is_cuda:
+        torch = sys.modules["torch"]
+        sm_count = torch.cuda.get_device_properties(cache_seqlens.device).multi_processor_count
+    # FlashMLA's split: SMs per KV head and per 64-row block of query heads.
+    blocks_m = max(1, -(-int(num_q_tokens_per_head_k) // 64))
+    parts = max(1, sm_count // max(1, int(num_heads_k)) // blocks_m)
+    if kind == "torch":
+        torch = sys.modules["torch"]
+        device = cache_seqlens.device
+        return (
+            torch.zeros((parts, 8), dtype=torch.int32, device=device),
+            torch.zeros((batch + 1,), dtype=torch.int32, device=device),
+        )
+    import numpy
+
+    return numpy.zeros((parts, 8), numpy.int32), numpy.zeros((batch + 1,), numpy.int32)
 
 
 def get_mla_metadata(
@@ -146,25 +181,129 @@ def get_mla_metadata(
         raise TypeError(f"get_mla_metadata() got unexpected keyword arguments {sorted(kwargs)}")
     if num_q_tokens_per_head_k is None:
         raise TypeError("get_mla_metadata() missing argument 'num_q_tokens_per_head_k'")
-    batch = int(cache_seqlens.shape[0])
-    sm_count = 1
-    kind = _arrays.framework(cache_seqlens)
-    if kind == "torch" and cache_seqlens.is_cuda:
-        torch = sys.modules["torch"]
-        sm_count = torch.cuda.get_device_properties(cache_seqlens.device).multi_processor_count
-    # FlashMLA's split: SMs per KV head and per 64-row block of query heads.
-    blocks_m = max(1, -(-int(num_q_tokens_per_head_k) // 64))
-    parts = max(1, sm_count // max(1, int(num_heads_k)) // blocks_m)
-    if kind == "torch":
-        torch = sys.modules["torch"]
-        device = cache_seqlens.device
-        return (
-            torch.zeros((parts, 8), dtype=torch.int32, device=device),
-            torch.zeros((batch + 1,), dtype=torch.int32, device=device),
-        )
-    import numpy
+    return _placeholder_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k)
 
-    return numpy.zeros((parts, 8), numpy.int32), numpy.zeros((batch + 1,), numpy.int32)
+
+def get_mla_metadata_dense_fp8(
+    cache_seqlens: Any, num_q_tokens_per_head_k: int, num_heads_k: int
+) -> Tuple[Any, Any]:
+    """vLLM's ``get_mla_metadata_dense_fp8`` (the metadata of ``flash_mla_with_kvcache_fp8``):
+    placeholders of its shapes, as ``get_mla_metadata`` returns; mlakit plans on the device.
+
+    Returns:
+        (tile_scheduler_metadata [num_sm_parts, 8] int32, num_splits [batch_size + 1] int32)
+    """
+    return _placeholder_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k)
+
+
+def _scale_array(name: str, x: Any, like: Any, like_name: str) -> None:
+    """A scale given as an array: one float32 element in the memory of ``like`` (no host read)."""
+    dtype = str(getattr(x, "dtype", type(x).__name__))
+    if dtype not in ("float32", "torch.float32"):
+        raise TypeError(f"{name}: expected dtype float32, given {dtype.replace('torch.', '')}")
+    if _numel(x) != 1:
+        raise ValueError(
+            f"{name}: expected a one-element float32 array, given shape {list(x.shape)}"
+        )
+    where, like_where = _arrays.dlpack_device(x), _arrays.dlpack_device(like)
+    if where != like_where:
+        raise ValueError(
+            f"{name}: expected an array where {like_name} is (DLPack device {like_where}), "
+            f"given one on DLPack device {where}"
+        )
+
+
+def _flashmla_lse(lse: Any) -> Any:
+    """mlakit's lse [b, s_q, h_q] as FlashMLA returns it: [b, h_q, s_q], +inf for a row without
+    tokens (mlakit writes -inf there, the neutral value of a merge)."""
+    if _arrays.framework(lse) == "torch":
+        torch = sys.modules["torch"]
+        # One kernel, also under torch.compile and CUDA graph capture; no host read.
+        return torch.nan_to_num(lse.transpose(1, 2).contiguous(), nan=math.nan, neginf=math.inf)
+    np = sys.modules["numpy"]
+    flipped = np.ascontiguousarray(lse.transpose(0, 2, 1))
+    flipped[np.isneginf(flipped)] = np.inf
+    return flipped
+
+
+def _flash_mla(
+    q: Any,
+    k_cache: Any,
+    block_table: Any,
+    cache_seqlens: Any,
+    head_dim_v: int,
+    softmax_scale: Optional[float],
+    causal: bool,
+    is_fp8_kvcache: Optional[bool],
+    descale_q: Any,
+    descale_k: Any,
+    indices: Any = None,
+    attn_sink: Any = None,
+    topk_length: Any = None,
+) -> Tuple[Any, Any]:
+    """The FlashMLA calls' common body. ``is_fp8_kvcache`` None: the fp8 entry point (an e4m3
+    cache with one scale is required)."""
+    if head_dim_v != 512:
+        raise ValueError(f"head_dim_v: expected 512, given {head_dim_v}")
+    blockwise = int(k_cache.shape[-1]) == 656
+    q_kind = _array_dtype("q", q)
+    kv_kind = "fp8_blockwise" if blockwise else _array_dtype("k_cache", k_cache)
+    if is_fp8_kvcache is None:
+        if kv_kind != "fp8_e4m3":
+            raise TypeError(
+                "k_cache: expected [num_blocks, page_block_size, 1, 576] float8_e4m3fn (or its "
+                f"bits as uint8), given {'the 656-byte fp8 layout' if blockwise else kv_kind} "
+                "(flash_mla_with_kvcache takes the other caches)"
+            )
+    elif is_fp8_kvcache and kv_kind not in ("fp8_e4m3", "fp8_blockwise"):
+        raise ValueError(f"is_fp8_kvcache: expected False for a {kv_kind} k_cache, given True")
+    elif not is_fp8_kvcache and blockwise:
+        raise ValueError(
+            "is_fp8_kvcache: expected True for the 656-byte fp8 k_cache layout, given False"
+        )
+
+    # A descale is the dequantization scale of an fp8 input, so it is required with an fp8 q or
+    # a per-tensor fp8 cache, optional with the blockwise cache (a factor on its 512 values) and
+    # refused with a 16-bit input (mlakit could not apply it).
+    for name, value, kind, input_name in (
+        ("descale_q", descale_q, q_kind, "q"),
+        ("descale_k", descale_k, kv_kind, "k_cache"),
+    ):
+        if value is None:
+            if kind == "fp8_e4m3":
+                raise ValueError(
+                    f"{name}: expected a one-element float32 tensor (the dequantization scale "
+                    f"of an fp8 {input_name}), given None"
+                )
+            continue
+        if kind in ("bf16", "fp16"):
+            raise ValueError(
+                f"{name}: expected None for a {kind} {input_name} (a descale applies to fp8 "
+                f"e4m3 inputs), given {type(value).__name__}"
+            )
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            host_scale(name, value)
+            continue
+        if _numel(value) != 1:
+            raise _not_supported(name, "a per-request dequantization scale (one scale per tensor)")
+        _scale_array(name, value, q, "q")
+
+    sparse = indices is not None
+    out, lse = _decode(
+        q,
+        k_cache,
+        None if sparse else block_table,
+        None if sparse else cache_seqlens,
+        return_lse=True,
+        softmax_scale=q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale,
+        causal=bool(causal) and not sparse,
+        q_scale=descale_q,
+        k_scale=descale_k,
+        sinks=attn_sink,
+        indices=indices,
+        topk_lens=topk_length,
+    )
+    return out, _flashmla_lse(lse)
 
 
 def flash_mla_with_kvcache(
@@ -191,29 +330,33 @@ def flash_mla_with_kvcache(
     """FlashMLA's ``flash_mla_with_kvcache`` (dense and sparse decode), computed by mlakit.
 
     Arguments:
-        q: [batch_size, seq_len_q, num_heads_q, 576].
-        k_cache: [num_blocks, page_block_size, 1, 576] (bf16 / fp16; fp8 e4m3 with
+        q: [batch_size, seq_len_q, num_heads_q, 576] bf16 / fp16, or fp8 e4m3 with
+            ``descale_q`` (the fp8 cache's bf16-q or fp8-q mode).
+        k_cache: [num_blocks, page_block_size, 1, 576] (bf16 / fp16 as q; fp8 e4m3 with
             ``descale_k``), or 656 bytes per token with ``is_fp8_kvcache`` (the V3.2 layout).
         block_table: [batch_size, max_num_blocks_per_seq] int32 (unused when sparse).
         cache_seqlens: [batch_size] int32 (unused when sparse).
         head_dim_v: must be 512.
-        tile_scheduler_metadata, num_splits: from ``get_mla_metadata``; ignored.
+        tile_scheduler_metadata, num_splits: from ``get_mla_metadata``; unused (mlakit plans
+            its split on the device inside each decode).
         softmax_scale: None: 1/sqrt(576).
         causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t.
-        is_fp8_kvcache: the cache holds fp8 (656-byte blockwise tokens, or e4m3 with descale_k).
+        is_fp8_kvcache: True for an fp8 cache: the 656-byte layout (required there) or e4m3 with
+            ``descale_k`` (where vLLM's older form leaves it False); False for bf16 / fp16.
         indices: [batch_size, seq_len_q, topk] int32 cache slots, -1 = empty (sparse).
         attn_sink: [num_heads_q] float32 sink logits.
         topk_length: [batch_size] int32: only the first topk_length[i] indices count.
         extra_k_cache, extra_indices_in_kvcache, extra_topk_length: not supported.
-        descale_q, descale_k: one-element float32 dequantization scales of an fp8 q / cache (the
-            per-tensor form vLLM passes; per-request scales are not supported).
+        descale_q, descale_k: the dequantization scales of an fp8 q / cache (vLLM's keywords):
+            one-element float32 tensors where q is, read at run time (a captured CUDA graph
+            follows them), or floats. Required with fp8 e4m3 inputs (descale_k is optional with
+            the 656-byte layout, where it multiplies the 512 fp8 values, not the bf16 RoPE part),
+            refused with 16-bit ones; per-request scales are not supported.
 
     Returns:
         (out [batch_size, seq_len_q, num_heads_q, 512], softmax_lse [batch_size, num_heads_q,
-        seq_len_q] float32, natural log).
+        seq_len_q] float32, natural log, +inf for a query without visible tokens).
     """
-    if head_dim_v != 512:
-        raise ValueError(f"head_dim_v: expected 512, given {head_dim_v}")
     for name, value in (
         ("extra_k_cache", extra_k_cache),
         ("extra_indices_in_kvcache", extra_indices_in_kvcache),
@@ -221,33 +364,137 @@ def flash_mla_with_kvcache(
     ):
         if value is not None:
             raise _not_supported(name, "attending to a second (extra) KV cache")
-    for name, value in (("descale_q", descale_q), ("descale_k", descale_k)):
-        if value is not None and _numel(value) != 1:
-            raise _not_supported(name, "a per-request dequantization scale (one scale per tensor)")
-    sparse = indices is not None
-    out, lse = _decode(
-        q,
-        k_cache,
-        None if sparse else block_table,
-        None if sparse else cache_seqlens,
-        return_lse=True,
-        softmax_scale=q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale,
-        causal=bool(causal) and not sparse,
-        q_scale=descale_q,
-        k_scale=descale_k,
-        sinks=attn_sink,
-        indices=indices,
-        topk_lens=topk_length,
-    )
-    # mlakit writes lse as [b, s_q, h_q]; FlashMLA returns [b, h_q, s_q].
-    if _arrays.framework(lse) == "torch":
-        return out, lse.transpose(1, 2).contiguous()
-    return out, sys.modules["numpy"].ascontiguousarray(lse.transpose(0, 2, 1))
+    return _flash_mla(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                      bool(is_fp8_kvcache), descale_q, descale_k, indices, attn_sink,
+                      topk_length)  # fmt: skip
+
+
+def flash_mla_with_kvcache_fp8(
+    q: Any,
+    k_cache: Any,
+    block_table: Any,
+    cache_seqlens: Any,
+    head_dim_v: int,
+    tile_scheduler_metadata: Any = None,
+    num_splits: Any = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    descale_q: Any = None,
+    descale_k: Any = None,
+) -> Tuple[Any, Any]:
+    """The dense fp8 decode of vLLM's FlashMLA fork (``vllm.attention.ops.flashmla``), computed
+    by mlakit: a per-tensor-scaled fp8 e4m3 cache.
+
+    Arguments:
+        q: [batch_size, seq_len_q, num_heads_q, 576] fp8 e4m3 with ``descale_q`` (mlakit's fp8-q
+            mode); also bf16 / fp16 without it (the bf16-q mode, which the fork lacks).
+        k_cache: [num_blocks, page_block_size, 1, 576] (or 3-D) fp8 e4m3, or its bits as uint8.
+        block_table: [batch_size, max_num_blocks_per_seq] int32.
+        cache_seqlens: [batch_size] int32.
+        head_dim_v: must be 512.
+        tile_scheduler_metadata, num_splits: from ``get_mla_metadata_dense_fp8``; unused.
+        softmax_scale: None: 1/sqrt(576).
+        causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t.
+        descale_q, descale_k: one-element float32 tensors where q is (read at run time, so a
+            captured CUDA graph follows them; vLLM passes ``layer._q_scale.reshape(1)``), or
+            floats. value = e4m3 * descale; descale_k scales K and V.
+
+    Returns:
+        (out [batch_size, seq_len_q, num_heads_q, 512] bf16 (q's dtype for a 16-bit q),
+        softmax_lse [batch_size, num_heads_q, seq_len_q] float32, natural log, +inf for a query
+        without visible tokens).
+    """
+    return _flash_mla(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                      None, descale_q, descale_k)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
 # FlashInfer (TensorRT-LLM kernels)
 # ---------------------------------------------------------------------------------------------
+
+
+def _trtllm_scales(
+    query: Any, kv_cache: Any, bmm1_scale: Any, bmm2_scale: Any
+) -> Tuple[Any, Any, Any]:
+    """FlashInfer's fused scales as mlakit's (softmax_scale, q_scale, k_scale).
+
+    FlashInfer computes softmax(bmm1_scale * q.k) . v * bmm2_scale on the stored values; mlakit
+    computes softmax(softmax_scale * (q_scale q).(k_scale k)) . (k_scale v), with q_scale only for
+    an fp8 query and k_scale (which scales K and V alike) only for an fp8 cache. So k_scale =
+    bmm2_scale, and softmax_scale * q_scale * bmm2_scale = bmm1_scale. A tensor scale stays on the
+    device (a pointer read at run time): bmm1_scale alone becomes q_scale with softmax_scale =
+    1 / bmm2_scale; a tensor bmm2_scale makes q_scale = bmm1_scale / bmm2_scale, one element-wise
+    division on the device (FlashInfer itself multiplies a tensor bmm1_scale by log2(e)). A case
+    that would need a tensor's value on the host (a softmax scale from a tensor with a 16-bit
+    query, whose scale mlakit takes as a host float only) is refused, never synchronized.
+    """
+    # The 656-byte blockwise cache's k_scale multiplies its 512 fp8 values but not its bf16 RoPE
+    # part, so it cannot carry an output scale: bmm2_scale is 1.0 there, as with a 16-bit cache.
+    blockwise = int(kv_cache.shape[-1]) == 656
+    fp8_cache = not blockwise and _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
+    cache_kind = "the 656-byte fp8 cache" if blockwise else "a 16-bit cache"
+    q_kind = _array_dtype("query", query)
+    fp8_query = q_kind == "fp8_e4m3"
+    tensors = {}
+    for name, value in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
+        if isinstance(value, bool):
+            raise TypeError(f"{name}: expected a float or a one-element float32 tensor, given bool")
+        if isinstance(value, (int, float)):
+            host_scale(name, value)
+        else:
+            _scale_array(name, value, query, "query")
+            tensors[name] = value
+    bmm1_tensor = "bmm1_scale" in tensors
+    bmm2_tensor = "bmm2_scale" in tensors
+
+    if not fp8_cache:
+        if bmm2_tensor:
+            raise _not_supported(
+                "bmm2_scale",
+                f"a tensor with {cache_kind}",
+                "mlakit scales the output only through a per-tensor fp8 cache's dequantization "
+                "scale: pass 1.0",
+            )
+        if float(bmm2_scale) != 1.0:
+            raise _not_supported("bmm2_scale", f"an output scale other than 1.0 with {cache_kind}")
+    if bmm1_tensor and not fp8_query:
+        raise _not_supported(
+            "bmm1_scale",
+            f"a tensor with a {q_kind} query",
+            "the softmax scale of a 16-bit query is a host float in mlakit, and reading the "
+            "tensor would synchronize; FlashInfer takes tensor scales for fp8 inputs only: pass "
+            "a float",
+        )
+    if bmm2_tensor and not fp8_query:
+        raise _not_supported(
+            "bmm2_scale",
+            f"a tensor with a {q_kind} query",
+            "the softmax scale would be bmm1_scale / bmm2_scale, a device value, and the scale of "
+            "a 16-bit query is a host float in mlakit; FlashInfer takes tensor scales for fp8 "
+            "inputs only: pass a float, or an fp8 query",
+        )
+
+    if not fp8_cache:
+        return float(bmm1_scale), (1.0 if fp8_query else None), None
+    if not fp8_query:
+        return float(bmm1_scale) / float(bmm2_scale), None, float(bmm2_scale)
+    if bmm2_tensor:
+        return 1.0, _divide(bmm1_scale, bmm2_scale), bmm2_scale
+    if bmm1_tensor:
+        return 1.0 / float(bmm2_scale), bmm1_scale, float(bmm2_scale)
+    return float(bmm1_scale) / float(bmm2_scale), 1.0, float(bmm2_scale)
+
+
+def _divide(numerator: Any, denominator: Any) -> Any:
+    """numerator / denominator as a one-element float32 array of the denominator's framework and
+    device, computed there (on a GPU: one kernel on the current stream, captured with a graph)."""
+    kind = _arrays.framework(denominator)
+    if kind == "torch":
+        return sys.modules["torch"].div(numerator, denominator)
+    if kind == "numpy":
+        np = sys.modules["numpy"]
+        return np.divide(numerator, denominator, dtype=np.float32)
+    return numerator / denominator
 
 
 def trtllm_batch_decode_with_kv_cache_mla(
@@ -284,9 +531,12 @@ def trtllm_batch_decode_with_kv_cache_mla(
         max_seq_len: the longest cached length (sizes mlakit's workspace).
         out: [batch_size, q_len_per_request, num_heads, 512] (or [batch_size, num_heads, 512]
             when q_len_per_request is 1), written in place and returned.
-        bmm1_scale: q_scale * k_scale * softmax scale, a float.
-        bmm2_scale: v_scale * o_scale, a float; it must be 1.0 for a 16-bit cache (an fp8 cache
-            folds it into its dequantization scale).
+        bmm1_scale: q_scale * k_scale * softmax scale: a float, or a one-element float32
+            tensor where the query is, read at run time (with an fp8 query and cache only, as in
+            FlashInfer).
+        bmm2_scale: v_scale * o_scale: a float, or such a tensor (with an fp8 query and cache
+            only); it must be 1.0 with a 16-bit or 656-byte blockwise cache (mlakit has no
+            output scale).
         sinks: [num_heads] float32 sink logits (a tensor, or a list holding one).
         skip_softmax_threshold_scale_factor: not supported.
         enable_pdl: programmatic dependent launch (None: off).
@@ -302,9 +552,6 @@ def trtllm_batch_decode_with_kv_cache_mla(
         raise ValueError(f"qk_rope_head_dim: expected 64, given {qk_rope_head_dim}")
     if skip_softmax_threshold_scale_factor is not None:
         raise _not_supported("skip_softmax_threshold_scale_factor", "skip-softmax sparsity")
-    for name, value in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
-        if not isinstance(value, (int, float)):
-            raise _not_supported(name, "a tensor scale (pass a float)")
     if isinstance(sinks, (list, tuple)):
         if len(sinks) != 1:
             raise ValueError(
@@ -312,16 +559,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
             )
         sinks = sinks[0]
 
-    fp8_cache = _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
-    fp8_query = _array_dtype("query", query) == "fp8_e4m3"
-    softmax_scale = float(bmm1_scale)
-    k_scale = None
-    if fp8_cache:
-        # V = e4m3 * bmm2_scale, and K gets the same scale: the scores keep their bmm1_scale.
-        k_scale = float(bmm2_scale)
-        softmax_scale = float(bmm1_scale) / float(bmm2_scale)
-    elif float(bmm2_scale) != 1.0:
-        raise _not_supported("bmm2_scale", "an output scale other than 1.0 with a 16-bit cache")
+    softmax_scale, q_scale, k_scale = _trtllm_scales(query, kv_cache, bmm1_scale, bmm2_scale)
 
     out4 = out
     if out is not None and len(out.shape) == 3:
@@ -336,7 +574,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         return_lse=False,
         softmax_scale=softmax_scale,
         causal=True,
-        q_scale=1.0 if fp8_query else None,
+        q_scale=q_scale,
         k_scale=k_scale,
         sinks=sinks,
         indices=block_tables if sparse else None,

@@ -1,7 +1,8 @@
 """PyTorch integration: the ``mlakit::decode`` custom op and ``mlakit.torch.decode``.
 
 ``torch.ops.mlakit.decode`` writes into ``out`` (and ``lse``) in place and returns nothing. It
-has a fake (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces through it, and
+has a fake (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces through it
+(it runs the checks that the tensors' metadata decides: dtypes, fp8 scales), and
 it allocates only through PyTorch's caching allocator on the current stream, so that it can be
 captured in CUDA graphs (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``) and
 replayed with new ``seq_lens`` and block tables. Decoders are cached per problem signature (see
@@ -10,11 +11,12 @@ replayed with new ``seq_lens`` and block tables. Decoders are cached per problem
 Requires PyTorch 2.4 or newer (``torch.library.custom_op``).
 """
 
-from typing import Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
 from . import _cache
+from ._decoder import host_scale
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"mlakit.torch needs PyTorch 2.4 or newer, found {torch.__version__}")
@@ -51,6 +53,94 @@ def _page_size(kv_cache: torch.Tensor) -> int:
     return int(shape[1]) if kv_cache.dim() >= 2 else 0
 
 
+def _check_scale(
+    name: str,
+    tensor: Optional[torch.Tensor],
+    value: Optional[float],
+    q: torch.Tensor,
+    wanted: Optional[bool],
+    what: str,
+) -> None:
+    """One dequantization scale of the op: a one-element float32 tensor on q's device (read at run
+    time, so a captured graph follows it) or a finite host value > 0. ``wanted``: True when the
+    problem needs it (fp8 q, dense fp8 cache), False when it forbids it (16-bit q or cache), None
+    when it is optional (the blockwise cache); ``what`` names the input it scales."""
+    if tensor is not None:
+        if value is not None:
+            raise ValueError(f"{name}: expected a tensor or a float, given both")
+        if tensor.dtype != torch.float32:
+            dtype = str(tensor.dtype).replace("torch.", "")
+            raise TypeError(f"{name}: expected dtype float32, given {dtype}")
+        if tensor.numel() != 1:
+            raise ValueError(
+                f"{name}: expected a one-element float32 array, given shape {list(tensor.shape)}"
+            )
+        if tensor.device != q.device:
+            raise ValueError(
+                f"{name}: expected a tensor on {q.device} (q's device), given one on "
+                f"{tensor.device}"
+            )
+    elif value is not None:
+        host_scale(name, value)
+    given = tensor is not None or value is not None
+    if wanted is True and not given:
+        raise ValueError(f"{name}: expected a scale (host value or pointer) for {what}, given none")
+    if wanted is False and given:
+        raise ValueError(f"{name}: expected none for {what}, given a scale")
+
+
+def _problem(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+    sinks: Optional[torch.Tensor],
+    indices: Optional[torch.Tensor],
+    q_scale_tensor: Optional[torch.Tensor],
+    k_scale_tensor: Optional[torch.Tensor],
+    q_scale: Optional[float],
+    k_scale: Optional[float],
+    causal: bool,
+    pdl: bool,
+    backend: str,
+    tactic: int,
+) -> Dict[str, Any]:
+    """The Decoder arguments of one call, read from the tensors' metadata only (so that the fake
+    implementation runs the same checks on fake tensors), with the scales checked against it."""
+    if q.dim() != 4:
+        raise ValueError(f"q: expected shape [b, s_q, h_q, 576], given {list(q.shape)}")
+    blockwise = kv_cache.dim() >= 1 and kv_cache.shape[-1] == 656
+    q_dtype = _dtype_of("q", q)
+    kv_dtype = "fp8_e4m3" if blockwise else _dtype_of("kv_cache", kv_cache)
+    _check_scale("q_scale", q_scale_tensor, q_scale, q, q_dtype == "fp8_e4m3",
+                 "an fp8 q" if q_dtype == "fp8_e4m3" else f"a {q_dtype} q")  # fmt: skip
+    if blockwise:
+        k_wanted, k_what = None, "fp8_blockwise"
+    elif kv_dtype == "fp8_e4m3":
+        k_wanted, k_what = True, "an fp8 cache"
+    else:
+        k_wanted, k_what = False, f"a {kv_dtype} cache"
+    _check_scale("k_scale", k_scale_tensor, k_scale, q, k_wanted, k_what)
+    if q.device.type == "cpu" and backend == "auto":
+        backend = "cpu"  # host tensors: the only backend that reads host memory
+    return dict(
+        h_q=int(q.shape[2]),
+        s_q=int(q.shape[1]),
+        page_size=_page_size(kv_cache),
+        q_dtype=q_dtype,
+        kv_dtype=kv_dtype,
+        out_dtype=_dtype_of("out", out),
+        kv_layout="fp8_blockwise" if blockwise else "dense",
+        causal=causal,
+        sinks=sinks is not None,
+        topk=int(indices.shape[-1]) if indices is not None else 0,
+        lse=lse is not None,
+        pdl=pdl,
+        backend=backend,
+        tactic=tactic,
+    )
+
+
 @torch.library.custom_op("mlakit::decode", mutates_args=("out", "lse"))
 def _decode_op(
     q: torch.Tensor,
@@ -73,37 +163,16 @@ def _decode_op(
     backend: str,
     tactic: int,
 ) -> None:
-    if q.dim() != 4:
-        raise ValueError(f"q: expected shape [b, s_q, h_q, 576], given {list(q.shape)}")
-    page_size = _page_size(kv_cache)
-    blockwise = kv_cache.dim() >= 1 and kv_cache.shape[-1] == 656
-    topk = int(indices.shape[-1]) if indices is not None else 0
+    problem = _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor,
+                       q_scale, k_scale, causal, pdl, backend, tactic)  # fmt: skip
     if max_seq_len > 0:
         seq_len = max_seq_len
-    elif topk > 0:
-        seq_len = topk
+    elif problem["topk"] > 0:
+        seq_len = problem["topk"]
     else:
-        seq_len = (int(block_table.shape[-1]) if block_table is not None else 1) * page_size
+        pages = int(block_table.shape[-1]) if block_table is not None else 1
+        seq_len = pages * problem["page_size"]
     device = q.device
-    if device.type == "cpu" and backend == "auto":
-        backend = "cpu"  # host tensors: the only backend that reads host memory
-
-    problem = dict(
-        h_q=int(q.shape[2]),
-        s_q=int(q.shape[1]),
-        page_size=page_size,
-        q_dtype=_dtype_of("q", q),
-        kv_dtype="fp8_e4m3" if blockwise else _dtype_of("kv_cache", kv_cache),
-        out_dtype=_dtype_of("out", out),
-        kv_layout="fp8_blockwise" if blockwise else "dense",
-        causal=causal,
-        sinks=sinks is not None,
-        topk=topk,
-        lse=lse is not None,
-        pdl=pdl,
-        backend=backend,
-        tactic=tactic,
-    )
     key = (device.type, device.index)
     if device.type == "cuda":
         with torch.cuda.device(device):
@@ -138,10 +207,15 @@ def _decode_fake(
     q, kv_cache, block_table, seq_lens, out, lse, sinks, indices, topk_lens, q_scale_tensor,
     k_scale_tensor, softmax_scale, q_scale, k_scale, causal, max_seq_len, pdl, backend, tactic,
 ):  # fmt: skip
+    # Writes out (and lse) in place and returns nothing; the checks that metadata decides (dtypes,
+    # scales) raise here as they would at run time, so that torch.compile reports them.
+    _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor, q_scale,
+             k_scale, causal, pdl, backend, tactic)  # fmt: skip
     return None
 
 
 def _split_scale(scale: Union[None, float, torch.Tensor]):
+    """A scale as the op takes it: (tensor, None) or (None, float)."""
     if isinstance(scale, torch.Tensor):
         return scale, None
     return None, (None if scale is None else float(scale))
@@ -175,6 +249,10 @@ def decode(
     ``sinks``, ``indices`` (sparse, topk = indices.shape[-1]) and ``lse`` / ``return_lse`` turn
     the matching features on. Shapes and the meaning of each argument are those of
     ``mlakit.Decoder.run``. Works under ``torch.compile(fullgraph=True)`` and CUDA graph capture.
+
+    q and the cache may be ``torch.float8_e4m3fn`` (or their bits as ``torch.uint8``); their
+    scales ``q_scale`` / ``k_scale`` are floats or one-element float32 tensors on q's device,
+    read at run time (a captured CUDA graph follows a tensor whose value changes).
 
     Arguments beyond ``Decoder.run``'s:
         return_lse: also return the LSE [b, s_q, h_q] float32 (allocated unless ``lse`` is given).
