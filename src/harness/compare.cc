@@ -67,12 +67,14 @@ std::string Comparison::summary() const {
 // exactly, and kernels widen them exactly.
 // An e4m3 q allows both products in e4m3 (sm90's fp8 wgmma): P rounded to e4m3 (3 mantissa bits,
 // relative rounding up to 2^-4 per term) averages over the tokens to about 1-2% of the output's
-// magnitude (docs/fp8-decode.md); the scores stay exact products accumulated in fp32, so the LSE
-// keeps its bound. The bound on the relative L2 error is the contract (3e-2), the elementwise
-// one 2^-4 of the largest output.
+// magnitude (docs/fp8-decode.md). The scores are exact products, but fp8 tensor cores keep about
+// 13 bits of a running sum: accumulated in fp32 per 64 dims (the narrow tile) the LSE stays
+// within 4e-4 on N(0, 1) data, in two accumulators of 288 dims (the wide tile, short of
+// registers) within 3e-3 at scales 1.75x larger. The bound on the relative L2 error is the
+// contract (3e-2), the elementwise one 2^-4 of the largest output.
 Tolerance default_tolerance(const Problem& p) {
   if (p.q_dtype == DType::kFP8E4M3) {
-    return {.rtol = 0x1.0p-4, .atol = 1e-5, .lse_atol = 2e-3, .rel_l2 = 3e-2};
+    return {.rtol = 0x1.0p-4, .atol = 1e-5, .lse_atol = 5e-3, .rel_l2 = 3e-2};
   }
   const double ulp = p.out_dtype == DType::kBF16 ? 0x1.0p-8 : 0x1.0p-11;
   return {.rtol = 2.0 * ulp, .atol = 1e-5, .lse_atol = 2e-3};

@@ -1,8 +1,9 @@
 // GPU tests of the sm90 backend with an fp8 (e4m3, one scale) cache, against the cpu reference,
 // on sm_90 devices only: the narrow tile of 16 or 32 rows (decode_fp8_narrow.cuh; tiles of 32 rows
 // past 32), q bf16 or fp16 (out alike: the cache widened in registers) or e4m3 (out bf16 or fp16:
-// both products on fp8 wgmma), page sizes 32, 64 and 128, h_q 1..128, s_q up to 8, length kinds,
-// sinks, lse, every tactic; device-side scales followed by graph replays; PDL bitwise.
+// both products on fp8 wgmma, also on the wide tile, decode_fp8_wide.cuh), page sizes 32, 64 and
+// 128, h_q 1..128, s_q up to 8, length kinds, sinks, lse, every tactic; device-side scales
+// followed by graph replays; PDL bitwise.
 //
 // Tolerance: harness::default_tolerance: for a 16-bit q that of 16-bit inputs (the widening is
 // exact); for an e4m3 q the documented error of an e4m3 P (relative L2 below 3e-2).
@@ -40,6 +41,13 @@ const Case kSweep[] = {
     {DType::kFP16, 32, 40, 3, Lens::kVariable, true, true, 3, 0, -1, true, true, false},
     {DType::kBF16, 64, 16, 1, Lens::kFixed, true, true, 3, 1, 4001, true, true, true},
     {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 5, 1, 4001, true, true, false},
+    // The wide tile (e4m3 q): each schedule, partial and several tiles per request.
+    {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 0, 0, -1, true, true, true},
+    {DType::kFP16, 32, 64, 2, Lens::kSkewed, false, true, 1, 0, -1, true, true, true},
+    {DType::kBF16, 128, 40, 3, Lens::kFixed, true, false, 2, 0, -1, true, true, true},
+    {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 0, 0, -1, true, true, true},
+    {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 2, 1, 4001, true, true, true},
+    {DType::kFP16, 128, 128, 8, Lens::kVariable, true, true, 1, 0, 300, true, true, true},
 };
 
 TEST(Sm90Fp8, Sweep) {
@@ -109,8 +117,8 @@ TEST(Sm90Fp8, ErrorOfFp8Products) {
   }
 }
 
-// The wide tile's tactics are refused for an fp8 cache, naming the tactic.
-TEST(Sm90Fp8, WideTacticsRefused) {
+// The wide tile's tactics are refused for an fp8 cache with a 16-bit q, naming the tactic.
+TEST(Sm90Fp8, WideTacticsRefusedWith16BitQ) {
   MLAKIT_SKIP_WITHOUT_SM90();
   Problem p;
   p.kv_dtype = DType::kFP8E4M3;
@@ -145,6 +153,11 @@ TEST(Sm90Sanitize, Fp8) {
       {DType::kBF16, 128, 32, 1, Lens::kFixed, true, true, 5, 2, 300, true, true, true},
       {DType::kBF16, 64, 16, 1, Lens::kFixed, false, false, 3, 8, 600, true, true, false},
       {DType::kBF16, 64, 64, 1, Lens::kVariable, true, true, 5, 0, 300, true, true, false},
+      // The wide tile, each schedule; its stages reused within a chunk.
+      {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 0, 0, 12, true, true, true},
+      {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 1, 0, 100, true, true, true},
+      {DType::kBF16, 128, 64, 1, Lens::kFixed, true, true, 2, 2, 300, true, true, true},
+      {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 8, 600, true, true, true},
   };
   check_cases(small, 4400, kBackend);
 }

@@ -113,6 +113,33 @@ struct Layout {
                 "the result fits over the KV stages (cluster merge)");
 };
 
+// The fp8 (e4m3) cache's wide tile with an e4m3 q (decode_fp8_wide.cuh): Q 64 rows x 576 bytes and
+// 4 stages of KV blocks as in Fp8Layout; per warpgroup a V^T tile of its 256 output dims x 64
+// tokens (64-byte rows, the 64-byte swizzle; wgmma's B of O += P V must be K-major for 8-bit
+// types) that it transposes from each block. A block's P goes to the other warpgroup over the
+// stage's rope chunk (free once S is done); the stage goes back when both warpgroups have read
+// it (every consumer thread arrives). 225 KB.
+struct Fp8WideLayout {
+  static constexpr int kStages = kMaxStages;
+  static constexpr int kKvChunkBytes = kBlockN * 64;
+  static constexpr int kStageBytes = kQkChunks * kKvChunkBytes;
+  static constexpr bool kReleasePerChunk = false;
+  static constexpr int kEmptyArrivals = kConsumerThreads;
+  static constexpr int kQChunkBytes = kRows * 64;
+  static constexpr int kQBytes = kQkChunks * kQChunkBytes;
+  static constexpr int kVtBytes = kColsPerWarpgroup * kBlockN;  // 16 KB per warpgroup
+  static constexpr size_t kQOffset = 0;
+  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kVtOffset = kKvOffset + size_t{kStages} * kStageBytes;
+  static constexpr size_t kExchangeOffset = kVtOffset + 2 * size_t{kVtBytes};
+  static constexpr size_t kSmallOffset = kExchangeOffset;
+  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+  static_assert(size_t{kRows} * kMergeStride * 4 <= size_t{kStages} * kStageBytes,
+                "the result fits over the KV stages (cluster merge)");
+  static_assert(128 * 32 <= kKvChunkBytes, "a warpgroup's P of a block fits in its rope chunk");
+};
+
 // The fp8 (e4m3) cache's narrow tile (decode_fp8_narrow.cuh): KV blocks of 64 tokens x 576 bytes
 // as 9 column chunks of 64 tokens x 64 bytes in the 64-byte swizzle (TMA boxes of 64 x 64 bytes),
 // 4 stages (warpgroup w owns the blocks of stages w and w + 2); the Q tile in the 64-byte swizzle

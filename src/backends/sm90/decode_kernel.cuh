@@ -27,12 +27,14 @@
 #include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
 #include "backends/sm90/decode_fp8_narrow.cuh"
+#include "backends/sm90/decode_fp8_wide.cuh"
 #include "backends/sm90/decode_narrow.cuh"
 #include "backends/sm90/device.cuh"
 #include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
+#include "backends/sm90/wide_epilogue.cuh"
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/numeric.cuh"
@@ -326,101 +328,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       grid_stamp(3);
     }
 
-    // Epilogue: the two warpgroups' denominators, then LSE and the scale of each row.
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
-      l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
-      if (lane % 4 == 0) sm.red_sum[chunk_parity][wg][row_a + 8 * e] = l[e];
-    }
-    consumer_sync(kEpilogueBarrier);
-    if (tid == 0) grid_stamp(6);
-    const bool merged = c.slot == plan::kSlotCluster;  // left in shared memory for the cluster
-    const bool direct = c.slot == -1;
-    // Each lane works out one of its two rows (lanes q and q ^ 1 hold the same two), the other
-    // row's scale comes from lane q ^ 1: half the chain of log2f and division per thread.
-    float scale[2];
-    {
-      const int e = lane & 1;
-      const int row = row_a + 8 * e;
-      const int32_t r = row0 + row;
-      const float total = sm.red_sum[chunk_parity][0][row] + sm.red_sum[chunk_parity][1][row];
-      const bool any = total > 0.0f;
-      const float lse =
-          any ? ((e == 0 ? m[0] : m[1]) * scale_log2 + log2f(total)) * kLn2 : -INFINITY;
-      float own = any ? 1.0f / total : 0.0f;
-      if (r < p.rows) {
-        if (direct && p.sinks != nullptr && any) own /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-        if (wg == 0 && lane % 4 < 2) {
-          if (merged) {
-            sm.merge_lse[row] = lse;
-          } else if (!direct) {
-            p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
-          } else if (p.lse != nullptr) {
-            p.lse[int64_t{c.request} * p.rows + r] = lse;
-          }
-        }
-      }
-      const float other = __shfl_xor_sync(0xffffffffu, own, 1);
-      scale[0] = e == 0 ? own : other;
-      scale[1] = e == 0 ? other : own;
-    }
-    if (tid == 0) grid_stamp(7);
-    if (merged) {
-      // Both warpgroups are past their last P V (the barrier above) and every copy has landed:
-      // the stages are free.
-      float* buf = reinterpret_cast<float*>(s.kv);
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float* g = buf + (row_a + 8 * e) * kMergeStride + wg * kColsPerWarpgroup + 2 * (lane % 4);
-#pragma unroll
-        for (int i = 2 * e; i < 128; i += 4) {
-          *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
-              make_float2(o[i] * scale[e], o[i + 1] * scale[e]);
-        }
-      }
-      continue;
-    }
-    // Out (or the partial) row by row. The accumulator layout gives each lane 2 adjacent columns
-    // of every 8; stored as they are, bf16 out is 4-byte stores, each warp store touching 8 rows
-    // of 16 bytes: those took 5-8 us per tile on the H200 (h_q 128, batch 64-128), as long as 3
-    // blocks of the main loop. For out the lanes of a row swap values first (quad_transpose) so
-    // each store is 16 bytes and a row's four lanes write 64 adjacent bytes: 2-3 us.
-    const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
-    const int q = lane % 4;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int32_t r = row0 + row_a + 8 * e;
-      const bool live = r < p.rows;  // the shuffles below need every lane, live row or not
-      const int64_t at = (first_row + min(r, p.rows - 1)) * kDv + wg * kColsPerWarpgroup;
-      if (direct) {
-        T* g = static_cast<T*>(p.out) + at;
-#pragma unroll
-        for (int k0 = 0; k0 < 32; k0 += 4) {
-          uint32_t v[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int i = 4 * (k0 + j) + 2 * e;
-            v[j] = pack2<T>(o[i] * scale[e], o[i + 1] * scale[e]);
-          }
-          quad_transpose(v, q);
-          if (live) {
-            *reinterpret_cast<uint4*>(g + 8 * (k0 + q)) = make_uint4(v[0], v[1], v[2], v[3]);
-          }
-        }
-      } else if (live) {
-        // fp32 partials as they are: 8-byte stores, a row's four lanes one whole 32-byte sector.
-        // (A full quad transpose stored each lane's 32 bytes as two 16-byte halves of a sector
-        // and cost 4-6 us more at h_q 128 batch 1-8; one exchange with lane q ^ 1 for whole
-        // sectors of 16-byte stores still cost 0.8 us more at batch 1, H200.)
-        float* g = p.plan.partial_out + at + 2 * q;
-#pragma unroll
-        for (int i = 2 * e; i < 128; i += 4) {
-          *reinterpret_cast<float2*>(g + 8 * (i / 4)) =
-              make_float2(o[i] * scale[e], o[i + 1] * scale[e]);
-        }
-      }
-    }
+    write_wide_chunk<T>(p, s, c, row0, m, l, o, scale_log2, /*lse_shift_log2=*/0.0f,
+                        /*v_scale=*/1.0f, chunk_parity);
   }
   if (tid == 0) grid_stamp(4);
 }
@@ -429,17 +338,20 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 
 // The shared-memory plan of an instantiation (config.h).
 template <int kTileRows, typename T, bool kFp8Kv>
-using LayoutOf = std::conditional_t<kFp8Kv, Fp8Layout<kTileRows, sizeof(T)>, Layout<kTileRows>>;
+using LayoutOf = std::conditional_t<
+    !kFp8Kv, Layout<kTileRows>,
+    std::conditional_t<kTileRows == kRows, Fp8WideLayout, Fp8Layout<kTileRows, sizeof(T)>>>;
 
 // kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh). T: q's type (and
-// the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh; narrow
-// tiles only; T uint8_t for an e4m3 q).
+// the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh, and with
+// an e4m3 q (T uint8_t) also the wide tile, decode_fp8_wide.cuh).
 template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using L = LayoutOf<kTileRows, T, kFp8Kv>;
   constexpr bool kNarrow = kTileRows != kRows;
-  static_assert(!kFp8Kv || kNarrow, "the fp8 cache runs the narrow tile");
+  static_assert(!kFp8Kv || kNarrow || std::is_same_v<T, uint8_t>,
+                "a 16-bit q with the fp8 cache runs the narrow tile");
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
@@ -513,7 +425,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
-    if constexpr (kFp8Kv) {
+    if constexpr (kFp8Kv && !kNarrow) {
+      consume_fp8_wide<TOut>(p, s, m_tile, cta);
+    } else if constexpr (kFp8Kv) {
       consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
     } else if constexpr (kNarrow) {
       consume_narrow<T, kTileRows>(p, s, m_tile, cta);

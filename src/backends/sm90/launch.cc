@@ -130,9 +130,12 @@ const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows) {
   }
 }
 
-// The kernel of an e4m3 cache (narrow tiles of 16 or 32 rows).
+// The kernel of an e4m3 cache (narrow tiles of 16 or 32 rows; with an e4m3 q also the wide tile).
 const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
   const bool small = tile_rows == kSmallNarrowRows;
+  if (tile_rows == kRows) {
+    return out == DType::kBF16 ? decode_kernel_e4m3_e4m3_bf16() : decode_kernel_e4m3_e4m3_fp16();
+  }
   if (q == DType::kFP8E4M3) {
     if (out == DType::kBF16) {
       return small ? decode_kernel_e4m3_e4m3_bf16_narrow16()
@@ -153,11 +156,11 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   const int32_t rows = p.h_q * p.s_q;
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3;
   const bool narrow = tactic >= kNarrowTactic;
-  if (fp8 && !narrow) {
-    return invalid_argument(
-        "tactic",
-        str_cat(kNarrowTactic, "..", kNarrowTactic + 2, " for an fp8 cache (the narrow tile)"),
-        tactic);
+  if (fp8 && !narrow && p.q_dtype != DType::kFP8E4M3) {
+    return invalid_argument("tactic",
+                            str_cat(kNarrowTactic, "..", kNarrowTactic + 2,
+                                    " for an fp8 cache with a 16-bit q (the narrow tile)"),
+                            tactic);
   }
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",

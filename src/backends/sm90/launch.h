@@ -43,12 +43,15 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow32();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow32();
+// Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
+const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
+const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
 
 // Tactics: 0 persistent, 1 one-shot, 2 cluster (plan.h: C clusters of S CTAs per request and query
 // tile, each cluster merging through distributed shared memory, the combine kernel only when
 // C > 1; the shape picked per call from the batch); kNarrowTactic + each of them with the narrow
-// tile (config.h; h_q x s_q <= 32 only, except with an fp8 cache, which runs the narrow tile only:
-// tiles of 32 rows beyond that).
+// tile (config.h; h_q x s_q <= 32 only, except with an fp8 cache: there the narrow tile runs
+// tiles of 32 rows beyond that, and the wide tile takes only an e4m3 q).
 inline constexpr int kNarrowTactic = 3;
 inline constexpr int kMaxNarrowRows = 32;
 // The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.

@@ -85,10 +85,23 @@ std::vector<Tactic> tactics(const Problem& p) {
                narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
   const bool cluster_first = p.max_seq_len <= 2048 || p.max_batch <= 1;
   const int32_t rows = p.h_q * p.s_q;
-  // An fp8 cache runs the narrow tile only (decode_fp8_narrow.cuh), in tiles of 32 rows past 32.
-  if (p.kv_dtype == DType::kFP8E4M3) {
-    if (cluster_first) return {narrow_cluster, narrow_persistent, narrow_one_shot};
-    return {narrow_persistent, narrow_one_shot, narrow_cluster};
+  // An fp8 cache with a 16-bit q runs the narrow tile only (decode_fp8_narrow.cuh), in tiles of
+  // 32 rows past 32; with an e4m3 q also the wide tile (decode_fp8_wide.cuh), first from 17 rows
+  // on as for 16-bit caches (not yet measured against the narrow tile's 32-row tiles).
+  const bool narrow_only = p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3;
+  const bool fp8_wide = p.kv_dtype == DType::kFP8E4M3 && !narrow_only;
+  if (narrow_only || (fp8_wide && rows <= sm90::kSmallNarrowRows)) {
+    std::vector<Tactic> out =
+        cluster_first ? std::vector<Tactic>{narrow_cluster, narrow_persistent, narrow_one_shot}
+                      : std::vector<Tactic>{narrow_persistent, narrow_one_shot, narrow_cluster};
+    if (fp8_wide) out.insert(out.end(), {cluster, persistent, one_shot});
+    return out;
+  }
+  if (fp8_wide) {
+    std::vector<Tactic> out = cluster_first ? std::vector<Tactic>{cluster, persistent, one_shot}
+                                            : std::vector<Tactic>{persistent, one_shot, cluster};
+    out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
+    return out;
   }
   if (rows <= sm90::kSmallNarrowRows) {
     if (cluster_first) {

@@ -349,6 +349,34 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3_rs(float (&d)[N / 2], const 
 #endif
 }
 
+// wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 d, desc_a, desc_b, p, 1, 1 (sm_90a):
+// d = A B + (scale_d ? d : 0), both K-major. The fp8 wide tile's S = Q K^T.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t desc_a,
+                                                     uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  asm volatile(MLAKIT_WGMMA_SCALE_D(
+                   34) "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_N64_REGS
+                       "%32, %33, p, 1, 1;\n}\n"
+               : MLAKIT_WGMMA_N64_OUTPUTS
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 d, {a0..a3}, desc_b, p, 1, 1 (sm_90a):
+// d = A B + (scale_d ? d : 0), A from registers (the 8-bit m64k32 fragment of
+// wgmma_m64nNk32_e4m3_rs), B K-major. The fp8 wide tile's O += P V with V^T in shared memory.
+__device__ __forceinline__ void wgmma_m64n256k32_e4m3_rs(float (&d)[128], const uint32_t (&a)[4],
+                                                         uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  asm volatile(
+      MLAKIT_WGMMA_SCALE_D(
+          133) "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_N256_REGS
+               "{%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+      : MLAKIT_WGMMA_N256_OUTPUTS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
 #undef MLAKIT_WGMMA_RS_N16_TAIL
 #undef MLAKIT_WGMMA_RS_N32_TAIL
 #undef MLAKIT_WGMMA_A_INPUTS
