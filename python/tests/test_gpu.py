@@ -70,12 +70,14 @@ def reference(q, kv, table, lens, *, softmax_scale=SCALE, causal=True, sinks=Non
 
 
 def assert_close(got, want, what="out", rel_l2_max=1e-2):
-    """Max error within 2% of the largest reference value, relative L2 error <= rel_l2_max (3e-2
-    for the fp8-q mode's fp8 products, per its documented error)."""
+    """Max error within 2% of the largest reference value, relative L2 error <= rel_l2_max. The
+    fp8-q mode's fp8 products (rel_l2_max 3e-2, per its documented error: P rounded to e4m3) get
+    the library's own elementwise bound for them, 2^-4 of the largest value."""
     got = got.float()
     assert torch.isfinite(got).all(), f"{what}: NaN or inf in the result"
     err = (got - want).abs()
-    max_err, bound = err.max().item(), 0.02 * want.abs().max().item() + 1e-3
+    share = 2**-4 if rel_l2_max >= 3e-2 else 0.02
+    max_err, bound = err.max().item(), share * want.abs().max().item() + 1e-3
     rel_l2 = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
     assert max_err <= bound and rel_l2 <= rel_l2_max, (
         f"{what}: max error {max_err:.3g} (bound {bound:.3g}), relative L2 {rel_l2:.3g}"
