@@ -123,6 +123,42 @@ TEST(TuneGpu, TuningAtCreationFillsTheCacheAndAutoUsesIt) {
   EXPECT_EQ(again->tactic(p.max_batch), entry->tactic);
 }
 
+// An fp8 cache, in both compute modes: tuning at creation times the fp8 tactics of every backend
+// that runs them into the problem's own bucket (the key names the dtypes), and the tuned decoder's
+// result matches the reference.
+TEST(TuneGpu, Fp8ProblemsAreTunedInTheirOwnBuckets) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const std::string path = temp_cache("fp8.json");
+  uint64_t seed = 60;
+  for (const DType q : {DType::kBF16, DType::kFP8E4M3}) {
+    SCOPED_TRACE(::testing::Message() << "q " << to_string(q));
+    Problem p = small_problem();
+    p.kv_dtype = DType::kFP8E4M3;
+    p.q_dtype = q;
+    std::unique_ptr<Decoder> tuned;
+    MLAKIT_ASSERT_OK(Decoder::create(p, {.tune_cache_path = path, .tune = true}, &tuned));
+    const tune::Cache cache =
+        tune::Cache::load(path, tune::current_metadata(current_device()), nullptr);
+    const std::string key =
+        tune::bucket_key(p, tune::batch_bucket(p.max_batch), tune::len_bucket(p.max_seq_len));
+    EXPECT_NE(key.find(str_cat("q-", to_string(q))), std::string::npos) << key;
+    const tune::Entry* entry = cache.find(key);
+    ASSERT_NE(entry, nullptr) << "no entry " << key << "; notes: " << tuned->notes();
+    EXPECT_EQ(tuned->backend_name(p.max_batch), entry->backend);
+    EXPECT_EQ(tuned->tactic(p.max_batch), entry->tactic);
+
+    const harness::HostInputs in = small_inputs(p, seed++);
+    Output ref, got;
+    MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+    harness::DeviceInputs dev;
+    MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &dev));
+    harness::DeviceBuffer workspace(std::max<size_t>(tuned->workspace_bytes(), 256));
+    Stream s;
+    MLAKIT_ASSERT_OK(run_device(*tuned, in, dev, workspace.get(), s.s, &got));
+    EXPECT_TRUE(matches_reference(in, got, ref)) << entry->backend << ":" << entry->tactic;
+  }
+}
+
 // Every candidate is timed on both batches and the entry is rank()'s winner; with
 // `ragged = false`, or at batch 1, only the uniform batch is timed.
 TEST(TuneGpu, TuneBucketTimesTheUniformAndTheRaggedBatch) {
