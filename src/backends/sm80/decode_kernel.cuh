@@ -61,6 +61,24 @@ __device__ __forceinline__ void issue_first_tiles(const KvLoader<T, Cfg>& loader
   }
 }
 
+// The math of tile t of a chunk, in the stage at s_kv (visible to every warp): scores, mask, row
+// maxima (a barrier), P and alpha (a barrier), O += P V. scale_log2: the scores' scale.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void compute_tile(const DecodeParams& p, SharedStorage<T, Cfg>& s,
+                                             const plan::Chunk& c, int row0, int t, uint32_t s_q,
+                                             uint32_t s_kv, float scale_log2, QFragments<Cfg>& qf,
+                                             ScoreState<Cfg>& st, OutAccumulators<Cfg>& o) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  float acc[Cfg::kSNTiles][4];
+  if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
+  compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
+  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
+  __syncthreads();  // tile_max complete
+  softmax_to_shared<T, Cfg>(acc, st, scale_log2, s);
+  __syncthreads();  // P and alpha complete
+  accumulate_pv<T, Cfg>(s, s_kv, warp, lane, o);
+}
+
 // q_loaded: the Q tile's copies were issued already (not committed: they travel with tile 0).
 template <typename T, typename Cfg>
 __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStorage<T, Cfg>& s,
@@ -97,14 +115,7 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
 
     const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    float acc[Cfg::kSNTiles][4];
-    if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
-    compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
-    mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
-    __syncthreads();  // tile_max complete
-    softmax_to_shared<T, Cfg>(acc, st, p.scale_log2, s);
-    __syncthreads();  // P and alpha complete
-    accumulate_pv<T, Cfg>(s, s_kv, warp, lane, o);
+    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, p.scale_log2, qf, st, o);
   }
   ptx::cp_async_wait_group<0>();  // only empty groups remain
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, p.scale_log2, 1.0f);
@@ -160,14 +171,7 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
 
     const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    float acc[Cfg::kSNTiles][4];
-    if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
-    compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
-    mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
-    __syncthreads();  // tile_max complete
-    softmax_to_shared<T, Cfg>(acc, st, scale_log2, s);
-    __syncthreads();  // P and alpha complete
-    accumulate_pv<T, Cfg>(s, s_kv, warp, lane, o);
+    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, scale_log2, qf, st, o);
   }
   ptx::cp_async_wait_group<0>();
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, scale_log2, scales.v);

@@ -103,8 +103,8 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
   // column col(ci(i)) (wgmma.cuh); its output dims: 16 G .. 16 G + 15.
   const int tok_a = 16 * warp + lane / 4;
   const int group = 8 * warp + lane / 4;
-  const auto ci_of = [](int i) { return 2 * (i / 4) + i % 2; };
-  const auto col_of = [lane](int ci) { return 8 * (ci / 2) + 2 * (lane % 4) + ci % 2; };
+  const auto ci_of = narrow_ci;
+  const auto col_of = [lane](int ci) { return narrow_col(lane, ci); };
   SmallStorage& sm = *s.small;
   const uint32_t q_addr = ptx::smem_u32(s.q);
   const int32_t row0 = m_tile * kN;
@@ -128,15 +128,11 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
     int32_t min_limit = c.token_end;
 #pragma unroll
     for (int ci = 0; ci < kCols; ++ci) {
-      const int32_t r = row0 + col_of(ci);
-      const int32_t sq = min(r / p.h_q, p.s_q - 1);
-      limit[ci] = min(c.token_end, p.causal ? c.seq_len - (p.s_q - 1 - sq) : c.seq_len);
+      limit[ci] = visible_limit(p, c, row0 + col_of(ci));
       min_limit = min(min_limit, limit[ci]);
     }
-    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-    const int32_t first_own = (n_block % 2) == static_cast<uint32_t>(wg) ? 0 : 1;
-    const int32_t last_own =
-        first_own < n_blocks ? first_own + (n_blocks - 1 - first_own) / 2 * 2 : -1;
+    const OwnBlocks share = own_blocks(c, n_block, wg);
+    const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
     float m[kCols], l[kCols];
 #pragma unroll
     for (int ci = 0; ci < kCols; ++ci) {
@@ -225,37 +221,10 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
       trace(wg, 3);
       if (b == last_own && t == 0) arrive(&sm.q_empty);
 
-      // Mask, column max of the block: the thread's two tokens, the 8 lanes of a column, the
-      // warpgroup's 4 warps.
-      if (tok0 + kBlockN > min_limit) {
-#pragma unroll
-        for (int i = 0; i < kVals; ++i) {
-          if (tok0 + tok_a + 8 * ((i / 2) % 2) >= limit[ci_of(i)]) st[i] = -INFINITY;
-        }
-      }
-      float cm[kCols];
-#pragma unroll
-      for (int ci = 0; ci < kCols; ++ci) {
-        const int i0 = 4 * (ci / 2) + ci % 2;
-        cm[ci] = fmaxf(st[i0], st[i0 + 2]);
-#pragma unroll
-        for (int offset = 4; offset < 32; offset *= 2) {
-          cm[ci] = fmaxf(cm[ci], __shfl_xor_sync(0xffffffffu, cm[ci], offset));
-        }
-        if (lane < 4) sm.col_max[wg][warp][col_of(ci)] = cm[ci];
-      }
-      wg_sync.sync();
+      // Mask, column max of the block, the steps of the running maxima.
       MaxStep step[kCols];
-      bool moved = false;
-#pragma unroll
-      for (int ci = 0; ci < kCols; ++ci) {
-        const int col = col_of(ci);
-        float mx = m[ci];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, sm.col_max[wg][w][col]);
-        step[ci] = max_step(m[ci], mx, scale_log2);
-        moved |= step[ci].alpha != 1.0f;
-      }
+      const bool moved = narrow_column_steps<kN>(st, limit, min_limit, tok0, tok_a, wg, sm, wg_sync,
+                                                 scale_log2, m, step);
 
       // P^T (row = query row, 64 tokens), the sums.
       float sum[kCols];
@@ -382,66 +351,16 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
     n_block += static_cast<uint32_t>(n_blocks);
     if (wg == 0 && t == 0) grid_stamp(3);
 
-      // Epilogue: the warpgroups' maxima and sums per column, then each one's factor.
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) {
-        l[ci] += __shfl_xor_sync(0xffffffffu, l[ci], offset);
-      }
-      if (lane < 4) {
-        sm.wg_sum[wg][warp][col_of(ci)] = l[ci];
-        if (warp == 0) sm.wg_max[wg][col_of(ci)] = m[ci];
-      }
-    }
-    consumer_sync(kEpilogueBarrier);
-    if (tid == 0) grid_stamp(6);
-    const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
-    const bool direct = c.slot == -1;
-    // One thread per column: its LSE and each warpgroup's factor (times the V scale).
-    if (tid < kN) {
-      const int col = tid;
-      const int32_t r = row0 + col;
-      const float m0 = sm.wg_max[0][col], m1 = sm.wg_max[1][col];
-      const float mx = fmaxf(m0, m1);
-      const float scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-      const float a0 = ptx::ex2_approx_ftz_f32(m0 * scale_log2 - scaled);
-      const float a1 = ptx::ex2_approx_ftz_f32(m1 * scale_log2 - scaled);
-      float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        s0 += sm.wg_sum[0][w][col];
-        s1 += sm.wg_sum[1][w][col];
-      }
-      const float total = s0 * a0 + s1 * a1;
-      const bool any = total > 0.0f;
-      const float lse =
-          any ? (scaled + log2f(total) - (kFp8Q ? kFp8PLog2 : 0.0f)) * kLn2 : -INFINITY;
-      float scale = any ? 1.0f / total : 0.0f;
-      if (r < p.rows) {
-        if (direct && p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-        if (merged) {
-          sm.merge_lse[col] = lse;
-        } else if (!direct) {
-          p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
-        } else if (p.lse != nullptr) {
-          p.lse[int64_t{c.request} * p.rows + r] = lse;
-        }
-      }
-      sm.col_factor[0][col] = a0 * scale * scales.v;
-      sm.col_factor[1][col] = a1 * scale * scales.v;
-    }
-    consumer_sync(kEpilogueBarrier);
+    // Epilogue: each column's LSE and factor (times the V scale), then the rows.
     float factor[kCols];
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) factor[ci] = sm.col_factor[wg][col_of(ci)];
-    if (tid == 0) grid_stamp(7);
+    narrow_column_factors<kN>(p, sm, c, row0, m, l, scale_log2, kFp8Q ? kFp8PLog2 : 0.0f, scales.v,
+                              factor);
+    const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
 
     // The rows, 16 at a time: warpgroup 0 stores its share, warpgroup 1 adds its own, then all
     // write them out (or, merged, they stay over the stages: both warpgroups are past their
     // last P V and every copy has landed). Each thread holds 16 adjacent dims of its columns.
     float* rows_buf = merged ? reinterpret_cast<float*>(s.kv) : s.exchange;
-    const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
     // (pass as a constant: with a loop the compiler left o in local memory.)
     const auto pass = [&](auto pass_constant) {
       constexpr int kPass = decltype(pass_constant)::value;
@@ -475,24 +394,7 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
         consumer_sync(kEpilogueBarrier);
       }
       if (merged) return;
-      constexpr int kFloat4s = kDv / 4;
-      static_assert(kNarrowPassRows * kFloat4s % kConsumerThreads == 0);
-#pragma unroll
-      for (int k = 0; k < kNarrowPassRows * kFloat4s / kConsumerThreads; ++k) {
-        const int idx = tid + k * kConsumerThreads;
-        const int row = idx / kFloat4s, col4 = idx % kFloat4s;
-        const int32_t r = row0 + row_off + row;
-        if (r >= p.rows) continue;
-        const float4 v = *reinterpret_cast<const float4*>(rows_buf + row * kMergeStride + 4 * col4);
-        const int64_t at = (first_row + r) * kDv + 4 * col4;
-        if (direct) {
-          *reinterpret_cast<uint2*>(static_cast<TOut*>(p.out) + at) = {pack2<TOut>(v.x, v.y),
-                                                                       pack2<TOut>(v.z, v.w)};
-        } else {
-          *reinterpret_cast<float4*>(p.plan.partial_out + at) = v;
-        }
-      }
-      consumer_sync(kEpilogueBarrier);
+      narrow_store_rows<TOut>(p, c, rows_buf, row0, row_off);
     };
     pass(std::integral_constant<int, 0>{});
     if constexpr (kN > kNarrowPassRows) pass(std::integral_constant<int, 1>{});

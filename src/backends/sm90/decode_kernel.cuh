@@ -178,18 +178,10 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
-    int32_t limit[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int32_t r = row0 + row_a + 8 * e;
-      const int32_t sq = min(r / p.h_q, p.s_q - 1);
-      limit[e] = min(c.token_end, p.causal ? c.seq_len - (p.s_q - 1 - sq) : c.seq_len);
-    }
-    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-    // This warpgroup's last block with a Q K^T in the chunk (-1: none), after which Q may go.
-    const int32_t first_own = (n_block % 2) == static_cast<uint32_t>(wg) ? 0 : 1;
-    const int32_t last_own =
-        first_own < n_blocks ? first_own + (n_blocks - 1 - first_own) / 2 * 2 : -1;
+    const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
+                              visible_limit(p, c, row0 + row_a + 8)};
+    const OwnBlocks share = own_blocks(c, n_block, wg);
+    const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[128];
 #pragma unroll

@@ -75,6 +75,157 @@ __device__ __forceinline__ void release_in_order(uint64_t (&chunk_empty)[kQkChun
   ((wgmma_wait_group<kGroups - 1 - I>(), t == 0 ? arrive(&chunk_empty[I]) : void()), ...);
 }
 
+// Value i of an m64nN accumulator (wgmma.cuh) is column narrow_col(lane, narrow_ci(i)): the
+// narrow tile's query rows, kN / 4 distinct ones per thread.
+__device__ __forceinline__ int narrow_ci(int i) { return 2 * (i / 4) + i % 2; }
+__device__ __forceinline__ int narrow_col(int lane, int ci) {
+  return 8 * (ci / 2) + 2 * (lane % 4) + ci % 2;
+}
+
+// Masks S^T of a block (the thread's tokens tok_a, tok_a + 8 of the block at tok0; columns past
+// their limit), takes each column's max over the warpgroup (the 8 lanes of a column, then its 4
+// warps through shared memory: one warpgroup sync) and works out each column's step from the
+// running max m (which it advances). Returns whether any of the thread's columns moved.
+template <int kN>
+__device__ __forceinline__ bool narrow_column_steps(float (&st)[kN / 2],
+                                                    const int32_t (&limit)[kN / 4],
+                                                    int32_t min_limit, int32_t tok0, int tok_a,
+                                                    int wg, SmallStorage& sm, WarpgroupSync& sync,
+                                                    float scale_log2, float (&m)[kN / 4],
+                                                    MaxStep (&step)[kN / 4]) {
+  constexpr int kVals = kN / 2, kCols = kN / 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32,
+            warp = static_cast<int>(threadIdx.x) / 32 % 4;
+  if (tok0 + kBlockN > min_limit) {
+#pragma unroll
+    for (int i = 0; i < kVals; ++i) {
+      if (tok0 + tok_a + 8 * ((i / 2) % 2) >= limit[narrow_ci(i)]) st[i] = -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int ci = 0; ci < kCols; ++ci) {
+    const int i0 = 4 * (ci / 2) + ci % 2;
+    float cm = fmaxf(st[i0], st[i0 + 2]);
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2) {
+      cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, offset));
+    }
+    if (lane < 4) sm.col_max[wg][warp][narrow_col(lane, ci)] = cm;
+  }
+  sync.sync();
+  bool moved = false;
+#pragma unroll
+  for (int ci = 0; ci < kCols; ++ci) {
+    const int col = narrow_col(lane, ci);
+    float mx = m[ci];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) mx = fmaxf(mx, sm.col_max[wg][w][col]);
+    step[ci] = max_step(m[ci], mx, scale_log2);
+    moved |= step[ci].alpha != 1.0f;
+  }
+  return moved;
+}
+
+// The chunk's epilogue up to the rows: the warpgroups' maxima and sums per column meet in shared
+// memory; one thread per column works out its LSE (the P factor 2^lse_shift_log2 taken off),
+// writes it (lse, the partial's, or the cluster merge's), and each warpgroup's factor (1 / sum,
+// the sink factor when the chunk is the whole request, v_scale); every thread returns its
+// columns' factors of its warpgroup. (Every thread working out its own kCols columns was a chain
+// of ~750 dependent instructions, log2f and a division per column; one per column saved 0.7-2.3
+// us a call on the H200, record 2026-11-24-h200-epilogue.)
+template <int kN>
+__device__ __forceinline__ void narrow_column_factors(const DecodeParams& p, SmallStorage& sm,
+                                                      const plan::Chunk& c, int32_t row0,
+                                                      const float (&m)[kN / 4], float (&l)[kN / 4],
+                                                      float scale_log2, float lse_shift_log2,
+                                                      float v_scale, float (&factor)[kN / 4]) {
+  constexpr int kCols = kN / 4;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int lane = tid % 32, warp = tid / 32 % 4;
+#pragma unroll
+  for (int ci = 0; ci < kCols; ++ci) {
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2) {
+      l[ci] += __shfl_xor_sync(0xffffffffu, l[ci], offset);
+    }
+    if (lane < 4) {
+      sm.wg_sum[wg][warp][narrow_col(lane, ci)] = l[ci];
+      if (warp == 0) sm.wg_max[wg][narrow_col(lane, ci)] = m[ci];
+    }
+  }
+  consumer_sync(kEpilogueBarrier);
+  if (tid == 0) grid_stamp(6);
+  const bool merged = c.slot == plan::kSlotCluster;
+  const bool direct = c.slot == -1;
+  if (tid < kN) {
+    const int col = tid;
+    const int32_t r = row0 + col;
+    const float m0 = sm.wg_max[0][col], m1 = sm.wg_max[1][col];
+    const float mx = fmaxf(m0, m1);
+    const float scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+    const float a0 = ptx::ex2_approx_ftz_f32(m0 * scale_log2 - scaled);
+    const float a1 = ptx::ex2_approx_ftz_f32(m1 * scale_log2 - scaled);
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      s0 += sm.wg_sum[0][w][col];
+      s1 += sm.wg_sum[1][w][col];
+    }
+    const float total = s0 * a0 + s1 * a1;
+    const bool any = total > 0.0f;
+    const float lse = any ? (scaled + log2f(total) - lse_shift_log2) * kLn2 : -INFINITY;
+    float scale = any ? 1.0f / total : 0.0f;
+    if (r < p.rows) {
+      if (direct && p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
+      if (merged) {
+        sm.merge_lse[col] = lse;
+      } else if (!direct) {
+        p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
+      } else if (p.lse != nullptr) {
+        p.lse[int64_t{c.request} * p.rows + r] = lse;
+      }
+    }
+    sm.col_factor[0][col] = a0 * scale * v_scale;
+    sm.col_factor[1][col] = a1 * scale * v_scale;
+  }
+  consumer_sync(kEpilogueBarrier);
+#pragma unroll
+  for (int ci = 0; ci < kCols; ++ci) factor[ci] = sm.col_factor[wg][narrow_col(lane, ci)];
+  if (tid == 0) grid_stamp(7);
+}
+
+// Writes the kNarrowPassRows rows in rows_buf (fp32, kMergeStride apart) as query rows row0 +
+// row_off .. of the chunk: to out (TOut) or, split, to the fp32 partial. All 256 consumer
+// threads; a barrier at the end (rows_buf is written again next).
+template <typename TOut>
+__device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const plan::Chunk& c,
+                                                  const float* rows_buf, int32_t row0,
+                                                  int row_off) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const bool direct = c.slot == -1;
+  const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+  constexpr int kFloat4s = kDv / 4;
+  static_assert(kNarrowPassRows * kFloat4s % kConsumerThreads == 0);
+  // Unrolled, so the shared-memory loads are in flight together.
+#pragma unroll
+  for (int k = 0; k < kNarrowPassRows * kFloat4s / kConsumerThreads; ++k) {
+    const int idx = tid + k * kConsumerThreads;
+    const int row = idx / kFloat4s, col4 = idx % kFloat4s;
+    const int32_t r = row0 + row_off + row;
+    if (r >= p.rows) continue;
+    const float4 v = *reinterpret_cast<const float4*>(rows_buf + row * kMergeStride + 4 * col4);
+    const int64_t at = (first_row + r) * kDv + 4 * col4;
+    if (direct) {
+      *reinterpret_cast<uint2*>(static_cast<TOut*>(p.out) + at) = {pack2<TOut>(v.x, v.y),
+                                                                   pack2<TOut>(v.z, v.w)};
+    } else {
+      *reinterpret_cast<float4*>(p.plan.partial_out + at) = v;
+    }
+  }
+  consumer_sync(kEpilogueBarrier);
+}
+
 template <typename T, int kN>
 __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                int32_t cta) {
@@ -91,8 +242,8 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   // The thread's tokens of a block (rows of S^T; rows of O^T within each 64 output columns):
   // tok_a and tok_a + 8. Its columns: value i is column col(ci(i)) (wgmma.cuh).
   const int tok_a = 16 * warp + lane / 4;
-  const auto ci_of = [](int i) { return 2 * (i / 4) + i % 2; };
-  const auto col_of = [lane](int ci) { return 8 * (ci / 2) + 2 * (lane % 4) + ci % 2; };
+  const auto ci_of = narrow_ci;
+  const auto col_of = [lane](int ci) { return narrow_col(lane, ci); };
   SmallStorage& sm = *s.small;
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
@@ -113,16 +264,11 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
     int32_t min_limit = c.token_end;
 #pragma unroll
     for (int ci = 0; ci < kCols; ++ci) {
-      const int32_t r = row0 + col_of(ci);
-      const int32_t sq = min(r / p.h_q, p.s_q - 1);
-      limit[ci] = min(c.token_end, p.causal ? c.seq_len - (p.s_q - 1 - sq) : c.seq_len);
+      limit[ci] = visible_limit(p, c, row0 + col_of(ci));
       min_limit = min(min_limit, limit[ci]);
     }
-    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-    // This warpgroup's blocks: those of stage wg. After its last, Q may go.
-    const int32_t first_own = (n_block % 2) == static_cast<uint32_t>(wg) ? 0 : 1;
-    const int32_t last_own =
-        first_own < n_blocks ? first_own + (n_blocks - 1 - first_own) / 2 * 2 : -1;
+    const OwnBlocks share = own_blocks(c, n_block, wg);
+    const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
     float m[kCols], l[kCols];
 #pragma unroll
     for (int ci = 0; ci < kCols; ++ci) {
@@ -175,37 +321,10 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
         if (b == last_own) arrive(&sm.q_empty);
       }
 
-      // Mask, column max of the block: the thread's two tokens, the 8 lanes of a column, the
-      // warpgroup's 4 warps.
-      if (tok0 + kBlockN > min_limit) {
-#pragma unroll
-        for (int i = 0; i < kVals; ++i) {
-          if (tok0 + tok_a + 8 * ((i / 2) % 2) >= limit[ci_of(i)]) st[i] = -INFINITY;
-        }
-      }
-      float cm[kCols];
-#pragma unroll
-      for (int ci = 0; ci < kCols; ++ci) {
-        const int i0 = 4 * (ci / 2) + ci % 2;
-        cm[ci] = fmaxf(st[i0], st[i0 + 2]);
-#pragma unroll
-        for (int offset = 4; offset < 32; offset *= 2) {
-          cm[ci] = fmaxf(cm[ci], __shfl_xor_sync(0xffffffffu, cm[ci], offset));
-        }
-        if (lane < 4) sm.col_max[wg][warp][col_of(ci)] = cm[ci];
-      }
-      wg_sync.sync();
+      // Mask, column max of the block, the steps of the running maxima.
       MaxStep step[kCols];
-      bool moved = false;
-#pragma unroll
-      for (int ci = 0; ci < kCols; ++ci) {
-        const int col = col_of(ci);
-        float mx = m[ci];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, sm.col_max[wg][w][col]);
-        step[ci] = max_step(m[ci], mx, scale_log2);
-        moved |= step[ci].alpha != 1.0f;
-      }
+      const bool moved = narrow_column_steps<kN>(st, limit, min_limit, tok0, tok_a, wg, sm, wg_sync,
+                                                 scale_log2, m, step);
 
       // P^T over the rope chunk (row = query row, 64 tokens in the 128-byte swizzle), the sums.
       float sum[kCols];
@@ -257,68 +376,16 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       grid_stamp(3);
     }
 
-    // Epilogue: the warpgroups' maxima and sums per column, then each one's factor.
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) {
-        l[ci] += __shfl_xor_sync(0xffffffffu, l[ci], offset);
-      }
-      if (lane < 4) {
-        sm.wg_sum[wg][warp][col_of(ci)] = l[ci];
-        if (warp == 0) sm.wg_max[wg][col_of(ci)] = m[ci];
-      }
-    }
-    consumer_sync(kEpilogueBarrier);
-    if (tid == 0) grid_stamp(6);
-    const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
-    const bool direct = c.slot == -1;
-    // One thread per column: its LSE and each warpgroup's factor, through shared memory. (Every
-    // thread working out its own kCols columns was a chain of ~750 dependent instructions, log2f
-    // and a division per column; this saved 0.7-2.3 us a call on the H200, record
-    // 2026-11-24-h200-epilogue.)
-    if (tid < kN) {
-      const int col = tid;
-      const int32_t r = row0 + col;
-      const float m0 = sm.wg_max[0][col], m1 = sm.wg_max[1][col];
-      const float mx = fmaxf(m0, m1);
-      const float scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-      const float a0 = ptx::ex2_approx_ftz_f32(m0 * scale_log2 - scaled);
-      const float a1 = ptx::ex2_approx_ftz_f32(m1 * scale_log2 - scaled);
-      float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        s0 += sm.wg_sum[0][w][col];
-        s1 += sm.wg_sum[1][w][col];
-      }
-      const float total = s0 * a0 + s1 * a1;
-      const bool any = total > 0.0f;
-      const float lse = any ? (scaled + log2f(total)) * kLn2 : -INFINITY;
-      float scale = any ? 1.0f / total : 0.0f;
-      if (r < p.rows) {
-        if (direct && p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-        if (merged) {
-          sm.merge_lse[col] = lse;
-        } else if (!direct) {
-          p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
-        } else if (p.lse != nullptr) {
-          p.lse[int64_t{c.request} * p.rows + r] = lse;
-        }
-      }
-      sm.col_factor[0][col] = a0 * scale;
-      sm.col_factor[1][col] = a1 * scale;
-    }
-    consumer_sync(kEpilogueBarrier);
+    // Epilogue: each column's LSE and factor, then the rows.
     float factor[kCols];
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) factor[ci] = sm.col_factor[wg][col_of(ci)];
-    if (tid == 0) grid_stamp(7);
+    narrow_column_factors<kN>(p, sm, c, row0, m, l, scale_log2, /*lse_shift_log2=*/0.0f,
+                              /*v_scale=*/1.0f, factor);
+    const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
 
     // The rows, 16 at a time: warpgroup 0 stores its share, warpgroup 1 adds its own, then all
     // write them out (or, merged, they stay over the stages: both warpgroups are past their
     // last P V and every copy has landed).
     float* rows_buf = merged ? reinterpret_cast<float*>(s.kv) : s.exchange;
-    const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
     // (q as a constant: with a loop over q the compiler left o in local memory.)
     const auto pass = [&](auto q_constant) {
       constexpr int q = decltype(q_constant)::value;
@@ -341,25 +408,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
         if (q == 0 && tid == 0) grid_stamp(8 + w);
       }
       if (merged) return;
-      constexpr int kFloat4s = kDv / 4;
-      static_assert(kNarrowPassRows * kFloat4s % kConsumerThreads == 0);
-      // Unrolled, so the shared-memory loads are in flight together.
-#pragma unroll
-      for (int k = 0; k < kNarrowPassRows * kFloat4s / kConsumerThreads; ++k) {
-        const int idx = tid + k * kConsumerThreads;
-        const int row = idx / kFloat4s, col4 = idx % kFloat4s;
-        const int32_t r = row0 + row_off + row;
-        if (r >= p.rows) continue;
-        const float4 v = *reinterpret_cast<const float4*>(rows_buf + row * kMergeStride + 4 * col4);
-        const int64_t at = (first_row + r) * kDv + 4 * col4;
-        if (direct) {
-          *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + at) = {pack2<T>(v.x, v.y),
-                                                                    pack2<T>(v.z, v.w)};
-        } else {
-          *reinterpret_cast<float4*>(p.plan.partial_out + at) = v;
-        }
-      }
-      consumer_sync(kEpilogueBarrier);
+      narrow_store_rows<T>(p, c, rows_buf, row0, row_off);
       if (q == 0 && tid == 0) grid_stamp(10);
     };
     pass(std::integral_constant<int, 0>{});

@@ -6,8 +6,10 @@
 #include <cuda/ptx>
 
 #include "backends/sm90/config.h"
+#include "backends/sm90/params.h"
 #include "backends/sm90/wgmma.cuh"
 #include "kernels/common/ptx.h"
+#include "plan/work.cuh"
 
 namespace mlakit::sm90 {
 
@@ -45,6 +47,26 @@ __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map
 // Byte offset of element (row, col) of a 64-column chunk in the 128-byte swizzle.
 __device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
   return row * 128 + ((((col_bytes >> 4) ^ row) & 7) << 4) + (col_bytes & 15);
+}
+
+// The tokens a query row of the request sees in a chunk: the chunk's, and with causal MTP fewer
+// for its early query tokens (row r is query token r / h_q).
+__device__ __forceinline__ int32_t visible_limit(const DecodeParams& p, const plan::Chunk& c,
+                                                 int32_t r) {
+  const int32_t sq = min(r / p.h_q, p.s_q - 1);
+  return min(c.token_end, p.causal ? c.seq_len - (p.s_q - 1 - sq) : c.seq_len);
+}
+
+// The blocks of a chunk and a consumer warpgroup's share of them: blocks alternate between the
+// warpgroups in the order of the CTA's block count n_block (block b of the chunk is warpgroup
+// (n_block + b) % 2's); last: the warpgroup's last own block (-1: none), after which Q may go.
+struct OwnBlocks {
+  int32_t n, first, last;
+};
+__device__ __forceinline__ OwnBlocks own_blocks(const plan::Chunk& c, uint32_t n_block, int wg) {
+  const int32_t n = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+  const int32_t first = (n_block % 2) == static_cast<uint32_t>(wg) ? 0 : 1;
+  return {.n = n, .first = first, .last = first < n ? first + (n - 1 - first) / 2 * 2 : -1};
 }
 
 // The row max after a block and the factor by which the sums so far shrink (both warpgroups
