@@ -16,6 +16,8 @@
 //                (A = P from registers). The stage goes back once every consumer thread has read
 //                it (empty, 256 arrivals).
 // The epilogue is the 16-bit wide tile's (wide_epilogue.cuh) with the V scale and P's 2^8.
+// Numbers (docs/fp8-decode.md; settled, page 64, h_q 128, b 64, L 4096): 125.8 us on an H200,
+// 122.8 on an H100 (FlashMLA bf16 137.4, 137.1; vLLM's fp8 fork 120.6 on the H100).
 #pragma once
 
 #include <cuda/ptx>
