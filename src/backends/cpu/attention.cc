@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/parallel.h"
@@ -96,6 +97,22 @@ struct RowBlock {
 }  // namespace
 
 Status check_host_data(const Problem& p, const RunArgs& a) {
+  // Scales by pointer: validate_args checks host values but cannot read pointers; here they are
+  // host memory too.
+  for (const auto& [name, ptr] :
+       {std::pair("q_scale_ptr[0]", a.q_scale_ptr), std::pair("k_scale_ptr[0]", a.k_scale_ptr)}) {
+    if (ptr != nullptr && (!std::isfinite(*ptr) || *ptr <= 0.0f)) {
+      return invalid_argument(name, "a finite value > 0", *ptr);
+    }
+  }
+  if (p.has_sinks) {
+    for (int h = 0; h < p.h_q; ++h) {
+      if (std::isnan(a.sinks[h])) {
+        return invalid_argument(str_cat("sinks[", h, "]"), "a logit, not NaN (-inf: no sink)",
+                                a.sinks[h]);
+      }
+    }
+  }
   const int64_t cache_tokens = a.num_pages * p.page_size;
   for (int i = 0; i < a.batch; ++i) {
     if (p.sparse()) {
