@@ -1,7 +1,9 @@
 // Validation of a Problem (once, at Decoder creation) and of RunArgs (each run: host-side checks
 // only, nothing is read from device memory).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 
 #include "core/check.h"
 #include "mlakit/mlakit.h"
@@ -43,6 +45,62 @@ Status check_scale(std::string_view arg, float value, const float* ptr, std::str
   }
   if (!std::isfinite(value) || value <= 0.0f) {
     return invalid_argument(arg, "a finite value > 0", value);
+  }
+  return Status::Ok();
+}
+
+// An argument's bytes, [begin, begin + bytes), for the overlap check.
+struct Span {
+  std::string_view name;
+  uintptr_t begin = 0;
+  uint64_t bytes = 0;
+  uintptr_t end() const {  // saturated: a hostile pointer near the top must not wrap
+    uintptr_t e = 0;
+    return __builtin_add_overflow(begin, bytes, &e) ? UINTPTR_MAX : e;
+  }
+};
+
+Span span(std::string_view name, const void* ptr, uint64_t bytes) {
+  return {.name = name, .begin = reinterpret_cast<uintptr_t>(ptr), .bytes = ptr ? bytes : 0};
+}
+
+// out, lse and the workspace are written: one that overlaps any other argument is a data race
+// (and wrong results). From the addresses and the sizes the problem gives them; nothing is read.
+Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                   const void* workspace) {
+  const uint64_t b = a.batch, rows = b * p.s_q * p.h_q;
+  // The block-table entries a run may read: every row up to the pages of max_seq_len.
+  const int64_t pages = std::min<int64_t>(a.block_table_stride,
+                                          (int64_t{p.max_seq_len} + p.page_size - 1) / p.page_size);
+  const Span spans[] = {
+      // Written first: each is checked against all that follow it.
+      span("out", a.out, rows * kDv * dtype_bytes(p.out_dtype)),
+      span("lse", a.lse, rows * sizeof(float)),
+      span("workspace", workspace, workspace_needed),
+      span("q", a.q, rows * kDqk * dtype_bytes(p.q_dtype)),
+      span("kv_cache", a.kv_cache,
+           static_cast<uint64_t>(a.num_pages) * p.page_size *
+               kv_token_bytes(p.kv_dtype, p.kv_layout)),
+      span("block_table", a.block_table,
+           ((b - 1) * static_cast<uint64_t>(a.block_table_stride) + pages) * sizeof(int32_t)),
+      span("seq_lens", a.seq_lens, b * sizeof(int32_t)),
+      span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
+      span("topk_lens", a.topk_lens, b * sizeof(int32_t)),
+      span("sinks", a.sinks, p.h_q * sizeof(float)),
+      span("q_scale_ptr", a.q_scale_ptr, sizeof(float)),
+      span("k_scale_ptr", a.k_scale_ptr, sizeof(float)),
+  };
+  constexpr int kWritten = 3;
+  for (int i = 0; i < kWritten; ++i) {
+    const Span& w = spans[i];
+    for (int j = i + 1; j < static_cast<int>(std::size(spans)); ++j) {
+      const Span& o = spans[j];
+      if (w.bytes == 0 || o.bytes == 0 || w.begin >= o.end() || o.begin >= w.end()) continue;
+      return invalid_argument(
+          w.name, "memory apart from every other argument",
+          str_cat(w.bytes, " bytes at 0x", std::hex, w.begin, std::dec, " that overlap ", o.name,
+                  " (", o.bytes, " bytes at 0x", std::hex, o.begin, ")"));
+    }
   }
   return Status::Ok();
 }
@@ -152,7 +210,7 @@ Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed
   if (workspace_needed > 0) {
     MLAKIT_RETURN_IF_ERROR(check_pointer("workspace", workspace, 256));
   }
-  return Status::Ok();
+  return check_apart(p, a, workspace_needed, workspace);
 }
 
 std::string describe(const Problem& p) {
