@@ -8,7 +8,9 @@
 //      synchronization, no reads of device memory from the host, so it can be captured in a CUDA
 //      graph and replayed with new `seq_lens` and block tables.
 //
-// Every entry point returns a `Status`; the library never prints, exits or aborts.
+// Every entry point returns a `Status`; the library never prints, exits or aborts. A host
+// allocation or a thread that fails inside a call is a Status too (kInternal, "out of host
+// memory"); list_backends, current_device and describe, which return values, return empty ones.
 #pragma once
 
 #include <cmath>

@@ -98,7 +98,8 @@ class Decoder:
 
     Raises:
         ValueError: an argument is invalid. NotImplementedError: no (chosen) backend can run the
-        problem on this machine. RuntimeError: a CUDA error.
+        problem on this machine. RuntimeError: a CUDA error, or an internal one (the host ran out
+        of memory).
     """
 
     def __init__(
@@ -243,7 +244,7 @@ class Decoder:
             TypeError: an argument is not an array, or has the wrong dtype.
             ValueError: a wrong shape, device, layout or value (library checks included).
             NotImplementedError: the backend does not support what was asked.
-            RuntimeError: a CUDA error.
+            RuntimeError: a CUDA error, or an internal one (the host ran out of memory).
         """
         shape: Any = getattr(q, "shape", None)
         batched = shape is not None and len(shape) == 4

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/check.h"
+#include "core/guard.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit {
@@ -105,9 +106,7 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
   return Status::Ok();
 }
 
-}  // namespace
-
-Status validate(const Problem& p) {
+Status validate_problem(const Problem& p) {
   MLAKIT_RETURN_IF_ERROR(check_range("heads (h_q)", p.h_q, 1, kMaxHeads));
   MLAKIT_RETURN_IF_ERROR(check_range("s_q", p.s_q, 1, kMaxSq));
   MLAKIT_RETURN_IF_ERROR(check_range("d_qk", p.d_qk, kDqk, kDqk));
@@ -151,8 +150,8 @@ Status validate(const Problem& p) {
   return Status::Ok();
 }
 
-Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
-                     const void* workspace, size_t workspace_size) {
+Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                  const void* workspace, size_t workspace_size) {
   MLAKIT_RETURN_IF_ERROR(check_range("batch", a.batch, 1, p.max_batch));
   MLAKIT_RETURN_IF_ERROR(check_pointer("q", a.q, 16));
   MLAKIT_RETURN_IF_ERROR(check_pointer("kv_cache", a.kv_cache, 16));
@@ -213,7 +212,19 @@ Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed
   return check_apart(p, a, workspace_needed, workspace);
 }
 
-std::string describe(const Problem& p) {
+}  // namespace
+
+Status validate(const Problem& p) {
+  return guarded("validate", [&] { return validate_problem(p); });
+}
+
+Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                     const void* workspace, size_t workspace_size) {
+  return guarded("validate_args",
+                 [&] { return check_args(p, a, workspace_needed, workspace, workspace_size); });
+}
+
+std::string describe(const Problem& p) try {
   std::string s = str_cat("h_q ", p.h_q, ", s_q ", p.s_q, ", page ", p.page_size, ", q ",
                           to_string(p.q_dtype), ", kv ", to_string(p.kv_dtype));
   if (p.kv_layout != KvLayout::kDense) s += str_cat(" ", to_string(p.kv_layout));
@@ -225,6 +236,8 @@ std::string describe(const Problem& p) {
   if (p.return_lse) s += ", lse";
   if (p.enable_pdl) s += ", pdl";
   return s;
+} catch (...) {  // out of host memory (guard.h)
+  return {};
 }
 
 }  // namespace mlakit
