@@ -201,6 +201,14 @@ Status Decoder::create(const Problem& problem, const DecoderOptions& options,
       }
       d->by_bucket_[k] = static_cast<uint8_t>(index);
     }
+    // The caller allocates the workspace on the device: one larger than the device cannot be had
+    // (sizes grow with max_batch x h_q x s_q and max_seq_len).
+    if (d->device_memory() && d->workspace_bytes_ > device.global_mem_bytes) {
+      return unsupported("the workspace of ", d->routes_.front().backend->name(), " for ",
+                         describe(problem), " needs ", d->workspace_bytes_,
+                         " bytes of device memory, more than the device's ",
+                         device.global_mem_bytes);
+    }
     *decoder = std::move(d);
     return Status::Ok();
   });

@@ -145,5 +145,24 @@ TEST_F(Faults, ThreadsThatCannotStartLeaveTheWorkToTheOthers) {
             0);
 }
 
+// The cpu backend's scratch is known at creation: up to 640 MB for each thread at max_seq_len
+// 2^24 (a block of 8 heads). Where the process cannot have that much, creation refuses with the
+// bytes it needs, before anything is allocated; before, the run failed (or ended the process).
+TEST_F(Faults, CreationRefusesScratchThatCannotBeHad) {
+  EXPECT_EQ(in_child([] {
+              limit_address_space(256 << 20);
+              const Problem huge{.h_q = 8, .max_batch = 1, .max_seq_len = 1 << 24};
+              std::unique_ptr<Decoder> decoder;
+              const Status st = Decoder::create(huge, {.backend = "cpu"}, &decoder);
+              if (st.code() != StatusCode::kUnsupported) return 10;
+              if (st.message().rfind("cpu backend: a run needs 671", 0) != 0) return 11;
+              if (st.message().find("bytes of host memory") == std::string::npos) return 12;
+              if (mlakit::can_run("cpu", huge).message() != st.message()) return 13;
+              const Problem fits{.h_q = 8, .max_batch = 1, .max_seq_len = 1 << 16};
+              return Decoder::create(fits, {.backend = "cpu"}, &decoder).ok() ? 0 : 15;
+            }),
+            0);
+}
+
 }  // namespace
 }  // namespace mlakit_test
