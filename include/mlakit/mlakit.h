@@ -88,6 +88,8 @@ inline constexpr int kBlockwiseBytes = 656;  // bytes per token in KvLayout::kFp
 inline constexpr int kBlockwiseGroup = 128;  // values per fp32 scale in the blockwise layout
 inline constexpr int kMaxHeads = 128;
 inline constexpr int kMaxSq = 16;
+inline constexpr int kMaxBatch = 1 << 20;   // Problem::max_batch
+inline constexpr int kMaxSeqLen = 1 << 24;  // Problem::max_seq_len
 
 std::string_view to_string(DType dtype);
 std::string_view to_string(KvLayout layout);

@@ -112,8 +112,8 @@ Status validate_problem(const Problem& p) {
   MLAKIT_RETURN_IF_ERROR(check_range("d_qk", p.d_qk, kDqk, kDqk));
   MLAKIT_RETURN_IF_ERROR(check_range("d_v", p.d_v, kDv, kDv));
   MLAKIT_RETURN_IF_ERROR(check_range("page_size", p.page_size, 1, 1024));
-  MLAKIT_RETURN_IF_ERROR(check_range("max_batch", p.max_batch, 1, 1 << 20));
-  MLAKIT_RETURN_IF_ERROR(check_range("max_seq_len", p.max_seq_len, 0, 1 << 24));
+  MLAKIT_RETURN_IF_ERROR(check_range("max_batch", p.max_batch, 1, kMaxBatch));
+  MLAKIT_RETURN_IF_ERROR(check_range("max_seq_len", p.max_seq_len, 0, kMaxSeqLen));
   MLAKIT_RETURN_IF_ERROR(check_range("topk", p.topk, 0, 1 << 16));
 
   if (!is_16bit(p.out_dtype)) {

@@ -129,8 +129,8 @@ bool parse_key(std::string_view key, std::string_view* problem, int* batch, int*
   const auto [l_end, l_err] = std::from_chars(b_end + 2, end, *len);
   if (l_err != std::errc() || l_end != end) return false;
   // Within the ranges of validate(Problem) first: batch_bucket(INT32_MAX) would overflow.
-  return *batch >= 1 && *batch <= (1 << 20) && batch_bucket(*batch) == *batch && *len >= 1 &&
-         *len <= (1 << 24) && len_bucket(*len) == *len &&
+  return *batch >= 1 && *batch <= kMaxBatch && batch_bucket(*batch) == *batch && *len >= 1 &&
+         *len <= kMaxSeqLen && len_bucket(*len) == *len &&
          str_cat("b", *batch, "|L", *len) == rest;  // no leading zeros
 }
 
