@@ -246,7 +246,7 @@ class Decoder {
 
 // Checks per-call arguments against a problem; used by Decoder::run, exposed for tests and tools.
 // Besides each argument's own rules: out, lse and the workspace (written) may not overlap any
-// other argument, judged from the addresses and the sizes the problem gives them.
+// other argument, judged from the addresses and the shapes given above.
 Status validate_args(const Problem& problem, const RunArgs& args, size_t workspace_needed,
                      const void* workspace, size_t workspace_size);
 

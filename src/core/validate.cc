@@ -1,6 +1,5 @@
 // Validation of a Problem (once, at Decoder creation) and of RunArgs (each run: host-side checks
 // only, nothing is read from device memory).
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -66,13 +65,11 @@ Span span(std::string_view name, const void* ptr, uint64_t bytes) {
 }
 
 // out, lse and the workspace are written: one that overlaps any other argument is a data race
-// (and wrong results). From the addresses and the sizes the problem gives them; nothing is read.
+// (and wrong results). From the addresses and the shapes the header gives the arguments (the block
+// table [b, block_table_stride], ...); nothing is read.
 Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
                    const void* workspace) {
   const uint64_t b = a.batch, rows = b * p.s_q * p.h_q;
-  // The block-table entries a run may read: every row up to the pages of max_seq_len.
-  const int64_t pages = std::min<int64_t>(a.block_table_stride,
-                                          (int64_t{p.max_seq_len} + p.page_size - 1) / p.page_size);
   const Span spans[] = {
       // Written first: each is checked against all that follow it.
       span("out", a.out, rows * kDv * dtype_bytes(p.out_dtype)),
@@ -83,7 +80,7 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
            static_cast<uint64_t>(a.num_pages) * p.page_size *
                kv_token_bytes(p.kv_dtype, p.kv_layout)),
       span("block_table", a.block_table,
-           ((b - 1) * static_cast<uint64_t>(a.block_table_stride) + pages) * sizeof(int32_t)),
+           b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
       span("seq_lens", a.seq_lens, b * sizeof(int32_t)),
       span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
       span("topk_lens", a.topk_lens, b * sizeof(int32_t)),

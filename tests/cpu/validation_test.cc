@@ -576,6 +576,20 @@ TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
       << "out ends where the workspace starts";
 }
 
+// The block table is judged by its shape, [b, block_table_stride], not by the pages max_seq_len
+// lets a run read: an out placed in a row's unused tail was accepted, and written over the table
+// (found by the C API fuzz target).
+TEST(ValidateArgs, OutInTheBlockTablesUnusedColumnsIsRefused) {
+  ValidCall call(Base::kDense);
+  Problem p = call.in.problem;
+  p.max_seq_len = p.page_size;  // a run reads one page id a row
+  call.args.batch = 1;
+  call.args.block_table_stride = 8;  // the table holds 2 rows of 4: 8 ids
+  call.args.out = const_cast<int32_t*>(call.args.block_table) + 4;
+  EXPECT_TRUE(is_error(mlakit::validate_args(p, call.args, 0, nullptr, 0),
+                       StatusCode::kInvalidArgument, "out", {"overlap block_table"}));
+}
+
 // Buffers that touch without overlapping are fine: q, then out right after its last byte.
 TEST(ValidateArgs, AdjacentBuffersAreAccepted) {
   ValidCall call(Base::kDense);
