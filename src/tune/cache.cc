@@ -158,7 +158,9 @@ bool parse(const std::string& text, Metadata* meta, std::map<std::string, Entry>
     meta->library_version = get_string(m, "library_version", "metadata.", 64);
     const json& all = member(doc, "entries", "");
     if (!all.is_object()) bad("entries", "a JSON object", all);
-    for (const auto& [key, e] : all.items()) {
+    for (const auto& item : all.items()) {
+      const std::string& key = item.key();
+      const json& e = item.value();  // not a structured binding: lambdas below capture it
       std::string_view problem;
       int batch = 0, len = 0;
       const std::string path = str_cat("entries[\"", excerpt(key), "\"]");

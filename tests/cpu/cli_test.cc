@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mlakit/mlakit.h"
+#include "sanitizers.h"
 
 #ifdef MLAKIT_PROGRAM
 namespace {
@@ -21,6 +22,15 @@ struct Result {
   int exit_code = -1;  // 128 + signal when a signal ended it
   std::string output;  // stdout and stderr
   double seconds = 0;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifdef MLAKIT_SANITIZED
+    GTEST_SKIP() << "the program is sanitized: its shadow memory does not fit RLIMIT_AS";
+#endif
+  }
 };
 
 // Runs build/mlakit with `args`, its address space limited to `limit` bytes.
@@ -58,14 +68,14 @@ bool has(const Result& r, const std::string& text) {
 }
 
 // A small valid run: the control for the cases below.
-TEST(Cli, SmallBenchRuns) {
+TEST_F(Cli, SmallBenchRuns) {
   const Result r = run_mlakit({"bench", "--backend", "cpu", "--heads", "1", "--batch", "2",
                                "--seq-len", "16", "--replays", "1", "--warmup", "0"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // 2L - 1 overflowed a signed int computing the lengths of --var 1, before any validation.
-TEST(Cli, SeqLenTooLongForVarIsRefusedBeforeTheLengths) {
+TEST_F(Cli, SeqLenTooLongForVarIsRefusedBeforeTheLengths) {
   const Result r = run_mlakit(
       {"bench", "--backend", "cpu", "--batch", "1", "--seq-len", "2000000000", "--var", "1"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -74,7 +84,7 @@ TEST(Cli, SeqLenTooLongForVarIsRefusedBeforeTheLengths) {
 }
 
 // 2e9 lengths (7.8 GB) were allocated before the batch was refused.
-TEST(Cli, HugeBatchIsRefusedBeforeAllocating) {
+TEST_F(Cli, HugeBatchIsRefusedBeforeAllocating) {
   const Result r = run_mlakit(
       {"bench", "--backend", "cpu", "--batch", "2000000000", "--seq-len", "16"}, uint64_t{1} << 30);
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -84,7 +94,7 @@ TEST(Cli, HugeBatchIsRefusedBeforeAllocating) {
 
 // A valid problem whose inputs cannot fit: refused up front with the bytes it needs (it
 // allocated until the process died).
-TEST(Cli, ProblemLargerThanMemoryIsRefusedUpFront) {
+TEST_F(Cli, ProblemLargerThanMemoryIsRefusedUpFront) {
   const Result r =
       run_mlakit({"bench", "--backend", "cpu", "--batch", "100000", "--seq-len", "10000000"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -94,7 +104,7 @@ TEST(Cli, ProblemLargerThanMemoryIsRefusedUpFront) {
 }
 
 // Comma lists multiply out: a sweep of too many cases or requests is refused before expanding.
-TEST(Cli, SweepTooLargeIsRefused) {
+TEST_F(Cli, SweepTooLargeIsRefused) {
   std::string heads = "1";
   for (int i = 0; i < 300; ++i) heads += ",1";
   const Result r = run_mlakit({"bench", "--backend", "cpu", "--heads", heads, "--s-q", heads,
@@ -104,7 +114,7 @@ TEST(Cli, SweepTooLargeIsRefused) {
 }
 
 // --json to a path that cannot be written exited 0 having written nothing.
-TEST(Cli, UnwritableJsonPathIsAnError) {
+TEST_F(Cli, UnwritableJsonPathIsAnError) {
   const Result r =
       run_mlakit({"bench", "--backend", "cpu", "--heads", "1", "--batch", "1", "--seq-len", "16",
                   "--replays", "1", "--json", "/nonexistent-dir/results.json"});
@@ -114,7 +124,7 @@ TEST(Cli, UnwritableJsonPathIsAnError) {
 }
 
 // Without a GPU the cpu backend runs and the tune cache (of GPU timings) is not read: say so.
-TEST(Cli, TuneCacheWithoutAGpuIsAWarning) {
+TEST_F(Cli, TuneCacheWithoutAGpuIsAWarning) {
   if (mlakit::current_device().present) GTEST_SKIP() << "a GPU is present";
   const Result r = run_mlakit({"bench", "--heads", "1", "--batch", "1", "--seq-len", "16",
                                "--replays", "1", "--tune-cache", "/tmp/mlakit-cli-test.json"});

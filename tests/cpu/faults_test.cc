@@ -20,15 +20,7 @@
 #include "harness/workload.h"
 #include "mlakit/mlakit.h"
 #include "mlakit/mlakit_c.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define MLAKIT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-#define MLAKIT_SANITIZED 1
-#endif
-#endif
+#include "sanitizers.h"
 
 namespace mlakit_test {
 namespace {
