@@ -237,11 +237,6 @@ void ArgReader::take_scale(const char* name, nb::handle obj, float* value, const
   if (PyFloat_Check(obj.ptr()) || (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr()))) {
     *value = static_cast<float>(PyFloat_AsDouble(obj.ptr()));
     if (PyErr_Occurred()) throw nb::python_error();
-    // The library reads a NaN host value as "no scale given" (None here): a NaN passed as a
-    // number would silently mean scale 1 for a blockwise cache.
-    if (std::isnan(*value)) {
-      throw_value_error(std::string(name) + ": expected a finite value > 0 (or None), given nan");
-    }
     return;
   }
   Array array;
