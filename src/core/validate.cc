@@ -70,6 +70,9 @@ Span span(std::string_view name, const void* ptr, uint64_t bytes) {
 Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
                    const void* workspace) {
   const uint64_t b = a.batch, rows = b * p.s_q * p.h_q;
+  // A sparse run neither reads nor checks the block table and lengths.
+  const int32_t* table = p.sparse() ? nullptr : a.block_table;
+  const int32_t* lens = p.sparse() ? nullptr : a.seq_lens;
   const Span spans[] = {
       // Written first: each is checked against all that follow it.
       span("out", a.out, rows * kDv * dtype_bytes(p.out_dtype)),
@@ -79,9 +82,8 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
       span("kv_cache", a.kv_cache,
            static_cast<uint64_t>(a.num_pages) * p.page_size *
                kv_token_bytes(p.kv_dtype, p.kv_layout)),
-      span("block_table", a.block_table,
-           b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
-      span("seq_lens", a.seq_lens, b * sizeof(int32_t)),
+      span("block_table", table, b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
+      span("seq_lens", lens, b * sizeof(int32_t)),
       span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
       span("topk_lens", a.topk_lens, b * sizeof(int32_t)),
       span("sinks", a.sinks, p.h_q * sizeof(float)),

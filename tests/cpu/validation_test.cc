@@ -588,6 +588,11 @@ TEST(ValidateArgs, OutInTheBlockTablesUnusedColumnsIsRefused) {
   call.args.out = const_cast<int32_t*>(call.args.block_table) + 4;
   EXPECT_TRUE(is_error(mlakit::validate_args(p, call.args, 0, nullptr, 0),
                        StatusCode::kInvalidArgument, "out", {"overlap block_table"}));
+  // A sparse run ignores the block table, whatever it holds: not judged.
+  ValidCall sparse(Base::kSparse);
+  sparse.args.block_table = static_cast<const int32_t*>(sparse.args.out);
+  sparse.args.block_table_stride = -1;
+  EXPECT_TRUE(mlakit::validate_args(sparse.in.problem, sparse.args, 0, nullptr, 0).ok());
 }
 
 // Buffers that touch without overlapping are fine: q, then out right after its last byte.

@@ -17,10 +17,10 @@ inline int num_threads() {
 }
 
 // Calls fn(i) for every i in [0, n), items handed out dynamically to at most `max_threads`
-// threads (the calling one among them). An exception
-// thrown by fn (std::bad_alloc) stops the handing out and is rethrown here once every thread has
-// joined: left on a worker thread, it would end the process. A thread that cannot be started
-// (std::system_error) leaves the work to those that run.
+// threads (the calling one among them). An exception thrown by fn (std::bad_alloc) stops the
+// handing out and is rethrown here once every thread has joined: left on a worker thread, it
+// would end the process. A thread that cannot be started (std::system_error) leaves the work to
+// those that run.
 template <typename Fn>
 void parallel_for(int64_t n, Fn&& fn, int max_threads = num_threads()) {
   const int threads = static_cast<int>(std::min<int64_t>(max_threads, n));
