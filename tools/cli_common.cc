@@ -1,5 +1,6 @@
 #include "cli_common.h"
 
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <ctime>
 
 #include "core/check.h"
+#include "core/host_memory.h"
 
 namespace mlakit::tools {
 
@@ -55,6 +57,39 @@ Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
   if (batches.empty() || lens.empty()) {
     return invalid_argument("--batch/--seq-len", "at least one value each (or --grid)", "none");
   }
+  uint64_t requests = 0;
+  for (int b : batches) {
+    if (b < 1 || b > kMaxBatch) return invalid_argument("--batch", str_cat("1..", kMaxBatch), b);
+    requests += static_cast<uint64_t>(b);
+  }
+  for (int len : lens) {
+    for (int v : f.var) {
+      // The longest length of the case must fit max_seq_len: L, or 2L - 1 with --var.
+      const int64_t longest = harness::longest_seq_len(len, v != 0);
+      if (len < 0 || longest > kMaxSeqLen) {
+        return invalid_argument(
+            "--seq-len",
+            v != 0 ? str_cat("0..", (kMaxSeqLen + 1) / 2, " with --var ", v,
+                             " (lengths reach 2L - 1; max_seq_len is at most ", kMaxSeqLen, ")")
+                   : str_cat("0..", kMaxSeqLen),
+            len);
+      }
+    }
+  }
+  const uint64_t per_batch_list = static_cast<uint64_t>(f.heads.size()) * f.s_q.size() *
+                                  f.page_size.size() * lens.size() * f.var.size();
+  if (per_batch_list * batches.size() > kMaxCases) {
+    return invalid_argument("--heads x --s-q x --page-size x --batch x --seq-len x --var",
+                            str_cat("at most ", kMaxCases, " cases"),
+                            per_batch_list * batches.size());
+  }
+  if (per_batch_list * requests > kMaxSweepRequests) {
+    return invalid_argument("the sweep's cases",
+                            str_cat("at most ", kMaxSweepRequests,
+                                    " requests in all (the sum of --batch x "
+                                    "the other lists' sizes)"),
+                            per_batch_list * requests);
+  }
   for (int h : f.heads) {
     for (int s : f.s_q) {
       for (int page : f.page_size) {
@@ -81,20 +116,53 @@ Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
               p.topk = f.topk;
               p.return_lse = f.lse;
               p.enable_pdl = f.pdl;
-              if (b < 1) return invalid_argument("--batch", ">= 1", b);
-              if (len < 0) return invalid_argument("--seq-len", ">= 0", len);
+              p.max_batch = b;
+              p.max_seq_len = static_cast<int>(harness::longest_seq_len(len, v != 0));
+              MLAKIT_RETURN_IF_ERROR(validate(p));  // before the lengths are drawn
               c.batch = b;
               c.seq_len = len;
               c.variable = v != 0;
               c.lens = harness::make_seq_lens(b, len, c.variable, f.seed + 17);
-              p.max_batch = b;
               p.max_seq_len = *std::max_element(c.lens.begin(), c.lens.end());
-              MLAKIT_RETURN_IF_ERROR(validate(p));
               cases->push_back(std::move(c));
             }
           }
         }
       }
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_memory(const std::vector<Case>& cases, bool on_device) {
+  const uint64_t host = host_memory_bytes();
+  size_t device_free = 0, device_total = 0;
+  if (on_device && cudaMemGetInfo(&device_free, &device_total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    on_device = false;  // no figure to compare with: the allocation will say
+  }
+  for (const Case& c : cases) {
+    const Problem& p = c.problem;
+    // The output and the reference's (at most every request), out and lse each.
+    const uint64_t outputs = 2 * static_cast<uint64_t>(c.batch) * p.s_q * p.h_q *
+                             (kDv * dtype_bytes(p.out_dtype) + sizeof(float));
+    const uint64_t need = harness::input_bytes(p, c.lens) + outputs;
+    const auto what = [&] {
+      return str_cat("case h_q ", p.h_q, ", s_q ", p.s_q, ", page ", p.page_size, ", batch ",
+                     c.batch, ", seq_len ", c.seq_len, c.variable ? " (var)" : "", " needs ");
+    };
+    if (need > host) {
+      return unsupported(what(), need,
+                         " bytes of host memory for its inputs and outputs, more "
+                         "than the ",
+                         host, " this process can have");
+    }
+    const uint64_t device_need = harness::device_input_bytes(p, c.lens);
+    if (on_device && device_need > device_free) {
+      return unsupported(what(), device_need,
+                         " bytes of device memory for its inputs and "
+                         "outputs, more than the ",
+                         device_free, " free on the device");
     }
   }
   return Status::Ok();
@@ -127,6 +195,18 @@ Work count_work(const harness::HostInputs& in) {
   w.bytes = cached * kv_token_bytes(p.kv_dtype, p.kv_layout) +
             rows * (kDqk * dtype_bytes(p.q_dtype) + kDv * dtype_bytes(p.out_dtype));
   return w;
+}
+
+bool uses_device(const std::vector<std::string>& backends, const DeviceInfo& device) {
+  const std::vector<BackendInfo> infos = list_backends();
+  for (const std::string& spec : backends) {
+    const std::string name = spec.substr(0, spec.find(':'));
+    if (name == "auto" && device.present) return true;
+    for (const BackendInfo& info : infos) {
+      if (info.name == name && info.device_memory) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<std::string> expand_backends(const std::string& spec, bool gpu_present) {

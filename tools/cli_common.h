@@ -33,8 +33,19 @@ struct Case {
   std::vector<int32_t> lens;
 };
 
-// Expands the flags into cases; an error names the flag.
+// The largest sweep make_cases expands: each case keeps its lengths, so the comma lists, which
+// multiply out, are bounded before anything is expanded.
+inline constexpr uint64_t kMaxCases = 10000;
+inline constexpr uint64_t kMaxSweepRequests = uint64_t{1} << 24;  // 64 MB of lengths
+
+// Expands the flags into cases; an error names the flag. Values are checked before anything is
+// computed from them (a batch before its lengths are drawn, 2L - 1 of --var before it is formed).
 Status make_cases(const SweepFlags& flags, std::vector<Case>* cases);
+
+// Refuses, before anything is allocated, a case whose host inputs (with their output and its
+// reference) do not fit the host memory this process can have, or, when `on_device`, whose
+// device copy does not fit the device's free memory; the message states the bytes.
+Status check_memory(const std::vector<Case>& cases, bool on_device);
 
 // Work of one case, as BENCHMARKING.md counts it.
 struct Work {
@@ -45,6 +56,8 @@ Work count_work(const harness::HostInputs& inputs);
 // Backends named by --backend: "auto", "all" (every available backend that runs on the memory
 // of this machine), or a comma list.
 std::vector<std::string> expand_backends(const std::string& spec, bool gpu_present);
+// Whether any of `backends` ("name" or "name:tactic", "auto") reads device memory.
+bool uses_device(const std::vector<std::string>& backends, const DeviceInfo& device);
 
 // Progress bar on stderr (only when stderr is a terminal).
 void progress(size_t done, size_t total);

@@ -1,9 +1,13 @@
 // mlakit bench: runs problems on one or more backends, checks each result against the cpu
 // reference, and prints time, TB/s, TFLOP/s and the share of the roofline.
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <tuple>
@@ -50,9 +54,10 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
   const std::string name = backend.substr(0, colon);
   int tactic = f.tactic;
   if (colon != std::string::npos) {
-    char* end = nullptr;
-    tactic = static_cast<int>(std::strtol(backend.c_str() + colon + 1, &end, 10));
-    if (end == backend.c_str() + colon + 1 || *end != '\0') {
+    const char* first = backend.c_str() + colon + 1;
+    const char* last = backend.c_str() + backend.size();
+    const auto [end, error] = std::from_chars(first, last, tactic);
+    if (error != std::errc() || end != last || first == last) {
       return invalid_argument("--backend", "name or name:tactic (e.g. sm80:1)", backend);
     }
   }
@@ -174,7 +179,21 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
   if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
 }
 
-int run_bench(BenchFlags& f, bool defaults) {
+// Whether `path` can be written, checked before the first case runs so that a long sweep does not
+// end with nowhere to write; a file that did not exist is not left behind.
+Status check_writable(const std::string& flag, const std::string& path) {
+  std::error_code ignored;
+  const bool existed = std::filesystem::exists(path, ignored);
+  errno = 0;
+  const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
+  const int error = errno;
+  if (ok && !existed) std::filesystem::remove(path, ignored);
+  if (ok) return Status::Ok();
+  return invalid_argument(flag, "a file that can be written",
+                          str_cat(path, " (", error ? std::strerror(error) : "cannot open", ")"));
+}
+
+int run_bench(BenchFlags& f, bool defaults, bool run) {
   const DeviceInfo device = current_device();
   if (f.sweep.batch.empty() && f.sweep.grid.empty()) {
     f.sweep.batch = {device.present ? 64 : 4};
@@ -189,11 +208,22 @@ int run_bench(BenchFlags& f, bool defaults) {
                          : "");
     if (f.backend == "auto") f.backend = "cpu";
   }
+  if (!device.present && !f.tune_cache.empty()) {
+    std::fprintf(stderr,
+                 "warning: --tune-cache %s is not read: it holds the timings of GPU backends, and "
+                 "without a GPU the cpu backend runs\n",
+                 f.tune_cache.c_str());
+  }
   std::vector<Case> cases;
-  if (Status st = make_cases(f.sweep, &cases); !st.ok()) {
+  const std::vector<std::string> backends = expand_backends(f.backend, device.present);
+  Status st = make_cases(f.sweep, &cases);
+  if (st.ok()) st = check_memory(cases, uses_device(backends, device));
+  if (st.ok() && !f.json_path.empty()) st = check_writable("--json", f.json_path);
+  if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
     return 2;
   }
+  if (!run) return 0;
   Peaks peaks = known_peaks(device);
   if (f.peak_tbs > 0) peaks.read_bytes_per_s = f.peak_tbs * 1e12;
   if (f.peak_tflops > 0) peaks.flops_per_s = f.peak_tflops * 1e12;
@@ -205,7 +235,6 @@ int run_bench(BenchFlags& f, bool defaults) {
     }
     std::printf("\n");
   }
-  const std::vector<std::string> backends = expand_backends(f.backend, device.present);
   if (backends.empty()) {
     std::fprintf(stderr, "error: --backend %s: no backend available on this machine\n",
                  f.backend.c_str());
@@ -274,47 +303,55 @@ int run_bench(BenchFlags& f, bool defaults) {
                           {"peak_read_tbs", peaks.read_bytes_per_s / 1e12},
                           {"peak_tflops", peaks.flops_per_s / 1e12},
                           {"results", results}};
-    std::ofstream(f.json_path) << doc.dump(1) << "\n";
+    std::ofstream out(f.json_path);
+    out << doc.dump(1) << "\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "error: --json: could not write %s\n", f.json_path.c_str());
+      return 1;
+    }
   }
   return all_ok ? 0 : 1;
 }
 
 }  // namespace
 
-void add_bench_command(CLI::App& app, int* exit_code) {
+void add_bench_command(CLI::App& app, const CommandContext& context) {
   auto* cmd = app.add_subcommand(
       "bench",
       "time problems on one or more backends (graph replay, cold L2, median), checking each "
       "result against the cpu reference. With no flags: a DeepSeek-V3 decode batch (h_q 128, "
       "s_q 1, page 64, bf16, batch 64, seq_len 4096) on the best available backend");
-  static BenchFlags f;
-  add_sweep_flags(cmd, &f.sweep);
-  cmd->add_option("--backend", f.backend,
+  auto f = std::make_shared<BenchFlags>();
+  add_sweep_flags(cmd, &f->sweep);
+  cmd->add_option("--backend", f->backend,
                   "auto, all, or a comma list of name or name:tactic (cpu, sm80, sm80:1, ...)");
-  cmd->add_option("--tactic", f.tactic, "backend tactic (-1: its default)");
+  cmd->add_option("--tactic", f->tactic, "backend tactic (-1: its default)");
   cmd->add_option(
-         "--replays", f.replays,
+         "--replays", f->replays,
          "timed graph replays (median reported); the MHz and W columns need >= 1 s of them")
       ->check(CLI::Range(1, 10000));
-  cmd->add_option("--warmup", f.warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
+  cmd->add_option("--warmup", f->warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
   cmd->add_option(
-         "--settle-ms", f.settle_ms,
+         "--settle-ms", f->settle_ms,
          "untimed replays for this long before timing (0: none): a power-capped case then "
          "runs at its steady clock, not at the boost clock that follows the inputs' upload")
       ->check(CLI::Range(0.0, 10000.0));
-  cmd->add_option("--verify-requests", f.verify_requests,
+  cmd->add_option("--verify-requests", f->verify_requests,
                   "requests checked against the cpu reference (all are checked for NaN)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_flag("--no-verify", f.no_verify, "skip the check against the reference");
-  cmd->add_option("--tune-cache", f.tune_cache,
+  cmd->add_flag("--no-verify", f->no_verify, "skip the check against the reference");
+  cmd->add_option("--tune-cache", f->tune_cache,
                   "tune cache for --backend auto (default: $MLAKIT_TUNE_CACHE)");
-  cmd->add_option("--reference", f.reference_csv,
+  cmd->add_option("--reference", f->reference_csv,
                   "CSV of reference times (h_q,s_q,batch,seq_len,var,time_us,...) to compare with, "
                   "e.g. bench/reference/flashmla_h200.csv");
-  cmd->add_option("--json", f.json_path, "also write the results as JSON to this file");
-  cmd->add_option("--peak-tbs", f.peak_tbs, "read bandwidth ceiling in TB/s for %roof");
-  cmd->add_option("--peak-tflops", f.peak_tflops, "matrix ceiling in TFLOP/s for %roof");
-  cmd->callback([cmd, exit_code] { *exit_code = run_bench(f, cmd->parse_order().empty()); });
+  cmd->add_option("--json", f->json_path, "also write the results as JSON to this file");
+  cmd->add_option("--peak-tbs", f->peak_tbs, "read bandwidth ceiling in TB/s for %roof");
+  cmd->add_option("--peak-tflops", f->peak_tflops, "matrix ceiling in TFLOP/s for %roof");
+  cmd->callback([cmd, f, context] {
+    *context.exit_code = run_bench(*f, cmd->parse_order().empty(), context.run);
+  });
 }
 
 }  // namespace mlakit::tools

@@ -1,6 +1,7 @@
 // mlakit check: runs backends against the cpu reference on a sweep of shapes and prints the max
 // and relative errors. Exit code 1 if any case fails.
 #include <cstdio>
+#include <memory>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -14,17 +15,20 @@ struct CheckFlags {
   std::string backend = "all";
 };
 
-int run_check(CheckFlags& f) {
+int run_check(CheckFlags& f, bool run) {
   const DeviceInfo device = current_device();
   // Default sweep: the edges (length 0 and 1, partial pages, one long request) at small sizes.
   if (f.sweep.batch.empty()) f.sweep.batch = {1, 5};
   if (f.sweep.seq_len.empty()) f.sweep.seq_len = {1, 65, 1000};
   std::vector<Case> cases;
-  if (Status st = make_cases(f.sweep, &cases); !st.ok()) {
+  const std::vector<std::string> backends = expand_backends(f.backend, device.present);
+  Status st = make_cases(f.sweep, &cases);
+  if (st.ok()) st = check_memory(cases, uses_device(backends, device));
+  if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
     return 2;
   }
-  const std::vector<std::string> backends = expand_backends(f.backend, device.present);
+  if (!run) return 0;
   std::printf("checking %s against the cpu reference (%zu cases) on %s\n", f.backend.c_str(),
               cases.size(), device.present ? device.name.c_str() : "the host");
   std::printf("%-6s %4s %4s %5s %7s %3s %5s %10s %10s %10s  %s\n", "backend", "h_q", "s_q", "batch",
@@ -73,18 +77,18 @@ int run_check(CheckFlags& f) {
 
 }  // namespace
 
-void add_check_command(CLI::App& app, int* exit_code) {
+void add_check_command(CLI::App& app, const CommandContext& context) {
   auto* cmd = app.add_subcommand(
       "check", "run backends against the cpu reference on a sweep; print max and relative errors");
-  static CheckFlags f;
-  f.sweep.heads = {16, 128};
-  f.sweep.s_q = {1, 2};
-  f.sweep.page_size = {1, 64};
-  f.sweep.var = {0, 1};
-  add_sweep_flags(cmd, &f.sweep);
-  cmd->add_option("--backend", f.backend,
+  auto f = std::make_shared<CheckFlags>();
+  f->sweep.heads = {16, 128};
+  f->sweep.s_q = {1, 2};
+  f->sweep.page_size = {1, 64};
+  f->sweep.var = {0, 1};
+  add_sweep_flags(cmd, &f->sweep);
+  cmd->add_option("--backend", f->backend,
                   "all (every available backend for this machine's memory) or a comma list");
-  cmd->callback([exit_code] { *exit_code = run_check(f); });
+  cmd->callback([f, context] { *context.exit_code = run_check(*f, context.run); });
 }
 
 }  // namespace mlakit::tools

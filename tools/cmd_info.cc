@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <memory>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -6,17 +7,36 @@
 
 namespace mlakit::tools {
 
-void add_info_command(CLI::App& app, int* exit_code) {
+void add_info_command(CLI::App& app, const CommandContext& context) {
   auto* cmd =
       app.add_subcommand("info", "the device found (or not), the backends and what each supports");
-  static bool measure = false;
-  static SweepFlags problem_flags;
-  cmd->add_flag("--measure", measure, "measure the read-only HBM bandwidth of the GPU");
-  add_sweep_flags(cmd, &problem_flags);
+  struct Flags {
+    bool measure = false;
+    SweepFlags problem;
+  };
+  auto flags = std::make_shared<Flags>();
+  cmd->add_flag("--measure", flags->measure, "measure the read-only HBM bandwidth of the GPU");
+  add_sweep_flags(cmd, &flags->problem);
   cmd->footer(
       "With problem flags (--heads, --page-size, --dtype, ...): whether each backend can run that "
       "problem, and why not.");
-  cmd->callback([cmd, exit_code] {
+  cmd->callback([cmd, flags, context] {
+    const bool measure = flags->measure;
+    int* exit_code = context.exit_code;
+    // count_all() counts the subcommand itself once, plus each option given.
+    const bool with_problem = cmd->count_all() > static_cast<size_t>(measure ? 2 : 1);
+    std::vector<Case> cases;
+    if (with_problem) {
+      SweepFlags f = flags->problem;
+      if (f.batch.empty()) f.batch = {1};
+      if (f.seq_len.empty()) f.seq_len = {4096};
+      if (const Status st = make_cases(f, &cases); !st.ok()) {
+        std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+        *exit_code = 2;
+        return;
+      }
+    }
+    if (!context.run) return;
     std::printf("mlakit %s\n", std::string(version()).c_str());
     const DeviceInfo d = current_device();
     if (d.present) {
@@ -34,17 +54,7 @@ void add_info_command(CLI::App& app, int* exit_code) {
       std::printf("        memory: %s\n        supports: %s\n", b.device_memory ? "device" : "host",
                   b.supports.c_str());
     }
-    // count_all() counts the subcommand itself once, plus each option given.
-    if (cmd->count_all() > static_cast<size_t>(measure ? 2 : 1)) {
-      SweepFlags f = problem_flags;
-      if (f.batch.empty()) f.batch = {1};
-      if (f.seq_len.empty()) f.seq_len = {4096};
-      std::vector<Case> cases;
-      if (const Status st = make_cases(f, &cases); !st.ok()) {
-        std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
-        *exit_code = 2;
-        return;
-      }
+    if (with_problem) {
       for (const Case& c : cases) {
         std::printf("\n%s:\n", describe(c.problem).c_str());
         for (const BackendInfo& b : list_backends()) {

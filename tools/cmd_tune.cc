@@ -1,6 +1,7 @@
 // mlakit tune: measures every (backend, tactic) on a list of shapes and writes the winners to the
 // tune cache that `--backend auto` reads.
 #include <cstdio>
+#include <memory>
 #include <set>
 
 #include "cli_common.h"
@@ -21,13 +22,8 @@ struct TuneFlags {
   bool uniform_only = false;
 };
 
-int run_tune(TuneFlags& f) {
-  const DeviceInfo device = current_device();
-  if (!device.present) {
-    std::fprintf(stderr, "error: tune measures GPU backends and no GPU was found (%s)\n",
-                 device.error.c_str());
-    return 2;
-  }
+int run_tune(TuneFlags& f, bool run) {
+  // The flags first, then the device: a bad flag is reported on any machine.
   const std::string path = tune::cache_path(f.cache);
   if (path.empty()) {
     std::fprintf(stderr,
@@ -38,6 +34,13 @@ int run_tune(TuneFlags& f) {
   std::vector<Case> cases;
   if (Status st = make_cases(f.sweep, &cases); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  if (!run) return 0;
+  const DeviceInfo device = current_device();
+  if (!device.present) {
+    std::fprintf(stderr, "error: tune measures GPU backends and no GPU was found (%s)\n",
+                 device.error.c_str());
     return 2;
   }
   std::string warning;
@@ -107,29 +110,29 @@ int run_tune(TuneFlags& f) {
 
 }  // namespace
 
-void add_tune_command(CLI::App& app, int* exit_code) {
+void add_tune_command(CLI::App& app, const CommandContext& context) {
   auto* cmd = app.add_subcommand(
       "tune",
       "measure every backend and tactic per bucket (batch rounded to a power of two, length to "
       "a power of two) and write the winners to the tune cache; default shapes: the standard grid "
       "for the given --heads and --s-q");
-  static TuneFlags f;
-  add_sweep_flags(cmd, &f.sweep);
-  cmd->add_option("--cache", f.cache, "the tune cache file (default: $MLAKIT_TUNE_CACHE)");
-  cmd->add_option("--replays", f.replays, "timed graph replays per candidate")
+  auto f = std::make_shared<TuneFlags>();
+  add_sweep_flags(cmd, &f->sweep);
+  cmd->add_option("--cache", f->cache, "the tune cache file (default: $MLAKIT_TUNE_CACHE)");
+  cmd->add_option("--replays", f->replays, "timed graph replays per candidate")
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--settle-ms", f.settle_ms,
+  cmd->add_option("--settle-ms", f->settle_ms,
                   "untimed replays of each candidate before its timing, so that every candidate is "
                   "timed at the clock its power draw settles at")
       ->check(CLI::Range(0.0, 10000.0));
-  cmd->add_flag("--force", f.force,
+  cmd->add_flag("--force", f->force,
                 "measure buckets already in the cache again (an entry is kept whichever of the "
                 "two modes below made it)");
-  cmd->add_flag("--uniform-only", f.uniform_only,
+  cmd->add_flag("--uniform-only", f->uniform_only,
                 "choose on the uniform batch alone (default: also time a ragged batch, lengths "
                 "spread over [L/16, L], and choose by the geometric mean of both ratios to the "
                 "fastest; ragged: - where not measured, at batch 1 and for top-k problems)");
-  cmd->callback([exit_code] { *exit_code = run_tune(f); });
+  cmd->callback([f, context] { *context.exit_code = run_tune(*f, context.run); });
 }
 
 }  // namespace mlakit::tools

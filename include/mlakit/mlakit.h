@@ -8,7 +8,9 @@
 //      synchronization, no reads of device memory from the host, so it can be captured in a CUDA
 //      graph and replayed with new `seq_lens` and block tables.
 //
-// Every entry point returns a `Status`; the library never prints, exits or aborts.
+// Every entry point returns a `Status`; the library never prints, exits or aborts. A host
+// allocation or a thread that fails inside a call is a Status too (kInternal, "out of host
+// memory"); list_backends, current_device and describe, which return values, return empty ones.
 #pragma once
 
 #include <cmath>
@@ -86,6 +88,8 @@ inline constexpr int kBlockwiseBytes = 656;  // bytes per token in KvLayout::kFp
 inline constexpr int kBlockwiseGroup = 128;  // values per fp32 scale in the blockwise layout
 inline constexpr int kMaxHeads = 128;
 inline constexpr int kMaxSq = 16;
+inline constexpr int kMaxBatch = 1 << 20;   // Problem::max_batch
+inline constexpr int kMaxSeqLen = 1 << 24;  // Problem::max_seq_len
 
 std::string_view to_string(DType dtype);
 std::string_view to_string(KvLayout layout);
@@ -241,6 +245,8 @@ class Decoder {
 };
 
 // Checks per-call arguments against a problem; used by Decoder::run, exposed for tests and tools.
+// Besides each argument's own rules: out, lse and the workspace (written) may not overlap any
+// other argument, judged from the addresses and the shapes given above.
 Status validate_args(const Problem& problem, const RunArgs& args, size_t workspace_needed,
                      const void* workspace, size_t workspace_size);
 

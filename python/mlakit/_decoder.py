@@ -99,7 +99,8 @@ class Decoder:
 
     Raises:
         ValueError: an argument is invalid. NotImplementedError: no (chosen) backend can run the
-        problem on this machine. RuntimeError: a CUDA error.
+        problem on this machine. RuntimeError: a CUDA error, or an internal one (the host ran out
+        of memory).
     """
 
     def __init__(
@@ -220,6 +221,9 @@ class Decoder:
                 page_size, 1, 576] and [num_pages, 1, page_size, 576]); with fp8_blockwise,
                 656 bytes per token (uint8 or float8_e4m3fn).
             block_table: [b, max_pages] int32 page ids (dense problems; unused when sparse).
+                Rows may be a view of a wider table (``table[:b, :max_pages]``): on the host,
+                lengths beyond ``max_pages * page_size`` are refused; GPU backends cannot read
+                the lengths and bound them by the row stride, so they must fit the view.
             seq_lens: [b] int32 cached lengths (dense problems; unused when sparse).
             out: [b, s_q, h_q, 512] of out_dtype, written in place and returned; None: a new
                 array of q's framework (NumPy, PyTorch and CuPy).
@@ -244,7 +248,7 @@ class Decoder:
             TypeError: an argument is not an array, or has the wrong dtype.
             ValueError: a wrong shape, device, layout or value (library checks included).
             NotImplementedError: the backend does not support what was asked.
-            RuntimeError: a CUDA error.
+            RuntimeError: a CUDA error, or an internal one (the host ran out of memory).
         """
         shape: Any = getattr(q, "shape", None)
         batched = shape is not None and len(shape) == 4

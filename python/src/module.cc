@@ -65,6 +65,18 @@ void check_presence(const char* name, nb::handle obj, bool wanted, const std::st
                     Py_TYPE(obj.ptr())->tp_name);
 }
 
+// Host lengths against the width of the block table they index: [0, width * page_size].
+void check_lengths_fit(const int32_t* seq_lens, int64_t b, int64_t width, int page_size) {
+  const int64_t max_len = width * page_size;
+  for (int64_t i = 0; i < b; ++i) {
+    if (seq_lens[i] >= 0 && seq_lens[i] <= max_len) continue;
+    throw_value_error("seq_lens[" + std::to_string(i) + "]: expected 0.." +
+                      std::to_string(max_len) + " (the " + std::to_string(width) +
+                      " columns of block_table x page_size " + std::to_string(page_size) +
+                      "), given " + std::to_string(seq_lens[i]));
+  }
+}
+
 // Makes the decoder's device current for the duration of a run, and restores the caller's.
 class DeviceGuard {
  public:
@@ -171,10 +183,18 @@ class PyDecoder {
       check_presence("indices", indices, false, topk_why);
       check_presence("topk_lens", topk_lens, false, topk_why);
       const Array& table = in.take_block_table(block_table, b);
+      const int64_t width = static_cast<int64_t>(table.shape(1));
       args.block_table = static_cast<const int32_t*>(table.data());
-      args.block_table_stride = b == 1 ? static_cast<int64_t>(table.shape(1)) : table.stride(0);
+      args.block_table_stride = b == 1 ? width : table.stride(0);
       args.seq_lens = static_cast<const int32_t*>(
           in.take("seq_lens", seq_lens, Elem::kInt32, {b}, "[b]").data());
+      // A view of a wider table (table[:b, :n]) has rows further apart than they are wide, and
+      // the library bounds a request's pages by the row stride: a longer length would read the
+      // parent's other columns, or past the view's end. Host lengths are checked against the
+      // view's width here; GPU backends cannot read theirs (they clamp to the row stride).
+      if (!placement_.device_memory && args.block_table_stride > width) {
+        check_lengths_fit(args.seq_lens, b, width, p.page_size);
+      }
     }
 
     check_presence(

@@ -199,6 +199,73 @@ def test_block_table_and_seq_lens_errors(work):
         run(d, work, block_table=bad_table)
 
 
+def test_block_table_view_is_read_with_its_width(work):
+    """A view table[:b, :n] of a wider table: a length beyond the view's n pages is refused, not
+    read from the parent's other columns (valid page ids here, so the read would go unnoticed)."""
+    d = make_decoder()
+    n = work.block_table.shape[1]
+    wide = np.zeros((B + 2, n + 6), np.int32)
+    wide[:B, :n] = np.maximum(work.block_table, 0)  # every column of the view a valid page
+    view = wide[:B, :n]
+    np.testing.assert_array_equal(
+        run(d, work, block_table=view).view(np.uint16),
+        run(d, work).view(np.uint16),
+    )
+    too_long = work.seq_lens.copy()
+    too_long[1] = n * PAGE + 1
+    with raises(
+        ValueError,
+        f"seq_lens[1]: expected 0..{n * PAGE} (the {n} columns of block_table x page_size "
+        f"{PAGE}), given {n * PAGE + 1}",
+    ):
+        run(d, work, block_table=view, seq_lens=too_long)
+
+
+# The view's last row ends right before a page the process may not touch: reading one column past
+# it faulted the process (SIGSEGV). Run in a child so that a fault fails the test, not the run.
+GUARD_PAGE_SCRIPT = """
+import ctypes, mmap
+import numpy as np
+import mlakit
+from numpy_reference import make_workload
+
+libc = ctypes.CDLL(None)
+page = mmap.PAGESIZE
+buf = mmap.mmap(-1, 2 * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+assert libc.mprotect(ctypes.c_void_p(base + page), page, 0) == 0  # PROT_NONE
+w = make_workload(np.random.default_rng(0), b=2, s_q=1, h_q=4, page_size=16, seq_lens=[20, 7])
+n, stride = 2, 64
+ints = np.frombuffer(buf, np.int32, count=page // 4)
+first = page // 4 - stride - n  # the second row's n columns end at the guard page
+table = np.lib.stride_tricks.as_strided(ints[first:], shape=(2, n), strides=(stride * 4, 4))
+table[...] = np.maximum(w.block_table, 0)  # every column of the view a valid page
+d = mlakit.Decoder(h_q=4, page_size=16, max_batch=2, max_seq_len=64, backend="cpu")
+d.run(w.q, w.kv_cache, table, w.seq_lens)
+try:
+    d.run(w.q, w.kv_cache, table, np.array([20, n * 16 + 1], np.int32))
+except ValueError as e:
+    print(e)
+"""
+
+
+def test_block_table_view_before_a_guard_page():
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run(
+        [sys.executable, "-c", GUARD_PAGE_SCRIPT],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("seq_lens[1]: expected 0..32"), result.stdout
+
+
 def test_out_and_lse_errors(work):
     d = make_decoder()
     with raises(TypeError, "out: expected dtype bfloat16 (or its bits as uint16), given float32"):
@@ -291,6 +358,19 @@ def test_scale_errors(work):
         run(fp8, w8, q_scale=1.0, k_scale=np.ones(1, np.float64))
     with raises(TypeError, "q: expected dtype float8_e4m3fn (or its bits as uint8), given int8"):
         run(fp8, w8, q=w8.q.view(np.int8), q_scale=1.0, k_scale=1.0)
+    # By array (a pointer, in host memory for the cpu backend), the backend reads the value and
+    # refuses it: 0, negative, NaN and inf alike.
+    for bad in (0.0, -1.0, np.nan, np.inf):
+        with raises(ValueError, "q_scale_ptr[0]: expected a finite value > 0, given "):
+            run(fp8, w8, q_scale=np.array([bad], np.float32), k_scale=1.0)
+
+
+def test_nan_sink_is_refused(work):
+    with_sinks = make_decoder(sinks=True)
+    sinks = np.zeros(H, np.float32)
+    sinks[1] = np.nan
+    with raises(ValueError, "sinks[1]: expected a logit, not NaN (-inf: no sink), given nan"):
+        run(with_sinks, work, sinks=sinks)
 
 
 def test_workspace_and_stream_errors(work):

@@ -1,7 +1,8 @@
 // The C API (mlakit_c.h): a thin layer over the C++ API for FFI.
 #include <cstring>
-#include <new>
 
+#include "core/check.h"
+#include "core/guard.h"
 #include "mlakit/mlakit.h"
 #include "mlakit/mlakit_c.h"
 
@@ -12,9 +13,17 @@ struct mlakit_decoder {
 namespace {
 
 thread_local std::string g_last_error;
+// Set when the message of a failed call could not be kept (out of host memory).
+thread_local bool g_last_error_lost = false;
 
-mlakit_status_t finish(const mlakit::Status& status) {
-  g_last_error = status.ok() ? std::string() : status.to_string();
+mlakit_status_t finish(const mlakit::Status& status) noexcept {
+  try {
+    g_last_error = status.ok() ? std::string() : status.to_string();
+    g_last_error_lost = false;
+  } catch (...) {
+    g_last_error.clear();
+    g_last_error_lost = !status.ok();
+  }
   return static_cast<mlakit_status_t>(status.code());
 }
 
@@ -103,14 +112,14 @@ mlakit_status_t mlakit_decoder_create(const mlakit_problem_t* problem, const cha
     return finish({mlakit::StatusCode::kInvalidArgument,
                    "problem, decoder: expected non-null pointers, given nullptr"});
   }
-  mlakit::DecoderOptions options;
-  if (backend != nullptr) options.backend = backend;
-  std::unique_ptr<mlakit::Decoder> d;
-  const mlakit::Status st = mlakit::Decoder::create(to_cpp(*problem), options, &d);
-  if (!st.ok()) return finish(st);
-  *decoder = new (std::nothrow) mlakit_decoder{std::move(d)};
-  if (*decoder == nullptr) return finish({mlakit::StatusCode::kInternal, "out of host memory"});
-  return finish(mlakit::Status::Ok());
+  return finish(mlakit::guarded("mlakit_decoder_create", [&]() -> mlakit::Status {
+    mlakit::DecoderOptions options;
+    if (backend != nullptr) options.backend = backend;
+    std::unique_ptr<mlakit::Decoder> d;
+    MLAKIT_RETURN_IF_ERROR(mlakit::Decoder::create(to_cpp(*problem), options, &d));
+    *decoder = new mlakit_decoder{std::move(d)};
+    return mlakit::Status::Ok();
+  }));
 }
 
 void mlakit_decoder_destroy(mlakit_decoder_t* decoder) { delete decoder; }
@@ -133,6 +142,9 @@ mlakit_status_t mlakit_decoder_run(const mlakit_decoder_t* decoder, const mlakit
                                       static_cast<mlakit::Stream>(stream)));
 }
 
-const char* mlakit_last_error(void) { return g_last_error.c_str(); }
+const char* mlakit_last_error(void) {
+  return g_last_error_lost ? "internal error: out of host memory (the message was lost)"
+                           : g_last_error.c_str();
+}
 
 }  // extern "C"

@@ -5,7 +5,7 @@
 
 namespace mlakit {
 
-DeviceInfo current_device() {
+DeviceInfo current_device() try {
   DeviceInfo info;
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -32,6 +32,8 @@ DeviceInfo current_device() {
   info.global_mem_bytes = prop.totalGlobalMem;
   info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
   return info;
+} catch (...) {  // out of host memory (guard.h): no device can be described
+  return {};
 }
 
 }  // namespace mlakit

@@ -1,6 +1,10 @@
 #include <cmath>
+#include <exception>
+#include <new>
+#include <system_error>
 
 #include "core/check.h"
+#include "core/guard.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit {
@@ -20,7 +24,30 @@ std::string_view to_string(StatusCode code) {
 
 std::string Status::to_string() const {
   if (ok()) return "ok";
-  return str_cat(mlakit::to_string(code_), ": ", message_);
+  try {
+    return str_cat(mlakit::to_string(code_), ": ", message_);
+  } catch (...) {  // out of host memory: the message alone is what there is
+    return {};
+  }
+}
+
+Status status_of_current_exception(std::string_view where) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      return Status(StatusCode::kInternal, str_cat(where, ": out of host memory (std::bad_alloc)"));
+    } catch (const std::system_error& e) {
+      return Status(StatusCode::kInternal,
+                    str_cat(where, ": system error ", e.code().value(), " (", e.what(), ")"));
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kInternal, str_cat(where, ": ", e.what()));
+    } catch (...) {
+      return Status(StatusCode::kInternal, str_cat(where, ": an unknown exception"));
+    }
+  } catch (...) {  // the message itself could not be allocated
+    return Status(StatusCode::kInternal, std::string());
+  }
 }
 
 std::string_view to_string(DType dtype) {

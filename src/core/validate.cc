@@ -2,8 +2,10 @@
 // only, nothing is read from device memory).
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 
 #include "core/check.h"
+#include "core/guard.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit {
@@ -47,16 +49,70 @@ Status check_scale(std::string_view arg, float value, const float* ptr, std::str
   return Status::Ok();
 }
 
-}  // namespace
+// An argument's bytes, [begin, begin + bytes), for the overlap check.
+struct Span {
+  std::string_view name;
+  uintptr_t begin = 0;
+  uint64_t bytes = 0;
+  uintptr_t end() const {  // saturated: a hostile pointer near the top must not wrap
+    uintptr_t e = 0;
+    return __builtin_add_overflow(begin, bytes, &e) ? UINTPTR_MAX : e;
+  }
+};
 
-Status validate(const Problem& p) {
+Span span(std::string_view name, const void* ptr, uint64_t bytes) {
+  return {.name = name, .begin = reinterpret_cast<uintptr_t>(ptr), .bytes = ptr ? bytes : 0};
+}
+
+// out, lse and the workspace are written: one that overlaps any other argument is a data race
+// (and wrong results). From the addresses and the shapes the header gives the arguments (the block
+// table [b, block_table_stride], ...); nothing is read.
+Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                   const void* workspace) {
+  const uint64_t b = a.batch, rows = b * p.s_q * p.h_q;
+  // A sparse run neither reads nor checks the block table and lengths.
+  const int32_t* table = p.sparse() ? nullptr : a.block_table;
+  const int32_t* lens = p.sparse() ? nullptr : a.seq_lens;
+  const Span spans[] = {
+      // Written first: each is checked against all that follow it.
+      span("out", a.out, rows * kDv * dtype_bytes(p.out_dtype)),
+      span("lse", a.lse, rows * sizeof(float)),
+      span("workspace", workspace, workspace_needed),
+      span("q", a.q, rows * kDqk * dtype_bytes(p.q_dtype)),
+      span("kv_cache", a.kv_cache,
+           static_cast<uint64_t>(a.num_pages) * p.page_size *
+               kv_token_bytes(p.kv_dtype, p.kv_layout)),
+      span("block_table", table, b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
+      span("seq_lens", lens, b * sizeof(int32_t)),
+      span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
+      span("topk_lens", a.topk_lens, b * sizeof(int32_t)),
+      span("sinks", a.sinks, p.h_q * sizeof(float)),
+      span("q_scale_ptr", a.q_scale_ptr, sizeof(float)),
+      span("k_scale_ptr", a.k_scale_ptr, sizeof(float)),
+  };
+  constexpr int kWritten = 3;
+  for (int i = 0; i < kWritten; ++i) {
+    const Span& w = spans[i];
+    for (int j = i + 1; j < static_cast<int>(std::size(spans)); ++j) {
+      const Span& o = spans[j];
+      if (w.bytes == 0 || o.bytes == 0 || w.begin >= o.end() || o.begin >= w.end()) continue;
+      return invalid_argument(
+          w.name, "memory apart from every other argument",
+          str_cat(w.bytes, " bytes at 0x", std::hex, w.begin, std::dec, " that overlap ", o.name,
+                  " (", o.bytes, " bytes at 0x", std::hex, o.begin, ")"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status validate_problem(const Problem& p) {
   MLAKIT_RETURN_IF_ERROR(check_range("heads (h_q)", p.h_q, 1, kMaxHeads));
   MLAKIT_RETURN_IF_ERROR(check_range("s_q", p.s_q, 1, kMaxSq));
   MLAKIT_RETURN_IF_ERROR(check_range("d_qk", p.d_qk, kDqk, kDqk));
   MLAKIT_RETURN_IF_ERROR(check_range("d_v", p.d_v, kDv, kDv));
   MLAKIT_RETURN_IF_ERROR(check_range("page_size", p.page_size, 1, 1024));
-  MLAKIT_RETURN_IF_ERROR(check_range("max_batch", p.max_batch, 1, 1 << 20));
-  MLAKIT_RETURN_IF_ERROR(check_range("max_seq_len", p.max_seq_len, 0, 1 << 24));
+  MLAKIT_RETURN_IF_ERROR(check_range("max_batch", p.max_batch, 1, kMaxBatch));
+  MLAKIT_RETURN_IF_ERROR(check_range("max_seq_len", p.max_seq_len, 0, kMaxSeqLen));
   MLAKIT_RETURN_IF_ERROR(check_range("topk", p.topk, 0, 1 << 16));
 
   if (!is_16bit(p.out_dtype)) {
@@ -93,8 +149,8 @@ Status validate(const Problem& p) {
   return Status::Ok();
 }
 
-Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
-                     const void* workspace, size_t workspace_size) {
+Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                  const void* workspace, size_t workspace_size) {
   MLAKIT_RETURN_IF_ERROR(check_range("batch", a.batch, 1, p.max_batch));
   MLAKIT_RETURN_IF_ERROR(check_pointer("q", a.q, 16));
   MLAKIT_RETURN_IF_ERROR(check_pointer("kv_cache", a.kv_cache, 16));
@@ -152,10 +208,22 @@ Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed
   if (workspace_needed > 0) {
     MLAKIT_RETURN_IF_ERROR(check_pointer("workspace", workspace, 256));
   }
-  return Status::Ok();
+  return check_apart(p, a, workspace_needed, workspace);
 }
 
-std::string describe(const Problem& p) {
+}  // namespace
+
+Status validate(const Problem& p) {
+  return guarded("validate", [&] { return validate_problem(p); });
+}
+
+Status validate_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
+                     const void* workspace, size_t workspace_size) {
+  return guarded("validate_args",
+                 [&] { return check_args(p, a, workspace_needed, workspace, workspace_size); });
+}
+
+std::string describe(const Problem& p) try {
   std::string s = str_cat("h_q ", p.h_q, ", s_q ", p.s_q, ", page ", p.page_size, ", q ",
                           to_string(p.q_dtype), ", kv ", to_string(p.kv_dtype));
   if (p.kv_layout != KvLayout::kDense) s += str_cat(" ", to_string(p.kv_layout));
@@ -167,6 +235,8 @@ std::string describe(const Problem& p) {
   if (p.return_lse) s += ", lse";
   if (p.enable_pdl) s += ", pdl";
   return s;
+} catch (...) {  // out of host memory (guard.h)
+  return {};
 }
 
 }  // namespace mlakit

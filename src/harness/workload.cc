@@ -131,11 +131,66 @@ std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t s
   std::vector<int32_t> lens(batch, len);
   if (!variable) return lens;
   const Rng rng{seed};
-  const int lo = std::max(1, len / 8), hi = std::max(lo + 1, 2 * len);
+  // In 64 bits: 2 * len overflows an int from 2^30 on.
+  const int64_t lo = std::max(1, len / 8), hi = std::max<int64_t>(lo + 1, 2 * int64_t{len});
   for (int i = 0; i < batch; ++i) {
-    lens[i] = lo + static_cast<int32_t>(rng.uniform(kLens, i) * (hi - lo));
+    lens[i] = static_cast<int32_t>(lo + static_cast<int64_t>(rng.uniform(kLens, i) * (hi - lo)));
   }
   return lens;
+}
+
+int64_t longest_seq_len(int len, bool variable) {
+  if (!variable) return len;
+  const int64_t lo = std::max(1, len / 8);
+  return std::max<int64_t>(lo + 1, 2 * int64_t{len}) - 1;
+}
+
+namespace {
+
+// The sizes of make_inputs's buffers for these lengths.
+struct InputSizes {
+  uint64_t pages = 0, q = 0, kv = 0, block_table = 0, seq_lens = 0, indices = 0, topk_lens = 0,
+           sinks = 0;
+};
+
+InputSizes input_sizes(const Problem& p, std::span<const int32_t> lens,
+                       const WorkloadOptions& opt) {
+  InputSizes s;
+  uint64_t max_pages = 0;
+  for (const int32_t len : lens) {
+    const uint64_t pages =
+        (static_cast<uint64_t>(std::max(len, 0)) + p.page_size - 1) / p.page_size;
+    s.pages += pages;
+    max_pages = std::max(max_pages, pages);
+  }
+  s.pages = std::max<uint64_t>(s.pages + opt.extra_pages, 1);
+  const uint64_t b = lens.size();
+  s.q = b * p.s_q * p.h_q * kDqk * dtype_bytes(p.q_dtype);
+  s.kv = s.pages * p.page_size * kv_token_bytes(p.kv_dtype, p.kv_layout);
+  s.block_table = b * std::max<uint64_t>(1, max_pages + opt.extra_block_slots) * sizeof(int32_t);
+  s.seq_lens = b * sizeof(int32_t);
+  s.indices = p.sparse() ? b * p.s_q * p.topk * sizeof(int32_t) : 0;
+  s.topk_lens = p.sparse() && opt.topk_lens ? b * sizeof(int32_t) : 0;
+  s.sinks = p.has_sinks ? p.h_q * sizeof(float) : 0;
+  return s;
+}
+
+}  // namespace
+
+uint64_t input_bytes(const Problem& p, std::span<const int32_t> lens, const WorkloadOptions& opt) {
+  const InputSizes s = input_sizes(p, lens, opt);
+  // make_inputs's scratch: the first page of each request, the page permutation and owners.
+  const uint64_t scratch =
+      (lens.size() + 1) * sizeof(int64_t) + s.pages * (sizeof(int32_t) + sizeof(int64_t));
+  return s.q + s.kv + s.block_table + s.seq_lens + s.indices + s.topk_lens + s.sinks + scratch;
+}
+
+uint64_t device_input_bytes(const Problem& p, std::span<const int32_t> lens,
+                            const WorkloadOptions& opt) {
+  const InputSizes s = input_sizes(p, lens, opt);
+  const uint64_t rows = lens.size() * p.s_q * p.h_q;
+  return s.q + s.kv + s.block_table + s.seq_lens + s.indices + s.topk_lens + s.sinks +
+         rows * (kDv * dtype_bytes(p.out_dtype) + sizeof(float));  // out and lse
 }
 
 std::vector<int32_t> make_ragged_lens(int batch, int len, uint64_t seed) {

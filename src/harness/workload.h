@@ -51,8 +51,19 @@ struct HostInputs {
 HostInputs make_inputs(const Problem& problem, std::span<const int32_t> seq_lens,
                        const WorkloadOptions& options = {});
 
-// Sequence lengths: all equal to `len`, or uniform in [len/8, 2*len) when `variable`.
+// Sequence lengths: all equal to `len`, or uniform in [len/8, 2*len) when `variable`. Their
+// longest possible (longest_seq_len) must fit an int32.
 std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t seed);
+// The longest length make_seq_lens can give: len, or max(len/8 + 1, 2 * len) - 1 when variable.
+int64_t longest_seq_len(int len, bool variable);
+
+// Bytes make_inputs allocates for these lengths (its buffers and its scratch), so that a problem
+// too large for the host can be refused before anything is allocated. The device copy of the
+// inputs (DeviceInputs::upload) takes device_input_bytes() of them.
+uint64_t input_bytes(const Problem& problem, std::span<const int32_t> seq_lens,
+                     const WorkloadOptions& options = {});
+uint64_t device_input_bytes(const Problem& problem, std::span<const int32_t> seq_lens,
+                            const WorkloadOptions& options = {});
 
 // The tuner's ragged batch for a bucket of maximum length `len`: `batch` lengths evenly spread
 // over [max(1, len/16), len] for len >= 1 (the longest is `len`; the spread of

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -429,6 +430,52 @@ TEST(CpuDataChecks, TopkLensOutOfRange) {
   HostInputs in = small_sparse(case_seed());
   in.topk_lens[1] = 9;
   EXPECT_TRUE(is_invalid(run_cpu(in).status, "topk_lens[1]", "9"));
+}
+
+// Sinks live in host memory for the cpu backend, so it checks them: a NaN sink made the head's
+// output NaN. -inf (no sink) and +inf (the sink takes all the mass: out 0) are valid limits.
+TEST(CpuDataChecks, NanSinkIsRefused) {
+  Problem p{.h_q = 4, .page_size = 16, .max_batch = 2, .max_seq_len = 128, .has_sinks = true};
+  HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{20, 70}, {.seed = 3});
+  in.sinks[2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "sinks[2]", "nan"));
+  in.sinks[2] = std::numeric_limits<float>::infinity();
+  const CpuRun r = run_cpu(in);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  const auto* out = reinterpret_cast<const uint16_t*>(r.out.data());
+  for (int d = 0; d < mlakit::kDv; ++d) EXPECT_EQ(out[2 * mlakit::kDv + d] & 0x7fff, 0) << d;
+}
+
+// Scales passed by pointer are in host memory for the cpu backend: it checks them as it checks
+// host values (validate_args cannot read a pointer). 0, negative, NaN and inf scaled every
+// output to NaN or zero.
+TEST(CpuDataChecks, ScaleByPointerOutOfRangeIsRefused) {
+  Problem p{.h_q = 4, .page_size = 16, .max_batch = 2, .max_seq_len = 128};
+  p.q_dtype = p.kv_dtype = DType::kFP8E4M3;
+  const HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{20, 70}, {.seed = 4});
+  for (const float bad : {0.0f, -0.5f, std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity()}) {
+    const float good = 0.25f;
+    const std::string given = (std::ostringstream() << bad).str();
+    EXPECT_TRUE(is_invalid(run_cpu(in,
+                                   [&](RunArgs& a) {
+                                     a.q_scale = std::numeric_limits<float>::quiet_NaN();
+                                     a.q_scale_ptr = &bad;
+                                   })
+                               .status,
+                           "q_scale_ptr[0]", given));
+    EXPECT_TRUE(is_invalid(run_cpu(in,
+                                   [&](RunArgs& a) {
+                                     a.k_scale = std::numeric_limits<float>::quiet_NaN();
+                                     a.k_scale_ptr = &bad;
+                                   })
+                               .status,
+                           "k_scale_ptr[0]", given));
+    EXPECT_TRUE(run_cpu(in, [&](RunArgs& a) {
+                  a.k_scale = std::numeric_limits<float>::quiet_NaN();
+                  a.k_scale_ptr = &good;
+                }).status.ok());
+  }
 }
 
 }  // namespace

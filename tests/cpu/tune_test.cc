@@ -1,13 +1,20 @@
 // The autotuner's CPU-side parts: buckets, the JSON cache (round trip, merge, metadata, corrupt
 // files, concurrent writers) and the choice between cache and heuristic.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/backend.h"
 #include "harness/workload.h"
@@ -49,6 +56,42 @@ Entry entry(const std::string& backend, int tactic, double us) {
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// A cache document of test_metadata() with `entries` (a JSON object's text) spliced in.
+std::string document(const std::string& entries, const std::string& format = "2") {
+  return R"({"format": )" + format +
+         R"(, "metadata": {"gpu": "Test GPU", "sm_count": 132, "driver_version": 13000,
+      "runtime_version": 13000, "library_version": "0.1.0"}, "entries": )" +
+         entries + "}";
+}
+
+// Runs `body` in a child process limited to 1 GiB more address space than it starts with, and
+// waits at most `seconds` for it: true when it exited with 0. A child still running then is
+// killed, so a load that hangs or reads without end fails the test instead of stalling it or
+// taking the machine's memory.
+bool in_child_within(double seconds, const std::function<bool()>& body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const rlim_t limit = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (1ull << 30);
+    const rlimit rl{.rlim_cur = limit, .rlim_max = limit};
+    ::setrlimit(RLIMIT_AS, &rl);
+    ::_exit(body() ? 0 : 1);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      ADD_FAILURE() << "still running after " << seconds << " s";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 TEST(Bucket, BatchBuckets) {
@@ -190,7 +233,7 @@ TEST(Cache, TwoConcurrentWritersKeepBothEntries) {
     if (children[w] == 0) {
       for (int r = 0; r < kRounds; ++r) {
         Cache cache(test_metadata());
-        cache.put("writer" + std::to_string(w) + "|b" + std::to_string(r) + "|L1",
+        cache.put("writer" + std::to_string(w) + "|b" + std::to_string(batch_bucket_at(r)) + "|L1",
                   entry("sm80", w, r));
         if (!cache.save(path).ok()) ::_exit(1);
       }
@@ -206,6 +249,137 @@ TEST(Cache, TwoConcurrentWritersKeepBothEntries) {
   const Cache loaded = Cache::load(path, test_metadata(), &warning);
   EXPECT_TRUE(warning.empty()) << warning;
   EXPECT_EQ(loaded.entries().size(), 2u * kRounds);
+}
+
+// Numbers that do not fit the field (an int, a non-negative tactic, a finite time >= 0), values of
+// the wrong type and keys that are not bucket keys: the file is ignored with a warning that names
+// the field, never read into an entry (a tactic of 1e300 was undefined behaviour and became the
+// default tactic).
+TEST(Cache, MalformedValuesAreIgnoredWithAWarningNamingThem) {
+  const std::string path = temp_path("malformed.json");
+  const std::string good_entry =
+      R"({"backend": "sm80", "tactic": 1, "time_us": 10, "ragged_us": 12, "runner_up": "sm90",
+          "runner_up_tactic": 0, "runner_up_us": 11, "runner_up_ragged_us": 13})";
+  write_text(path, document(R"({"h|b64|L4096": )" + good_entry + "}"));
+  std::string warning;
+  ASSERT_EQ(Cache::load(path, test_metadata(), &warning).entries().size(), 1u) << warning;
+  const struct {
+    std::string text, named;
+  } bad[] = {
+      {document("{}", "1e300"), "format"},
+      {document("{}", "2.5"), "format"},
+      {document("{}", "18446744073709551617"), "format"},
+      {R"({"format": 2, "metadata": {"gpu": "Test GPU", "sm_count": 1e300, "driver_version": 13000,
+          "runtime_version": 13000, "library_version": "0.1.0"}, "entries": {}})",
+       "sm_count"},
+      {R"({"format": 2, "metadata": {"gpu": "Test GPU", "sm_count": 132,
+          "driver_version": 4294967296, "runtime_version": 13000, "library_version": "0.1.0"},
+          "entries": {}})",
+       "driver_version"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 1e300, "time_us": 10}})"),
+       "tactic"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": -1, "time_us": 10}})"), "tactic"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 2147483648, "time_us": 10}})"),
+       "tactic"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 1.5, "time_us": 10}})"), "tactic"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 0, "time_us": -3}})"), "time_us"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 0, "time_us": "fast"}})"),
+       "time_us"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 0, "time_us": 1,
+          "runner_up_tactic": 1e20}})"),
+       "runner_up_tactic"},
+      {document(R"({"h|b64|L4096": {"backend": "sm80", "tactic": 0, "time_us": 1,
+          "ragged_us": -1}})"),
+       "ragged_us"},
+      {document(R"({"h|b64|L4096": {"backend": 7, "tactic": 0, "time_us": 1}})"), "backend"},
+      {document(R"({"h|b64|L4096": {"backend": "", "tactic": 0, "time_us": 1}})"), "backend"},
+      {document(R"({"h|b64|L4096": [1, 2]})"), "h|b64|L4096"},
+      {document(R"({"no bucket": )" + good_entry + "}"), "no bucket"},
+      {document(R"({"h|b0|L4096": )" + good_entry + "}"), "h|b0|L4096"},
+      {document(R"({"h|b3|L4096": )" + good_entry + "}"), "h|b3|L4096"},
+      {document(R"({"h|b64|L1000": )" + good_entry + "}"), "h|b64|L1000"},
+      {document(R"({"h|b64|L4096x": )" + good_entry + "}"), "h|b64|L4096x"},
+      {document(R"({"h|b99999999999|L4096": )" + good_entry + "}"), "h|b99999999999|L4096"},
+      {document("[]"), "entries"},
+  };
+  for (const auto& [text, named] : bad) {
+    write_text(path, text);
+    warning.clear();
+    const Cache loaded = Cache::load(path, test_metadata(), &warning);
+    EXPECT_TRUE(loaded.entries().empty()) << text;
+    EXPECT_NE(warning.find("ignored"), std::string::npos) << "no warning for: " << text;
+    EXPECT_NE(warning.find(named), std::string::npos) << warning << "\nfor: " << text;
+  }
+}
+
+// A FIFO would block the open (Decoder::create hung), /dev/zero never ends (memory grew without
+// bound), a directory is not a file: each is refused at once with a warning.
+TEST(Cache, NonRegularFilesAreRefusedAtOnce) {
+  const std::string fifo = temp_path("cache.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = temp_path("cache.dir");
+  std::filesystem::create_directories(dir);
+  for (const std::string& path : {fifo, std::string("/dev/zero"), dir}) {
+    EXPECT_TRUE(in_child_within(20, [&] {
+      std::string warning;
+      const bool empty = Cache::load(path, test_metadata(), &warning).entries().empty();
+      return empty && warning.find("not a regular file") != std::string::npos;
+    })) << path;
+  }
+}
+
+// Files over the size cap are not read (a sparse file: no disk is used).
+TEST(Cache, OversizedFileIsRefusedWithAWarning) {
+  const std::string path = temp_path("huge.json");
+  write_text(path, document("{}"));
+  std::filesystem::resize_file(path, 17u << 20);
+  std::string warning;
+  EXPECT_TRUE(Cache::load(path, test_metadata(), &warning).entries().empty());
+  EXPECT_NE(warning.find("larger than"), std::string::npos) << warning;
+}
+
+// Paths that exist but cannot be read give a warning (a missing file does not: see above).
+TEST(Cache, UnreadablePathsGiveAWarning) {
+  std::string warning;
+  EXPECT_TRUE(Cache::load(std::string(5000, 'x'), test_metadata(), &warning).entries().empty());
+  EXPECT_NE(warning.find("cannot be read"), std::string::npos) << warning;
+  EXPECT_LT(warning.size(), 600u) << "the path is shortened in the warning";
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files without read permission";
+  const std::string path = temp_path("unreadable.json");
+  write_text(path, document("{}"));
+  ::chmod(path.c_str(), 0);
+  warning.clear();
+  EXPECT_TRUE(Cache::load(path, test_metadata(), &warning).entries().empty());
+  EXPECT_NE(warning.find("cannot be read"), std::string::npos) << warning;
+}
+
+// Deep nesting is refused before the parser builds a node per level.
+TEST(Cache, DeepNestingIsRefused) {
+  const std::string path = temp_path("deep.json");
+  write_text(path, std::string(4 << 20, '['));
+  std::string warning;
+  EXPECT_TRUE(Cache::load(path, test_metadata(), &warning).entries().empty());
+  EXPECT_NE(warning.find("nested deeper"), std::string::npos) << warning;
+}
+
+// Strings from the file land in warnings and notes shortened: a 4 MB GPU name or format value
+// does not become a 4 MB warning.
+TEST(Cache, HugeStringsAreShortenedInWarnings) {
+  const std::string path = temp_path("long_strings.json");
+  const std::string huge(4 << 20, 'G');
+  for (const std::string& text :
+       {R"({"format": 2, "metadata": {"gpu": ")" + huge +
+            R"(", "sm_count": 132, "driver_version": 13000, "runtime_version": 13000,
+            "library_version": "0.1.0"}, "entries": {}})",
+        document("{}", "\"" + huge + "\""),
+        document(R"({"h|b1|L1": {"backend": ")" + huge + R"(", "tactic": 0, "time_us": 1}})"),
+        document("{\"" + huge + "\": 1}")}) {
+    write_text(path, text);
+    std::string warning;
+    EXPECT_TRUE(Cache::load(path, test_metadata(), &warning).entries().empty());
+    EXPECT_NE(warning.find("ignored"), std::string::npos);
+    EXPECT_LT(warning.size(), 1000u) << warning.substr(0, 300);
+  }
 }
 
 TEST(Cache, NearestBucketOfTheSameProblem) {
@@ -275,6 +449,57 @@ TEST_F(AutoChoice, CorruptCacheIsANoteNotAnError) {
   std::unique_ptr<Decoder> d;
   ASSERT_TRUE(Decoder::create(problem_, {.tune_cache_path = path}, &d).ok());
   EXPECT_NE(d->notes().find("ignored"), std::string::npos) << d->notes();
+}
+
+// The warning about a foreign file with a 4 MB GPU name reaches notes() shortened.
+TEST_F(AutoChoice, NotesStayShortWhateverTheCacheHolds) {
+  const std::string path = temp_path("long_gpu.json");
+  Metadata foreign = current_metadata(current_device());
+  foreign.gpu = std::string(4 << 20, 'G');
+  Cache cache(foreign);
+  cache.put(bucket_key(problem_, 8, 1024), entry("cpu", 0, 10));
+  ASSERT_TRUE(cache.save(path).ok());
+  std::unique_ptr<Decoder> d;
+  ASSERT_TRUE(Decoder::create(problem_, {.tune_cache_path = path}, &d).ok());
+  EXPECT_NE(d->notes().find("ignored"), std::string::npos) << d->notes().substr(0, 300);
+  EXPECT_LT(d->notes().size(), 2000u) << d->notes().substr(0, 300);
+}
+
+// Choosing for every batch bucket does not scan every entry per bucket: a cache of 61,560 entries
+// of the problem (every batch bucket up to 2^20 at 15 lengths, none at the problem's length) and
+// max_batch 2^20 (4,104 buckets). The scan took 45 s here (333 s for 200,000 entries); now under
+// a second.
+TEST_F(AutoChoice, ChoosingForEveryBatchBucketDoesNotScanEveryEntry) {
+  const std::string path = temp_path("large.json");
+  Problem p = problem_;
+  p.max_batch = 1 << 20;
+  p.max_seq_len = 1 << 23;
+  nlohmann::json entries = nlohmann::json::object();
+  const int buckets = batch_bucket_index(p.max_batch) + 1;
+  for (int k = 0; k < buckets; ++k) {
+    for (int l = 0; l < 15; ++l) {
+      // Far from L 2^23: each bucket's nearest entry is its own batch at the longest length.
+      entries[bucket_key(p, batch_bucket_at(k), 1 << l)] = {
+          {"backend", "cpu"}, {"tactic", 0}, {"time_us", 1.0 + k}};
+    }
+  }
+  nlohmann::json doc = nlohmann::json::parse(document("{}"));
+  const Metadata m = current_metadata(current_device());
+  doc["metadata"] = {{"gpu", m.gpu},
+                     {"sm_count", m.sm_count},
+                     {"driver_version", m.driver_version},
+                     {"runtime_version", m.runtime_version},
+                     {"library_version", m.library_version}};
+  doc["entries"] = std::move(entries);
+  write_text(path, doc.dump());
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Decoder> d;
+  ASSERT_TRUE(Decoder::create(p, {.tune_cache_path = path}, &d).ok());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(d->notes().find("batch <= 1048576: cpu:0 (cache, nearest bucket b1048576|L16384)"),
+            std::string::npos);
 }
 
 Measurement measured(const std::string& label, double us, double ragged_us, bool ok = true) {

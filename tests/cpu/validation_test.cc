@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -520,6 +521,92 @@ TEST(ValidateArgs, WorkspaceNullOrMisaligned) {
                StatusCode::kInvalidArgument, "workspace", {"aligned to 256 bytes"}));
   // No workspace needed: none has to be given.
   EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 0, nullptr, 0).ok());
+}
+
+// A written buffer (out, lse, the workspace) that overlaps another argument is a data race and
+// gave wrong results: refused, naming both, from the addresses alone (nothing is read).
+TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
+  struct Overlap {
+    Base base;
+    const char* written;
+    const char* other;
+    void (*mutate)(RunArgs&);
+  };
+  const Overlap cases[] = {
+      {Base::kDense, "out", "q", [](RunArgs& a) { a.out = const_cast<void*>(a.q); }},
+      {Base::kDense, "out", "kv_cache",
+       [](RunArgs& a) { a.out = const_cast<char*>(static_cast<const char*>(a.kv_cache)) + 4096; }},
+      {Base::kDense, "out", "block_table",
+       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.block_table); }},
+      {Base::kDense, "out", "seq_lens",
+       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.seq_lens); }},
+      {Base::kSinksLse, "out", "lse", [](RunArgs& a) { a.out = a.lse; }},
+      {Base::kSinksLse, "out", "sinks", [](RunArgs& a) { a.out = const_cast<float*>(a.sinks); }},
+      {Base::kSparse, "out", "indices",
+       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.indices); }},
+      {Base::kSparse, "out", "topk_lens",
+       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.topk_lens); }},
+      {Base::kFp8, "out", "k_scale_ptr",
+       [](RunArgs& a) {
+         a.k_scale = kNaN;
+         a.k_scale_ptr = static_cast<const float*>(a.out) + 100;
+       }},
+      {Base::kSinksLse, "lse", "q",
+       [](RunArgs& a) { a.lse = static_cast<float*>(const_cast<void*>(a.q)) + 8; }},
+  };
+  for (const Overlap& c : cases) {
+    ValidCall call(c.base);
+    c.mutate(call.args);
+    const Status st = mlakit::validate_args(call.in.problem, call.args, 0, nullptr, 0);
+    EXPECT_TRUE(
+        is_error(st, StatusCode::kInvalidArgument, c.written,
+                 {"memory apart from every other argument", std::string("overlap ") + c.other}))
+        << c.written << " over " << c.other;
+    std::unique_ptr<Decoder> decoder;
+    ASSERT_TRUE(Decoder::create(call.in.problem, {.backend = "cpu"}, &decoder).ok());
+    EXPECT_EQ(decoder->run(call.args, nullptr, 0, nullptr).message(), st.message());
+  }
+  // The workspace, which the cpu backend never takes: validate_args directly.
+  ValidCall call(Base::kDense);
+  alignas(256) static uint8_t shared[1 << 16];
+  call.args.out = shared;
+  EXPECT_TRUE(is_error(mlakit::validate_args(call.in.problem, call.args, 1024, shared + 4096, 1024),
+                       StatusCode::kInvalidArgument, "out", {"overlap workspace"}));
+  EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 1024, shared + 8192, 1024).ok())
+      << "out ends where the workspace starts";
+}
+
+// The block table is judged by its shape, [b, block_table_stride], not by the pages max_seq_len
+// lets a run read: an out placed in a row's unused tail was accepted, and written over the table
+// (found by the C API fuzz target).
+TEST(ValidateArgs, OutInTheBlockTablesUnusedColumnsIsRefused) {
+  ValidCall call(Base::kDense);
+  Problem p = call.in.problem;
+  p.max_seq_len = p.page_size;  // a run reads one page id a row
+  call.args.batch = 1;
+  call.args.block_table_stride = 8;  // the table holds 2 rows of 4: 8 ids
+  call.args.out = const_cast<int32_t*>(call.args.block_table) + 4;
+  EXPECT_TRUE(is_error(mlakit::validate_args(p, call.args, 0, nullptr, 0),
+                       StatusCode::kInvalidArgument, "out", {"overlap block_table"}));
+  // A sparse run ignores the block table, whatever it holds: not judged.
+  ValidCall sparse(Base::kSparse);
+  sparse.args.block_table = static_cast<const int32_t*>(sparse.args.out);
+  sparse.args.block_table_stride = -1;
+  EXPECT_TRUE(mlakit::validate_args(sparse.in.problem, sparse.args, 0, nullptr, 0).ok());
+}
+
+// Buffers that touch without overlapping are fine: q, then out right after its last byte.
+TEST(ValidateArgs, AdjacentBuffersAreAccepted) {
+  ValidCall call(Base::kDense);
+  std::vector<uint8_t> both(call.in.q.size() + call.out.size() + 16);
+  uint8_t* q = both.data() + (-reinterpret_cast<uintptr_t>(both.data()) & 15);
+  std::memcpy(q, call.in.q.data(), call.in.q.size());
+  call.args.q = q;
+  call.args.out = q + call.in.q.size();
+  std::unique_ptr<Decoder> decoder;
+  ASSERT_TRUE(Decoder::create(call.in.problem, {.backend = "cpu"}, &decoder).ok());
+  const Status st = decoder->run(call.args, nullptr, 0, nullptr);
+  EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/parallel.h"
@@ -95,7 +96,30 @@ struct RowBlock {
 
 }  // namespace
 
+uint64_t scratch_bytes(const Problem& p) {
+  const uint64_t n = p.sparse() ? p.topk : p.max_seq_len;
+  return n * (sizeof(int64_t) + kHeadBlock * sizeof(float)) +
+         kHeadBlock * (kDqk + kDv) * sizeof(float) + kDqk * sizeof(float) +
+         kHeadBlock * (sizeof(double) + sizeof(float));
+}
+
 Status check_host_data(const Problem& p, const RunArgs& a) {
+  // Scales by pointer: validate_args checks host values but cannot read pointers; here they are
+  // host memory too.
+  for (const auto& [name, ptr] :
+       {std::pair("q_scale_ptr[0]", a.q_scale_ptr), std::pair("k_scale_ptr[0]", a.k_scale_ptr)}) {
+    if (ptr != nullptr && (!std::isfinite(*ptr) || *ptr <= 0.0f)) {
+      return invalid_argument(name, "a finite value > 0", *ptr);
+    }
+  }
+  if (p.has_sinks) {
+    for (int h = 0; h < p.h_q; ++h) {
+      if (std::isnan(a.sinks[h])) {
+        return invalid_argument(str_cat("sinks[", h, "]"), "a logit, not NaN (-inf: no sink)",
+                                a.sinks[h]);
+      }
+    }
+  }
   const int64_t cache_tokens = a.num_pages * p.page_size;
   for (int i = 0; i < a.batch; ++i) {
     if (p.sparse()) {
@@ -131,7 +155,7 @@ Status check_host_data(const Problem& p, const RunArgs& a) {
   return Status::Ok();
 }
 
-void attention(const Problem& p, const RunArgs& a) {
+void attention(const Problem& p, const RunArgs& a, int threads) {
   const float q_scale = p.q_dtype != DType::kFP8E4M3 ? 1.0f
                         : a.q_scale_ptr != nullptr   ? *a.q_scale_ptr
                                                      : a.q_scale;
@@ -139,17 +163,15 @@ void attention(const Problem& p, const RunArgs& a) {
                         : std::isnan(a.k_scale)  ? 1.0f
                                                  : a.k_scale;
 
-  std::vector<RowBlock> blocks;
-  for (int i = 0; i < a.batch; ++i) {
-    for (int t = 0; t < p.s_q; ++t) {
-      for (int h = 0; h < p.h_q; h += kHeadBlock) {
-        blocks.push_back({i, t, h, std::min(h + kHeadBlock, p.h_q)});
-      }
-    }
-  }
-
-  parallel_for(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
-    const RowBlock& rb = blocks[b];
+  // Block b holds heads h0..h1 of token t of request i, b = (i * s_q + t) * head_blocks +
+  // h0 / kHeadBlock: computed, not listed (a list took 4 GB at batch 2^20, s_q 16, h_q 128).
+  const int head_blocks = (p.h_q + kHeadBlock - 1) / kHeadBlock;
+  auto compute = [&](int64_t b) {
+    const int h0 = static_cast<int>(b % head_blocks) * kHeadBlock;
+    const RowBlock rb{.i = static_cast<int>(b / head_blocks / p.s_q),
+                      .t = static_cast<int>(b / head_blocks % p.s_q),
+                      .h0 = h0,
+                      .h1 = std::min(h0 + kHeadBlock, p.h_q)};
     const int nh = rb.h1 - rb.h0;
     std::vector<int64_t> slots;
     visible_slots(p, a, rb.i, rb.t, &slots);
@@ -209,7 +231,8 @@ void attention(const Problem& p, const RunArgs& a) {
       }
       if (p.return_lse) a.lse[row] = lse;
     }
-  });
+  };
+  parallel_for(static_cast<int64_t>(a.batch) * p.s_q * head_blocks, compute, threads);
 }
 
 }  // namespace mlakit::cpu

@@ -1,33 +1,59 @@
 // Registry entry of the cpu backend: any page size, every dtype and layout, every feature. Runs
 // synchronously on host memory; the stream argument is ignored.
+#include <algorithm>
+
 #include "backends/cpu/attention.h"
+#include "backends/cpu/parallel.h"
 #include "core/backend.h"
 #include "core/check.h"
+#include "core/host_memory.h"
 
 namespace mlakit {
 namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const Problem& problem) : problem_(problem) {}
+  CpuBackend(const Problem& problem, int threads) : problem_(problem), threads_(threads) {}
   std::string_view name() const override { return "cpu"; }
   size_t workspace_bytes() const override { return 0; }
   Status run(const RunArgs& args, void*, size_t, Stream) const override {
     MLAKIT_RETURN_IF_ERROR(cpu::check_host_data(problem_, args));
-    cpu::attention(problem_, args);
+    cpu::attention(problem_, args, threads_);
     return Status::Ok();
   }
 
  private:
   Problem problem_;
+  int threads_;
 };
 
+// The threads a run may use: one scratch each (cpu::scratch_bytes), within half of the host
+// memory this process can have (the caller's arrays live in the same memory); 0 when not even
+// one scratch fits, which creation refuses.
+int threads_for(uint64_t scratch, uint64_t host) {
+  if (scratch > host) return 0;
+  return static_cast<int>(std::clamp<uint64_t>(host / 2 / scratch, 1, cpu::num_threads()));
+}
+
 Status available(const DeviceInfo&) { return Status::Ok(); }
-Status can_run(const Problem&, const DeviceInfo&) { return Status::Ok(); }
+
+Status can_run(const Problem& problem, const DeviceInfo&) {
+  const uint64_t scratch = cpu::scratch_bytes(problem), host = host_memory_bytes();
+  if (threads_for(scratch, host) > 0) return Status::Ok();
+  return unsupported("cpu backend: a run needs ", scratch,
+                     " bytes of host memory for each thread (its block of heads over ",
+                     problem.sparse() ? problem.topk : problem.max_seq_len,
+                     problem.sparse() ? " top-k slots" : " tokens of max_seq_len",
+                     "), more than the ", host, " bytes this process can have");
+}
+
 std::vector<Tactic> tactics(const Problem&) { return {{.id = 0, .name = "reference"}}; }
 
-Status create(const Problem& problem, int, const DeviceInfo&, std::unique_ptr<Backend>* out) {
-  *out = std::make_unique<CpuBackend>(problem);
+Status create(const Problem& problem, int, const DeviceInfo& device,
+              std::unique_ptr<Backend>* out) {
+  MLAKIT_RETURN_IF_ERROR(can_run(problem, device));
+  const int threads = threads_for(cpu::scratch_bytes(problem), host_memory_bytes());
+  *out = std::make_unique<CpuBackend>(problem, threads);
   return Status::Ok();
 }
 

@@ -1,0 +1,136 @@
+// The mlakit program on hostile flags: each run as a child process (its address space limited,
+// so that a program that allocates before refusing fails the test instead of taking the
+// machine's memory), its exit code and output checked.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mlakit/mlakit.h"
+#include "sanitizers.h"
+
+#ifdef MLAKIT_PROGRAM
+namespace {
+
+struct Result {
+  int exit_code = -1;  // 128 + signal when a signal ended it
+  std::string output;  // stdout and stderr
+  double seconds = 0;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifdef MLAKIT_SANITIZED
+    GTEST_SKIP() << "the program is sanitized: its shadow memory does not fit RLIMIT_AS";
+#endif
+  }
+};
+
+// Runs build/mlakit with `args`, its address space limited to `limit` bytes.
+Result run_mlakit(const std::vector<std::string>& args, uint64_t limit = uint64_t{4} << 30) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return {};
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::dup2(pipe_fds[1], 1);
+    ::dup2(pipe_fds[1], 2);
+    ::close(pipe_fds[0]);
+    const rlimit rl{.rlim_cur = limit, .rlim_max = limit};
+    ::setrlimit(RLIMIT_AS, &rl);
+    std::vector<char*> argv{const_cast<char*>(MLAKIT_PROGRAM)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(MLAKIT_PROGRAM, argv.data());
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  Result r;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof(buf))) > 0;) r.output.append(buf, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+bool has(const Result& r, const std::string& text) {
+  return r.output.find(text) != std::string::npos;
+}
+
+// A small valid run: the control for the cases below.
+TEST_F(Cli, SmallBenchRuns) {
+  const Result r = run_mlakit({"bench", "--backend", "cpu", "--heads", "1", "--batch", "2",
+                               "--seq-len", "16", "--replays", "1", "--warmup", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// 2L - 1 overflowed a signed int computing the lengths of --var 1, before any validation.
+TEST_F(Cli, SeqLenTooLongForVarIsRefusedBeforeTheLengths) {
+  const Result r = run_mlakit(
+      {"bench", "--backend", "cpu", "--batch", "1", "--seq-len", "2000000000", "--var", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "--seq-len: expected 0..8388608 with --var 1")) << r.output;
+  EXPECT_TRUE(has(r, "given 2000000000")) << r.output;
+}
+
+// 2e9 lengths (7.8 GB) were allocated before the batch was refused.
+TEST_F(Cli, HugeBatchIsRefusedBeforeAllocating) {
+  const Result r = run_mlakit(
+      {"bench", "--backend", "cpu", "--batch", "2000000000", "--seq-len", "16"}, uint64_t{1} << 30);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "--batch")) << r.output;
+  EXPECT_TRUE(has(r, "expected 1..1048576")) << r.output;
+}
+
+// A valid problem whose inputs cannot fit: refused up front with the bytes it needs (it
+// allocated until the process died).
+TEST_F(Cli, ProblemLargerThanMemoryIsRefusedUpFront) {
+  const Result r =
+      run_mlakit({"bench", "--backend", "cpu", "--batch", "100000", "--seq-len", "10000000"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "needs 1152")) << r.output;  // 1.152e15 bytes of cache alone
+  EXPECT_TRUE(has(r, "bytes of host memory")) << r.output;
+  EXPECT_LT(r.seconds, 20);
+}
+
+// Comma lists multiply out: a sweep of too many cases or requests is refused before expanding.
+TEST_F(Cli, SweepTooLargeIsRefused) {
+  std::string heads = "1";
+  for (int i = 0; i < 300; ++i) heads += ",1";
+  const Result r = run_mlakit({"bench", "--backend", "cpu", "--heads", heads, "--s-q", heads,
+                               "--batch", "1", "--seq-len", "16"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "cases")) << r.output;
+}
+
+// --json to a path that cannot be written exited 0 having written nothing.
+TEST_F(Cli, UnwritableJsonPathIsAnError) {
+  const Result r =
+      run_mlakit({"bench", "--backend", "cpu", "--heads", "1", "--batch", "1", "--seq-len", "16",
+                  "--replays", "1", "--json", "/nonexistent-dir/results.json"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "--json")) << r.output;
+  EXPECT_TRUE(has(r, "/nonexistent-dir/results.json")) << r.output;
+}
+
+// Without a GPU the cpu backend runs and the tune cache (of GPU timings) is not read: say so.
+TEST_F(Cli, TuneCacheWithoutAGpuIsAWarning) {
+  if (mlakit::current_device().present) GTEST_SKIP() << "a GPU is present";
+  const Result r = run_mlakit({"bench", "--heads", "1", "--batch", "1", "--seq-len", "16",
+                               "--replays", "1", "--tune-cache", "/tmp/mlakit-cli-test.json"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "warning: --tune-cache")) << r.output;
+}
+
+}  // namespace
+#endif  // MLAKIT_PROGRAM
