@@ -183,8 +183,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t stride_claimed = claim(in, stride);
   const size_t kv_bytes =
       pages_claimed >= 1 && pages_claimed <= num_pages ? pages_claimed * p.page_size * token : 0;
+  // A sparse run ignores the block table and lengths: they are not arguments it can race with.
+  const bool dense = p.topk == 0;
   const size_t table_bytes =
-      stride_claimed >= 1 && stride_claimed <= stride ? batch * stride_claimed * 4 : 0;
+      dense && stride_claimed >= 1 && stride_claimed <= stride ? batch * stride_claimed * 4 : 0;
   std::vector<Passed> all;
   mlakit_run_args_t a;
   mlakit_run_args_init(&a);
@@ -194,7 +196,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   a.num_pages = pages_claimed;
   a.block_table = static_cast<const int32_t*>(choose(in, table, table_bytes, &all));
   a.block_table_stride = stride_claimed;
-  a.seq_lens = static_cast<const int32_t*>(choose(in, lens, lens.bytes, &all));
+  a.seq_lens = static_cast<const int32_t*>(choose(in, lens, dense ? lens.bytes : 0, &all));
   if (p.topk > 0 || in.raw<uint8_t>() == 255) {
     a.indices = static_cast<const int32_t*>(choose(in, indices, indices.bytes, &all));
     if (in.flag()) {
