@@ -64,7 +64,8 @@ void fill_token(const Problem& p, const Rng& rng, const HostInputs& in, int64_t 
       for (int d = 0; d < kBlockwiseGroup; ++d) {
         amax = std::max(amax, std::fabs(values[g * kBlockwiseGroup + d]));
       }
-      scales[g] = amax > 0 ? amax / 448.0f : 1.0f;
+      // A power of two, as DeepSeek's quantizer rounds it (and so exact in bf16 after widening).
+      scales[g] = amax > 0 ? std::exp2(std::ceil(std::log2(amax / 448.0f))) : 1.0f;
     }
     for (int d = 0; d < kDv; ++d) row[d] = float_to_e4m3(values[d] / scales[d / kBlockwiseGroup]);
     std::memcpy(row + kDv, scales, sizeof(scales));

@@ -83,6 +83,8 @@ struct SmallStorage {
   float wg_sum[2][4][32];
   float wg_max[2][32];
   float col_factor[2][32];  // and each warpgroup's factor per column (its max's and 1 / sum)
+  // Sparse decode of the V3.2 cache (gather.cuh): each token's four fp32 scales, per stage.
+  float4 gather_scale[kStages][kBlockN];
 };
 
 // The shared-memory plan of a tile of kTileRows query rows (64: the wide tile; 16, 32: narrow).

@@ -30,6 +30,7 @@
 #include "backends/sm90/decode_fp8_wide.cuh"
 #include "backends/sm90/decode_narrow.cuh"
 #include "backends/sm90/device.cuh"
+#include "backends/sm90/gather.cuh"
 #include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
 #include "backends/sm90/trace.cuh"
@@ -61,16 +62,7 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
     // Lane j issues chunk j (one thread issuing all nine spent ~200 cycles a chunk).
-    if (lane == 0) {
-      wait_parity(&sm.q_empty, (n_chunk & 1) ^ 1);
-      (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                 cuda::ptx::space_shared, &sm.q_full, L::kQBytes);
-    }
-    __syncwarp();
-    if (lane < kQkChunks) {
-      tma_load_2d(s.q + lane * L::kQChunkBytes, &p.q_map, lane * kChunkElems,
-                  c.request * p.rows + row0, &sm.q_full);
-    }
+    issue_q<L, kTileRows>(p, s, c, row0, n_chunk, lane);
     ++n_chunk;
     const int32_t* table = p.block_table + c.request * p.block_table_stride;
     const int32_t first_page = c.token_begin >> p.page_shift;
@@ -172,6 +164,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
+  const float k_scale = fp8::read_scales(p).v;  // sparse V3.2: the cache's extra scale
 
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
@@ -207,6 +200,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       MaxStep step[2];
       uint32_t pr[16];  // own block: P as the A fragments of P V, 4 per 16 tokens
       if (own) {
+        // Sparse decode of the V3.2 cache: the owner widens the block first (gather.cuh).
+        if (p.fill == Fill::kGatherV32) {
+          wait_parity(&sm.full[stage][kPChunk], phase);
+          dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
+        }
         // Own block: S = Q K^T, chunk by chunk as the copies land.
         const uint64_t kv_desc = smem_desc_sw128(kv_stage, 0, 1024);
         float sc[32];
@@ -373,7 +371,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.kv_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
-      for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.full[i][j], 1);
+      // TMA: the producer's arrival and the bytes; a gather: every producer thread.
+      for (int j = 0; j < kQkChunks; ++j) {
+        cuda::ptx::mbarrier_init(&sm.full[i][j], p.fill == Fill::kPages ? 1 : kGatherThreads);
+      }
       cuda::ptx::mbarrier_init(&sm.empty[i], L::kEmptyArrivals);
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.chunk_empty[i][j], 1);
     }
@@ -404,9 +405,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) grid_stamp(1);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (threadIdx.x < kConsumerThreads + 32) produce<L, kTileRows>(p, s, m_tile, cta);
+    // Sparse decode: the whole producer warpgroup gathers tokens (16-bit q only).
+    bool gathers = false;
+    if constexpr (!kFp8Kv) {
+      if (p.fill != Fill::kPages) {
+        produce_gather<L, kTileRows, T>(p, s, m_tile, cta);
+        gathers = true;
+      }
+    }
+    if (!gathers && threadIdx.x < kConsumerThreads + 32) produce<L, kTileRows>(p, s, m_tile, cta);
 #ifdef MLAKIT_SM90_TRACE
-    if (threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
+    if (!gathers && threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
         blockIdx.x == 0) {
       watch<L>(p, s, cta);
     }

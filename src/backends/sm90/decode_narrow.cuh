@@ -21,6 +21,7 @@
 
 #include "backends/sm90/config.h"
 #include "backends/sm90/device.cuh"
+#include "backends/sm90/gather.cuh"
 #include "backends/sm90/params.h"
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
@@ -249,6 +250,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kN;
   const float scale_log2 = p.scale_log2;
+  const float k_scale = fp8::read_scales(p).v;  // sparse V3.2: the cache's extra scale
   // This warpgroup's P^T (kN rows of 64 tokens, 128-byte swizzle) over the exchange buffer, which
   // holds rows only after both warpgroups are past their blocks.
   const uint32_t p_buf = ptx::smem_u32(s.exchange) + wg * L::kQChunkBytes;
@@ -295,6 +297,11 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       const uint32_t p_tile = p_buf;
       trace(wg, 0);
 
+      // Sparse decode of the V3.2 cache: this warpgroup widens its block first (gather.cuh).
+      if (p.fill == Fill::kGatherV32) {
+        wait_parity(&sm.full[stage][kPChunk], phase);
+        dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
+      }
       // S^T = K Q^T, chunk by chunk as the copies land.
       const uint64_t k_desc = smem_desc_sw128(kv_stage, 0, 1024);
       float st[kVals];

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/combine.h"
+#include "plan/compact.h"
 
 namespace mlakit::sm90 {
 namespace {
@@ -45,7 +46,7 @@ constexpr int64_t kMinCostedBlocks = 2;
 ClusterShape cluster_shape(const Setup& setup, int32_t batch, int64_t slots) {
   const int64_t tiles = int64_t{batch} * setup.m_tiles;
   const int64_t max_blocks =
-      std::max<int64_t>(1, plan::ceil_div<int64_t>(setup.problem.max_seq_len, kBlockN));
+      std::max<int64_t>(1, plan::ceil_div<int64_t>(setup.planned.max_seq_len, kBlockN));
   ClusterShape best;
   int64_t best_cost = -1, best_ctas = 0;
   for (int32_t size = 1; size <= kMaxClusterCtas && size <= max_blocks; ++size) {
@@ -152,9 +153,21 @@ const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
 
 }  // namespace
 
-Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup) {
+Problem plan_problem(const Problem& p) {
+  if (!p.sparse()) return p;
+  Problem d = p;
+  d.s_q = 1;
+  d.max_batch = p.max_batch * p.s_q;
+  d.max_seq_len = p.topk;
+  d.causal = false;
+  return d;
+}
+
+Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup) {
+  const Problem p = plan_problem(problem);
   const int32_t rows = p.h_q * p.s_q;
-  const bool fp8 = p.kv_dtype == DType::kFP8E4M3;
+  // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
+  const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
   const bool narrow = tactic >= kNarrowTactic;
   if (fp8 && !narrow && p.q_dtype != DType::kFP8E4M3) {
     return invalid_argument("tactic",
@@ -172,10 +185,11 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
                             : rows <= kSmallNarrowRows ? kSmallNarrowRows
                                                        : kMaxNarrowRows;
   const DecodeKernel& kernel = fp8 ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-                                   : kernel_16bit(p.kv_dtype == DType::kBF16, tile_rows);
+                                   : kernel_16bit(p.q_dtype == DType::kBF16, tile_rows);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
-  setup->problem = p;
+  setup->problem = problem;
+  setup->planned = p;
   setup->kernel = &kernel;
   setup->tile_rows = tile_rows;
   setup->m_tiles = m_tiles;
@@ -195,14 +209,22 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   setup->shape = plan::make_plan_shape(p, schedule, kBlockN, kFixedCostBlocks, kMinChunkBlocks,
                                        device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
+  setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
+  setup->workspace_bytes =
+      p.sparse() ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
+                 : setup->layout.bytes;
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl;
   setup->sm_count = device.sm_count;
   return Status::Ok();
 }
 
-Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream) {
+Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream) {
   const Problem& p = setup.problem;
+  const bool sparse = p.sparse();
+  // Sparse: the rows (request, query token) run as requests of one query token.
+  RunArgs a = args;
+  a.batch = sparse ? args.batch * p.s_q : args.batch;
   const plan::PlanShape& shape = setup.shape;
   // TMA reads rows by 32-bit coordinates from 16-byte aligned bases.
   const int64_t kv_rows = a.num_pages * p.page_size;
@@ -215,7 +237,8 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   const int64_t q_rows = int64_t{a.batch} * shape.rows;
   if (q_rows > INT32_MAX) {
     return invalid_argument(
-        "batch", str_cat("at most ", INT32_MAX / shape.rows, " for backend sm90"), a.batch);
+        "batch", str_cat("at most ", INT32_MAX / (int64_t{p.h_q} * p.s_q), " for backend sm90"),
+        args.batch);
   }
   if (reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<uintptr_t>(a.kv_cache) % 16) {
     return invalid_argument(
@@ -236,10 +259,27 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   view.cluster_size = cs.size;
   DecodeParams params{};
   static_cast<plan::DecodeParamsBase&>(params) =
-      plan::decode_params_base(p, a, shape, view, setup.inline_plan);
+      plan::decode_params_base(setup.planned, a, shape, view, setup.inline_plan);
+  params.kv_cache = static_cast<const uint8_t*>(a.kv_cache);
+  params.fill = Fill::kPages;
+  if (sparse) {
+    plan::CompactParams compact =
+        plan::compact_view(static_cast<uint8_t*>(workspace) + setup.compact_offset,
+                           setup.planned.max_batch, p.topk);
+    compact.indices = args.indices;
+    compact.topk_lens = args.topk_lens;
+    compact.num_tokens = kv_rows;
+    compact.s_q = p.s_q;
+    MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
+    params.block_table = compact.slots;
+    params.block_table_stride = p.topk;
+    params.seq_lens = compact.counts;
+    params.max_len = p.topk;
+    params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
+  }
   if (!setup.inline_plan && !cluster) {
     MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));
+        plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len, stream, setup.pdl));
   }
   // L2 promotion: 256 bytes for the wide tile, none for the narrow one. One call (H200,
   // 2026-11-21), wide / narrow tile, 256 B against none: h_q 16 b 128 L 8192 narrow 304 -> 280 us,
@@ -251,9 +291,13 @@ Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t s
   MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, p.q_dtype, std::max<int64_t>(q_rows, 1),
                                      static_cast<uint32_t>(setup.tile_rows), "q", promotion,
                                      &params.q_map));
-  MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows,
-                                     static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
-                                     "kv_cache", promotion, &params.kv_map));
+  if (sparse) {
+    params.kv_map = params.q_map;  // not read: the producer gathers (prefetched all the same)
+  } else {
+    MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows,
+                                       static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
+                                       "kv_cache", promotion, &params.kv_map));
+  }
   const int64_t ctas =
       int64_t{one_shot || cluster ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;
   MLAKIT_RETURN_IF_ERROR(

@@ -63,13 +63,20 @@ struct ClusterShape {
   int32_t size = 1;      // S
 };
 
+// The problem the plan and the kernel see: a sparse problem's rows (request, query token) become
+// requests of one query token whose tokens are their compacted top-k slots (plan/compact.h).
+Problem plan_problem(const Problem& problem);
+
 struct Setup {
   Problem problem;
+  Problem planned;  // plan_problem(problem)
   const DecodeKernel* kernel = nullptr;
   int32_t tile_rows = kRows;  // 64, or 16 / 32 for the narrow tile
   int32_t m_tiles = 1;        // query tiles per request
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
+  size_t compact_offset = 0;   // sparse: the compacted slots and counts in the workspace
+  size_t workspace_bytes = 0;  // layout.bytes, and the compacted slots when sparse
   bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel
   bool pdl = false;
   int32_t sm_count = 1;

@@ -10,9 +10,21 @@
 
 namespace mlakit::sm90 {
 
+// How the producer fills the KV stages (gather.cuh): TMA copies of pages named by the block
+// table, or (sparse decode) a gather of single tokens named by compacted slots.
+enum class Fill : int32_t {
+  kPages = 0,      // TMA, kv_map
+  kGather16 = 1,   // tokens of a 16-bit cache (576 elements of q's type), copied
+  kGatherV32 = 2,  // tokens of the V3.2 blockwise cache (656 bytes), dequantized to q's type
+};
+
 struct DecodeParams : plan::DecodeParamsBase {
   CUtensorMap q_map;   // q [b * s_q * h_q rows, 576], boxes of 64 rows x 64 columns, swizzle 128B
   CUtensorMap kv_map;  // kv [num_pages * page_size rows, 576], boxes of min(page, 64) rows x 64
+  // Sparse decode (Fill::kGather*): block_table holds each row's compacted slots (plan/compact.h),
+  // block_table_stride = topk, seq_lens their counts; requests are rows of one query token.
+  const uint8_t* kv_cache;
+  Fill fill;
 };
 
 }  // namespace mlakit::sm90

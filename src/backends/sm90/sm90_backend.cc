@@ -19,7 +19,7 @@ class Sm90Backend final : public Backend {
  public:
   explicit Sm90Backend(const sm90::Setup& setup) : setup_(setup) {}
   std::string_view name() const override { return "sm90"; }
-  size_t workspace_bytes() const override { return setup_.layout.bytes; }
+  size_t workspace_bytes() const override { return setup_.workspace_bytes; }
   Status run(const RunArgs& args, void* workspace, size_t, Stream stream) const override {
     return sm90::run(setup_, args, workspace, stream);
   }
@@ -37,7 +37,33 @@ Status available(const DeviceInfo& device) {
   return Status::Ok();
 }
 
+// Sparse decode (gather.cuh): a 16-bit q; the cache 16-bit of q's type or the V3.2 blockwise one,
+// both gathered into q's type; any page size (indices name cached tokens directly).
+Status can_run_sparse(const Problem& p) {
+  if (p.q_dtype != DType::kBF16 && p.q_dtype != DType::kFP16) {
+    return unsupported("q_dtype ", to_string(p.q_dtype),
+                       " with sparse attention is not supported by backend sm90 (supported: bf16, "
+                       "fp16)");
+  }
+  if (p.out_dtype != p.q_dtype) {
+    return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
+                       " is not supported by backend sm90 (supported: out_dtype = q_dtype)");
+  }
+  if (p.kv_layout == KvLayout::kDense && p.kv_dtype != p.q_dtype) {
+    return unsupported("kv_dtype ", to_string(p.kv_dtype), " with sparse attention and q_dtype ",
+                       to_string(p.q_dtype),
+                       " is not supported by backend sm90 (supported: kv_dtype = q_dtype, or the "
+                       "fp8 blockwise layout)");
+  }
+  if (p.kv_layout != KvLayout::kDense && p.kv_layout != KvLayout::kFp8Blockwise) {
+    return unsupported("kv_layout ", to_string(p.kv_layout),
+                       " is not supported by backend sm90 (supported: dense, fp8_blockwise)");
+  }
+  return Status::Ok();
+}
+
 Status can_run(const Problem& p, const DeviceInfo&) {
+  if (p.sparse()) return can_run_sparse(p);
   if (p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
                        " is not supported by backend sm90 (supported: dense)");
@@ -46,10 +72,6 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {
     return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
                        " is not supported by backend sm90 (supported: out_dtype = q_dtype)");
-  }
-  if (p.sparse()) {
-    return unsupported("sparse attention (topk ", p.topk,
-                       ") is not supported by backend sm90 (supported: dense)");
   }
   if (p.s_q > kMaxSq) {
     return unsupported("s_q ", p.s_q, " is not supported by backend sm90 (supported: 1..", kMaxSq,
@@ -77,7 +99,9 @@ Status can_run(const Problem& p, const DeviceInfo&) {
 // tactics come first (narrow cluster within 0.6% of the fastest tactic of either backend over the
 // uniform cases of h_q 16, s_q 1, 2026-11-21-h200-narrow); at 17..32 rows (h_q 16, s_q 2) the wide
 // tile's (2.1% against 6.5%).
-std::vector<Tactic> tactics(const Problem& p) {
+std::vector<Tactic> tactics(const Problem& problem) {
+  // Sparse: as the dense problem of its rows (launch.h), whose cache is gathered into 16 bits.
+  const Problem p = sm90::plan_problem(problem);
   const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
                one_shot = {.id = 1, .name = "one-shot"};
   const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
@@ -88,8 +112,9 @@ std::vector<Tactic> tactics(const Problem& p) {
   // An fp8 cache with a 16-bit q runs the narrow tile only (decode_fp8_narrow.cuh), in tiles of
   // 32 rows past 32; with an e4m3 q also the wide tile (decode_fp8_wide.cuh), first from 17 rows
   // on as for 16-bit caches (not yet measured against the narrow tile's 32-row tiles).
-  const bool narrow_only = p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3;
-  const bool fp8_wide = p.kv_dtype == DType::kFP8E4M3 && !narrow_only;
+  const bool narrow_only =
+      p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && !p.sparse();
+  const bool fp8_wide = p.kv_dtype == DType::kFP8E4M3 && !narrow_only && !p.sparse();
   if (narrow_only || (fp8_wide && rows <= sm90::kSmallNarrowRows)) {
     std::vector<Tactic> out =
         cluster_first ? std::vector<Tactic>{narrow_cluster, narrow_persistent, narrow_one_shot}
@@ -135,7 +160,9 @@ const BackendEntry& sm90_backend_entry() {
           "sm_90 only; q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q "
           "(out alike; the cache widened in registers) or e4m3 q (out bf16/fp16; fp8 wgmma); "
           "page size 32, 64, 128; h_q 1..128; s_q 1..8 causal or not; variable lengths; sinks; "
-          "lse; PDL; CUDA graphs. Tactics: cluster, persistent, one-shot, and the same three with "
+          "lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 q over a cache of q's type or the "
+          "V3.2 blockwise layout (any page size; tokens gathered, out-of-range indices skipped). "
+          "Tactics: cluster, persistent, one-shot, and the same three with "
           "the narrow tile (h_q x s_q <= 32; the only ones with an fp8 cache)",
       .device_memory = true,
       .available = available,

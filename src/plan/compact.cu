@@ -1,0 +1,79 @@
+// The device compaction of sparse indices (compact.h).
+#include <cub/block/block_scan.cuh>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/pdl.h"
+#include "plan/compact.h"
+
+namespace mlakit::plan {
+namespace {
+
+constexpr int kCompactThreads = 256;
+// Indices per thread per pass: a pass keeps 2048 slots with one scan, all its loads in flight.
+constexpr int kPerThread = 8;
+
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+__global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactParams p) {
+  using Scan = cub::BlockScan<int32_t, kCompactThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  pdl::griddepcontrol_wait();  // the indices and lengths may come from the previous kernel
+  const int64_t r = blockIdx.x;
+  const int32_t request = static_cast<int32_t>(r / p.s_q);
+  const int32_t n = p.topk_lens == nullptr ? p.topk : min(max(p.topk_lens[request], 0), p.topk);
+  const int32_t* idx = p.indices + r * p.topk;
+  int32_t* out = p.slots + r * p.topk;
+  int32_t kept = 0, dropped = 0;
+  for (int32_t k0 = 0; k0 < n; k0 += kCompactThreads * kPerThread) {
+    // Thread t takes kPerThread consecutive slots, so its kept ones stay in order after the scan.
+    const int32_t first = k0 + static_cast<int32_t>(threadIdx.x) * kPerThread;
+    int32_t v[kPerThread];
+    int32_t count = 0;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) v[i] = first + i < n ? idx[first + i] : -1;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const bool keep = v[i] >= 0 && v[i] < p.num_tokens;
+      dropped += v[i] != -1 && !keep ? 1 : 0;
+      count += keep ? 1 : 0;
+    }
+    int32_t at = 0, total = 0;
+    Scan(scan).ExclusiveSum(count, at, total);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      if (v[i] >= 0 && v[i] < p.num_tokens) out[kept + at++] = v[i];
+    }
+    kept += total;
+    __syncthreads();  // the scan's storage is reused
+  }
+  if (threadIdx.x == 0) p.counts[r] = kept;
+  if (p.dropped != nullptr && dropped > 0) atomicAdd(p.dropped, dropped);
+  pdl::griddepcontrol_launch_dependents();
+}
+
+}  // namespace
+
+size_t compact_bytes(int64_t rows, int32_t topk) {
+  return align_up(sizeof(int32_t) * static_cast<size_t>(rows)) +
+         align_up(sizeof(int32_t) * static_cast<size_t>(rows) * static_cast<size_t>(topk));
+}
+
+CompactParams compact_view(void* region, int64_t rows, int32_t topk) {
+  auto* base = static_cast<uint8_t*>(region);
+  CompactParams p{};
+  p.counts = reinterpret_cast<int32_t*>(base);
+  p.slots =
+      reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * static_cast<size_t>(rows)));
+  p.topk = topk;
+  return p;
+}
+
+Status launch_compact(const CompactParams& params, int64_t rows, cudaStream_t stream, bool pdl) {
+  if (rows < 1) return Status::Ok();
+  MLAKIT_CUDA_RETURN(pdl::launch(compact_kernel, dim3(static_cast<unsigned>(rows)),
+                                 dim3(kCompactThreads), 0, stream, pdl, params));
+  return Status::Ok();
+}
+
+}  // namespace mlakit::plan

@@ -1,0 +1,41 @@
+// Sparse decode on the GPU backends: the top-k indices of each query token compacted on the
+// device into the slots that are to be read, so that the decode kernels see a dense problem.
+//
+// Row r = request * s_q + token of the sparse problem has `topk` index slots, of which the first
+// topk_lens[request] count (all when topk_lens is null). compact() keeps, in order, those that
+// name a cached token (0 <= index < num_tokens), drops -1 and every other value (an index out of
+// range is never read: issue 34), and writes the kept ones to slots[r, 0:count[r]]. The decode
+// kernel then runs the rows as requests of one query token whose "length" is count[r] and whose
+// token j is slots[r, j] (DecodeParams::gather). Order is kept, so results are deterministic.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mlakit/mlakit.h"
+
+namespace mlakit::plan {
+
+struct CompactParams {
+  const int32_t* indices;    // [rows, topk]
+  const int32_t* topk_lens;  // [rows / s_q] or null
+  int32_t* slots;            // [rows, topk] out: the kept indices, first count[r] of each row
+  int32_t* counts;           // [rows] out
+  int32_t* dropped;          // optional [1]: incremented by the indices dropped as out of range
+  int64_t num_tokens;        // cached tokens: num_pages * page_size
+  int32_t topk;
+  int32_t s_q;
+};
+
+// Workspace bytes of the compacted slots and counts for `rows` rows of `topk` (256-aligned parts).
+size_t compact_bytes(int64_t rows, int32_t topk);
+// The slots and counts inside such a region.
+CompactParams compact_view(void* region, int64_t rows, int32_t topk);
+
+// Launches the compaction of `rows` rows (one CTA each). With pdl it waits for the previous
+// kernel before reading the indices (they may come from a top-k kernel).
+Status launch_compact(const CompactParams& params, int64_t rows, cudaStream_t stream, bool pdl);
+
+}  // namespace mlakit::plan

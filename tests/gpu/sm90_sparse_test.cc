@@ -1,0 +1,232 @@
+// GPU tests of sparse top-k decode on the sm90 backend (plan/compact.h, gather.cuh) against the cpu
+// reference, on sm_90 devices only: a bf16/fp16 q over a cache of q's type or the V3.2 blockwise
+// layout (656 bytes a token), page sizes 1..128, h_q 1..128 (narrow tiles of 16 and 32 rows, the
+// wide tile, several tiles per row), s_q 1..8, top-k from 1 to 4096 with per-request lengths, -1
+// slots, sinks, lse and every tactic; indices out of range skipped (never read); PDL bitwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "sm80_test_util.h"
+
+namespace mlakit::testing {
+namespace {
+
+constexpr const char* kBackend = "sm90";
+
+struct SparseCase {
+  DType q = DType::kBF16;
+  bool blockwise = false;  // the V3.2 layout; else a cache of q's type
+  int page_size = 64;
+  int h_q = 16;
+  int s_q = 1;
+  int topk = 128;
+  int batch = 3;
+  int len = 1000;  // cached tokens per request (variable: uniform in [len/8, 2 len))
+  bool variable = true;
+  bool topk_lens = false;
+  bool sinks = false;
+  bool lse = true;
+};
+
+std::string name(const SparseCase& c, int tactic) {
+  return str_cat(c.blockwise ? "v32" : "dense", " q ", to_string(c.q), " page ", c.page_size,
+                 " h_q ", c.h_q, " s_q ", c.s_q, " topk ", c.topk, " b ", c.batch, " L ", c.len,
+                 c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "", " tactic ", tactic);
+}
+
+Problem problem_of(const SparseCase& c) {
+  Problem p;
+  p.h_q = c.h_q;
+  p.s_q = c.s_q;
+  p.page_size = c.page_size;
+  p.max_batch = c.batch;
+  p.max_seq_len = static_cast<int32_t>(harness::longest_seq_len(c.len, c.variable));
+  p.q_dtype = p.out_dtype = c.q;
+  p.kv_dtype = c.blockwise ? DType::kFP8E4M3 : c.q;
+  p.kv_layout = c.blockwise ? KvLayout::kFp8Blockwise : KvLayout::kDense;
+  p.topk = c.topk;
+  p.has_sinks = c.sinks;
+  p.return_lse = c.lse;
+  return p;
+}
+
+harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
+  const std::vector<int32_t> lens = harness::make_seq_lens(c.batch, c.len, c.variable, seed);
+  return harness::make_inputs(problem_of(c), lens, {.seed = seed, .topk_lens = c.topk_lens});
+}
+
+// Indices no reference can take: every -1 slot (and every slot past a request's top-k length)
+// replaced by a value out of range or, past the length, a valid slot that must be ignored.
+harness::HostInputs corrupted(const harness::HostInputs& in) {
+  harness::HostInputs bad = in;
+  const Problem& p = in.problem;
+  const int64_t tokens = in.num_pages * p.page_size;
+  const int32_t out_of_range[] = {static_cast<int32_t>(tokens), std::numeric_limits<int32_t>::max(),
+                                  -2, std::numeric_limits<int32_t>::min(),
+                                  static_cast<int32_t>(tokens + 12345)};
+  uint32_t n = 0;
+  for (int i = 0; i < in.batch; ++i) {
+    const int32_t len = in.topk_lens.empty() ? p.topk : in.topk_lens[i];
+    for (int t = 0; t < p.s_q; ++t) {
+      int32_t* idx = bad.indices.data() + (static_cast<int64_t>(i) * p.s_q + t) * p.topk;
+      for (int32_t k = 0; k < p.topk; ++k, ++n) {
+        if (k >= len) {
+          idx[k] = n % 2 == 0 ? static_cast<int32_t>(n % tokens) : out_of_range[n % 5];
+        } else if (idx[k] == -1 && n % 3 != 0) {
+          idx[k] = out_of_range[n % 5];
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+void check(const SparseCase& c, uint64_t seed, int tactic, bool corrupt = false) {
+  SCOPED_TRACE(name(c, tactic));
+  const harness::HostInputs in = inputs_of(c, seed);
+  Output ref;
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+  std::unique_ptr<Decoder> decoder;
+  MLAKIT_ASSERT_OK(Decoder::create(in.problem, {.backend = kBackend, .tactic = tactic}, &decoder));
+  const harness::HostInputs run_in = corrupt ? corrupted(in) : in;
+  harness::DeviceInputs device;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(run_in, &device));
+  harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+  StreamHolder s;
+  Output got;
+  MLAKIT_ASSERT_OK(run_device(*decoder, run_in, device, workspace.get(), s.stream, &got));
+  const ::testing::AssertionResult result = matches_reference(in, got, ref);
+  EXPECT_TRUE(result);
+  std::printf("  %-70s %s\n", name(c, tactic).c_str(), result.message());
+}
+
+void check_each_tactic(const SparseCase& c, uint64_t* seed, bool corrupt = false) {
+  for (const int tactic : tactic_ids(kBackend, problem_of(c))) check(c, (*seed)++, tactic, corrupt);
+}
+
+// Head counts of each tile (16, 32 rows narrow; 64 wide; several tiles), both layouts and q types,
+// top-k sizes around a block (64 tokens) and a chunk, per-request top-k lengths, page sizes.
+TEST(Sm90Sparse, EveryTacticAgainstReference) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase cases[] = {
+      {.h_q = 16, .topk = 128},
+      {.blockwise = true, .h_q = 16, .topk = 2048, .topk_lens = true, .sinks = true},
+      {.q = DType::kFP16, .page_size = 16, .h_q = 1, .s_q = 4, .topk = 100},
+      {.blockwise = true, .page_size = 1, .h_q = 8, .s_q = 2, .topk = 64, .len = 300},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 32, .topk = 65, .sinks = true},
+      {.blockwise = true, .page_size = 128, .h_q = 40, .s_q = 2, .topk = 512, .topk_lens = true},
+      {.h_q = 64, .s_q = 1, .topk = 1, .batch = 5},
+      {.blockwise = true, .h_q = 64, .s_q = 4, .topk = 2048, .batch = 2, .len = 4000},
+      {.blockwise = true, .h_q = 128, .topk = 4096, .batch = 2, .len = 8000, .sinks = true},
+      {.q = DType::kFP16, .page_size = 32, .h_q = 128, .s_q = 2, .topk = 300, .topk_lens = true},
+      {.blockwise = true, .h_q = 3, .s_q = 8, .topk = 1000, .batch = 1, .len = 5000},
+  };
+  uint64_t seed = 7100;
+  for (const SparseCase& c : cases) check_each_tactic(c, &seed);
+}
+
+// A batch of many rows (split-KV plans of hundreds of requests), and a long top-k of one row
+// (one request split over every SM and combined).
+TEST(Sm90Sparse, ManyRowsAndOneLongRow) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  uint64_t seed = 7200;
+  check_each_tactic({.blockwise = true, .h_q = 16, .s_q = 2, .topk = 256, .batch = 300, .len = 600},
+                    &seed);
+  check_each_tactic({.blockwise = true, .h_q = 128, .topk = 16384, .batch = 1, .len = 20000},
+                    &seed);
+}
+
+// Out-of-range indices (past the cache, INT32_MAX, negative other than -1) in used slots and
+// anything past a request's top-k length are skipped, never read: the result equals the
+// reference's with those slots empty.
+TEST(Sm90Sparse, OutOfRangeIndicesAreSkipped) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  uint64_t seed = 7300;
+  const SparseCase cases[] = {
+      {.blockwise = true, .h_q = 16, .topk = 512, .topk_lens = true},
+      {.h_q = 64, .s_q = 2, .topk = 200, .topk_lens = true, .sinks = true},
+      {.blockwise = true, .h_q = 128, .topk = 1000, .batch = 2},
+  };
+  for (const SparseCase& c : cases) check_each_tactic(c, &seed, /*corrupt=*/true);
+}
+
+// Empty rows: every slot -1 or a top-k length of 0 give out 0 and lse -inf.
+TEST(Sm90Sparse, EmptyRows) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase c{
+      .blockwise = true, .h_q = 32, .s_q = 2, .topk = 64, .batch = 4, .topk_lens = true};
+  harness::HostInputs in = inputs_of(c, 7400);
+  std::fill(in.indices.begin(), in.indices.begin() + c.s_q * c.topk, -1);  // request 0
+  in.topk_lens[1] = 0;
+  Output ref;
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+  for (const int tactic : tactic_ids(kBackend, in.problem)) {
+    std::unique_ptr<Decoder> decoder;
+    MLAKIT_ASSERT_OK(
+        Decoder::create(in.problem, {.backend = kBackend, .tactic = tactic}, &decoder));
+    harness::DeviceInputs device;
+    MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+    harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+    StreamHolder s;
+    Output got;
+    MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+    EXPECT_TRUE(matches_reference(in, got, ref)) << "tactic " << tactic;
+    for (int r = 0; r < 2 * c.s_q * c.h_q; ++r) {
+      EXPECT_EQ(got.lse[r], -INFINITY) << "row " << r << " tactic " << tactic;
+    }
+    EXPECT_TRUE(std::all_of(got.out.begin(), got.out.begin() + 2 * c.s_q * c.h_q * kDv,
+                            [](uint16_t v) { return (v & 0x7fff) == 0; }))
+        << "tactic " << tactic;
+  }
+}
+
+// PDL changes nothing: bitwise equal with and without, every tactic.
+TEST(Sm90Sparse, PdlBitwiseEqual) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase c{.blockwise = true,
+                     .h_q = 64,
+                     .s_q = 2,
+                     .topk = 512,
+                     .batch = 4,
+                     .topk_lens = true,
+                     .sinks = true};
+  const harness::HostInputs in = inputs_of(c, 7500);
+  harness::DeviceInputs device;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+  for (const int tactic : tactic_ids(kBackend, in.problem)) {
+    Output outs[2];
+    for (const bool pdl : {false, true}) {
+      Problem p = in.problem;
+      p.enable_pdl = pdl;
+      std::unique_ptr<Decoder> decoder;
+      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
+      harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+      StreamHolder s;
+      MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &outs[pdl]));
+    }
+    EXPECT_TRUE(bitwise_equal(outs[0], outs[1])) << "tactic " << tactic;
+  }
+}
+
+// What sm90 does not run sparse is refused by name.
+TEST(Sm90Sparse, RefusalsNameTheArgument) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  Problem p = problem_of({.blockwise = true});
+  p.q_dtype = DType::kFP8E4M3;
+  EXPECT_NE(can_run(kBackend, p).message().find("q_dtype"), std::string::npos);
+  p = problem_of({});
+  p.kv_dtype = DType::kFP8E4M3;
+  EXPECT_NE(can_run(kBackend, p).message().find("kv_dtype"), std::string::npos);
+  p = problem_of({.blockwise = true});
+  p.out_dtype = DType::kFP16;
+  EXPECT_NE(can_run(kBackend, p).message().find("out_dtype"), std::string::npos);
+  EXPECT_TRUE(can_run(kBackend, problem_of({.blockwise = true, .page_size = 1})).ok());
+}
+
+}  // namespace
+}  // namespace mlakit::testing
