@@ -8,9 +8,9 @@
 #include <limits>
 #include <numeric>
 
-#include "backends/cpu/parallel.h"
 #include "core/cuda_check.h"
 #include "core/numeric.h"
+#include "core/parallel.h"
 
 namespace mlakit::harness {
 namespace {
@@ -265,7 +265,7 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
   // Cache contents: random values in used slots, NaN in unused pages and page tails.
   const size_t token_bytes = kv_token_bytes(p.kv_dtype, p.kv_layout);
   in.kv.resize(static_cast<size_t>(in.num_pages) * p.page_size * token_bytes);
-  cpu::parallel_for(in.num_pages, [&](int64_t page) {
+  parallel_for(in.num_pages, [&](int64_t page) {
     for (int64_t o = 0; o < p.page_size; ++o) {
       const int64_t slot = page * p.page_size + o;
       uint8_t* row = in.kv.data() + slot * token_bytes;

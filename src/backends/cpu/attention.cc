@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/parallel.h"
 #include "core/check.h"
 #include "core/numeric.h"
+#include "core/parallel.h"
 
 namespace mlakit::cpu {
 namespace {

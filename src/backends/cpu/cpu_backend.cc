@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "backends/cpu/attention.h"
-#include "backends/cpu/parallel.h"
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/host_memory.h"
+#include "core/parallel.h"
 
 namespace mlakit {
 namespace {
@@ -32,7 +32,7 @@ class CpuBackend final : public Backend {
 // one scratch fits, which creation refuses.
 int threads_for(uint64_t scratch, uint64_t host) {
   if (scratch > host) return 0;
-  return static_cast<int>(std::clamp<uint64_t>(host / 2 / scratch, 1, cpu::num_threads()));
+  return static_cast<int>(std::clamp<uint64_t>(host / 2 / scratch, 1, num_threads()));
 }
 
 Status available(const DeviceInfo&) { return Status::Ok(); }

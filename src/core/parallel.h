@@ -1,4 +1,5 @@
-// A minimal parallel-for over [0, n) on std::threads, for the cpu backend.
+// A minimal parallel-for over [0, n) on std::threads, for the cpu backend and the harness (the
+// reference's inputs).
 #pragma once
 
 #include <algorithm>
@@ -9,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-namespace mlakit::cpu {
+namespace mlakit {
 
 inline int num_threads() {
   const unsigned n = std::thread::hardware_concurrency();
@@ -51,4 +52,4 @@ void parallel_for(int64_t n, Fn&& fn, int max_threads = num_threads()) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace mlakit::cpu
+}  // namespace mlakit
