@@ -22,11 +22,24 @@ void add_sweep_flags(CLI::App* app, SweepFlags* f) {
                   "0: every request has --seq-len tokens; 1: uniform in [L/8, 2L); comma list")
       ->delimiter(',');
   app->add_option("--page-size", f->page_size, "tokens per KV page, comma list")->delimiter(',');
-  app->add_option("--dtype", f->dtype, "KV cache: bf16, fp16, fp8 (one scale), fp8-blockwise")
+  app->add_option("--dtype", f->dtype,
+                  "KV cache of the dense layout: bf16 (default), fp16, fp8 (one scale); "
+                  "fp8-blockwise is --layout v32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp8", "fp8-blockwise"}));
+  app->add_option("--layout", f->layout,
+                  "KV cache layout: dense (of --dtype, the default), bf16 (dense bf16), v32 "
+                  "(DeepSeek V3.2 fp8, 656 B a token), v4 (DeepSeek V4 fp8, d_qk 512)")
+      ->check(CLI::IsMember({"dense", "bf16", "v32", "v4"}));
   app->add_option("--q-dtype", f->q_dtype, "q dtype (default: the cache's, bf16 for fp8 caches)")
       ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
-  app->add_option("--topk", f->topk, "sparse attention over top-k indices (0 = dense)");
+  app->add_option("--topk", f->topk,
+                  "sparse attention over top-k indices (0 = dense): random slots of each "
+                  "request's pages, some -1");
+  app->add_option("--extra-topk", f->extra_topk,
+                  "with --topk: an extra cache (V4's window) of this many slots a query token, "
+                  "attended in the same softmax");
+  app->add_option("--extra-page-size", f->extra_page_size,
+                  "tokens per page of the extra cache (0 = --page-size)");
   app->add_flag("--sinks", f->sinks, "per-head attention sinks");
   app->add_flag("--lse", f->lse, "also return the LSE");
   app->add_flag("--pdl", f->pdl, "programmatic dependent launch");
@@ -48,6 +61,33 @@ DType parse_dtype(const std::string& s) {
 
 }  // namespace
 
+Status cache_kind(const SweepFlags& f, CacheKind* kind) {
+  const std::string layout =
+      !f.layout.empty() ? f.layout : (f.dtype == "fp8-blockwise" ? "v32" : "dense");
+  if (layout == "dense") {
+    const std::string dtype = f.dtype.empty() ? "bf16" : f.dtype;
+    *kind = {.kv_dtype = parse_dtype(dtype), .layout = KvLayout::kDense, .label = dtype};
+    return Status::Ok();
+  }
+  // The other layouts fix the cache's dtype: a --dtype must agree with it.
+  const char* implied = layout == "bf16" ? "bf16" : layout == "v32" ? "fp8-blockwise" : nullptr;
+  if (!f.dtype.empty() && (implied == nullptr || f.dtype != implied)) {
+    return invalid_argument(
+        "--dtype",
+        implied != nullptr ? str_cat("none or ", implied, " with --layout ", layout)
+                           : str_cat("none with --layout ", layout, " (an fp8 cache of its own)"),
+        f.dtype);
+  }
+  if (layout == "bf16") {
+    *kind = {.kv_dtype = DType::kBF16, .layout = KvLayout::kDense, .label = "bf16"};
+  } else {
+    *kind = {.kv_dtype = DType::kFP8E4M3,
+             .layout = layout == "v32" ? KvLayout::kFp8Blockwise : KvLayout::kFp8V4,
+             .label = layout == "v32" ? "fp8-blockwise" : "fp8-v4"};
+  }
+  return Status::Ok();
+}
+
 Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
   std::vector<int> batches = f.batch, lens = f.seq_len;
   if (f.grid == "standard") {
@@ -57,6 +97,8 @@ Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
   if (batches.empty() || lens.empty()) {
     return invalid_argument("--batch/--seq-len", "at least one value each (or --grid)", "none");
   }
+  CacheKind kind;
+  MLAKIT_RETURN_IF_ERROR(cache_kind(f, &kind));
   uint64_t requests = 0;
   for (int b : batches) {
     if (b < 1 || b > kMaxBatch) return invalid_argument("--batch", str_cat("1..", kMaxBatch), b);
@@ -103,8 +145,9 @@ Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
               p.h_q = h;
               p.s_q = s;
               p.page_size = page;
-              p.kv_dtype = parse_dtype(f.dtype);
-              p.kv_layout = f.dtype == "fp8-blockwise" ? KvLayout::kFp8Blockwise : KvLayout::kDense;
+              p.kv_dtype = kind.kv_dtype;
+              p.kv_layout = kind.layout;
+              p.d_qk = layout_d_qk(kind.layout);
               p.q_dtype = f.q_dtype.empty()
                               ? (p.kv_dtype == DType::kFP8E4M3 ? DType::kBF16 : p.kv_dtype)
                               : parse_dtype(f.q_dtype);
@@ -114,6 +157,8 @@ Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
               p.causal = !f.non_causal;
               p.has_sinks = f.sinks;
               p.topk = f.topk;
+              p.extra_topk = f.extra_topk;
+              p.extra_page_size = f.extra_page_size;
               p.return_lse = f.lse;
               p.enable_pdl = f.pdl;
               p.max_batch = b;
@@ -175,12 +220,14 @@ Work count_work(const harness::HostInputs& in) {
   for (int i = 0; i < in.batch; ++i) {
     if (p.sparse()) {
       const int64_t n = in.topk_lens.empty() ? p.topk : in.topk_lens[i];
+      const int64_t m = !p.has_extra()               ? 0
+                        : in.extra_topk_lens.empty() ? p.extra_topk
+                                                     : in.extra_topk_lens[i];
       for (int t = 0; t < p.s_q; ++t) {
-        for (int64_t k = 0; k < n; ++k) {
-          visible += in.indices[(static_cast<int64_t>(i) * p.s_q + t) * p.topk + k] >= 0;
-        }
+        const int64_t row = static_cast<int64_t>(i) * p.s_q + t;
+        for (int64_t k = 0; k < n; ++k) visible += in.indices[row * p.topk + k] >= 0;
+        for (int64_t k = 0; k < m; ++k) visible += in.extra_indices[row * p.extra_topk + k] >= 0;
       }
-      cached = visible;
       continue;
     }
     const int64_t len = in.seq_lens[i];
@@ -189,11 +236,12 @@ Work count_work(const harness::HostInputs& in) {
       visible += (p.s_q == 1 || !p.causal) ? len : std::max<int64_t>(0, len - p.s_q + 1 + t);
     }
   }
+  if (p.sparse()) cached = visible;  // each selected token is read (sparse: extra ones too)
   Work w;
-  w.flops = 2.0 * (kDqk + kDv) * p.h_q * visible;
+  w.flops = 2.0 * (p.d_qk + kDv) * p.h_q * visible;
   const double rows = static_cast<double>(in.batch) * p.s_q * p.h_q;
   w.bytes = cached * kv_token_bytes(p.kv_dtype, p.kv_layout) +
-            rows * (kDqk * dtype_bytes(p.q_dtype) + kDv * dtype_bytes(p.out_dtype));
+            rows * (p.d_qk * dtype_bytes(p.q_dtype) + kDv * dtype_bytes(p.out_dtype));
   return w;
 }
 

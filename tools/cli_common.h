@@ -15,9 +15,11 @@ namespace mlakit::tools {
 // Flags that describe one problem or a sweep of problems (comma lists multiply out).
 struct SweepFlags {
   std::vector<int> heads{128}, s_q{1}, batch, seq_len, page_size{64}, var{0};
-  std::string dtype = "bf16";  // bf16 | fp16 | fp8 | fp8-blockwise
-  std::string q_dtype;         // default: the cache dtype, bf16 for fp8 caches
+  std::string dtype;    // bf16 | fp16 | fp8 | fp8-blockwise; empty: the layout's (bf16)
+  std::string layout;   // dense | bf16 | v32 | v4; empty: dense (or fp8-blockwise's v32)
+  std::string q_dtype;  // default: the cache dtype, bf16 for fp8 caches
   int topk = 0;
+  int extra_topk = 0, extra_page_size = 0;  // the V4 extra cache (sparse only)
   bool sinks = false, lse = false, pdl = false, non_causal = false;
   uint64_t seed = 1;
   std::string grid;  // "standard": the standard grid of BENCHMARKING.md
@@ -41,6 +43,15 @@ inline constexpr uint64_t kMaxSweepRequests = uint64_t{1} << 24;  // 64 MB of le
 // Expands the flags into cases; an error names the flag. Values are checked before anything is
 // computed from them (a batch before its lengths are drawn, 2L - 1 of --var before it is formed).
 Status make_cases(const SweepFlags& flags, std::vector<Case>* cases);
+
+// The cache of --layout and --dtype: its dtype and layout, and the label the JSON output shows
+// ("bf16", "fp16", "fp8", "fp8-blockwise", "fp8-v4"). An error names the flag.
+struct CacheKind {
+  DType kv_dtype = DType::kBF16;
+  KvLayout layout = KvLayout::kDense;
+  std::string label;
+};
+Status cache_kind(const SweepFlags& flags, CacheKind* kind);
 
 // Refuses, before anything is allocated, a case whose host inputs (with their output and its
 // reference) do not fit the host memory this process can have, or, when `on_device`, whose

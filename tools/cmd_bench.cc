@@ -248,6 +248,8 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
       return 2;
     }
   }
+  CacheKind kind;  // for the JSON rows; make_cases accepted the flags
+  (void)cache_kind(f.sweep, &kind);
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   print_header(!reference.empty());
@@ -279,7 +281,10 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
                          {"seq_len", c.seq_len},
                          {"var", c.variable},
                          {"page_size", c.problem.page_size},
-                         {"dtype", f.sweep.dtype},
+                         {"dtype", kind.label},
+                         {"layout", to_string(c.problem.kv_layout)},
+                         {"topk", c.problem.topk},
+                         {"extra_topk", c.problem.extra_topk},
                          {"time_us", row.timing.median_us},
                          {"min_us", row.timing.min_us},
                          {"max_us", row.timing.max_us},

@@ -79,6 +79,13 @@ enum class KvLayout : int32_t {
   // [num_pages, page_size, 656 bytes], the DeepSeek V3.2 layout: 512 e4m3 values, 4 fp32 scales
   // (one per 128 values; value = e4m3 * scale), 64 bf16 RoPE values. kv_dtype is kFP8E4M3.
   kFp8Blockwise = 1,
+  // [num_pages, kv_page_bytes], the DeepSeek V4 ("model1") layout, d_qk 512 (448 NoPE + 64 RoPE):
+  // each page holds first every token's 576 data bytes (448 e4m3 NoPE values, then 64 bf16 RoPE
+  // values), then every token's 8-byte scale row (7 UE8M0 scales, one per 64 NoPE values, value =
+  // e4m3 * 2^(e - 127), and 1 pad byte), then padding to a multiple of 576 bytes. Token `offset`
+  // of a page: data at offset * 576, scales at page_size * 576 + offset * 8. V is all 512
+  // dequantized values, RoPE included. kv_dtype is kFP8E4M3; Problem::d_qk 512.
+  kFp8V4 = 2,
 };
 
 inline constexpr int kDqk = 576;             // d_qk: 512 latent + 64 RoPE
@@ -86,6 +93,13 @@ inline constexpr int kDv = 512;              // d_v: the latent (kv_lora_rank)
 inline constexpr int kDRope = kDqk - kDv;    // 64
 inline constexpr int kBlockwiseBytes = 656;  // bytes per token in KvLayout::kFp8Blockwise
 inline constexpr int kBlockwiseGroup = 128;  // values per fp32 scale in the blockwise layout
+inline constexpr int kV4Dqk = 512;           // d_qk of KvLayout::kFp8V4 (d_v stays 512)
+inline constexpr int kV4Nope = 448;          // e4m3 values per token in kFp8V4
+inline constexpr int kV4Group = 64;          // NoPE values per UE8M0 scale in kFp8V4
+inline constexpr int kV4DataBytes = 576;     // 448 e4m3 + 64 bf16 per token in kFp8V4
+inline constexpr int kV4ScaleBytes = 8;      // 7 UE8M0 scales + 1 pad byte per token in kFp8V4
+inline constexpr int kV4TokenBytes = kV4DataBytes + kV4ScaleBytes;  // 584, before page padding
+inline constexpr int kV4PageAlign = 576;  // a kFp8V4 page is padded to a multiple of this
 inline constexpr int kMaxHeads = 128;
 inline constexpr int kMaxSq = 16;
 inline constexpr int kMaxBatch = 1 << 20;   // Problem::max_batch
@@ -94,8 +108,14 @@ inline constexpr int kMaxSeqLen = 1 << 24;  // Problem::max_seq_len
 std::string_view to_string(DType dtype);
 std::string_view to_string(KvLayout layout);
 size_t dtype_bytes(DType dtype);
-// Bytes of one cached token in the given layout: 1152 (bf16/fp16), 576 (fp8), 656 (blockwise).
+// Bytes of one cached token in the given layout: 1152 (bf16/fp16), 576 (fp8), 656 (blockwise),
+// 584 (V4, before the page's padding).
 size_t kv_token_bytes(DType kv_dtype, KvLayout layout);
+// Bytes of one page: page_size * kv_token_bytes, rounded up to a multiple of 576 for kFp8V4. The
+// pages of a cache are this far apart.
+size_t kv_page_bytes(DType kv_dtype, KvLayout layout, int page_size);
+// d_qk of a layout: 576, or 512 for kFp8V4.
+int layout_d_qk(KvLayout layout);
 
 // ---------------------------------------------------------------------------------------------
 // Problem: the static facts, fixed for the life of a Decoder
@@ -103,7 +123,7 @@ size_t kv_token_bytes(DType kv_dtype, KvLayout layout);
 struct Problem {
   int32_t h_q = 128;        // query heads, 1..128 (one KV head: MQA)
   int32_t s_q = 1;          // query tokens per request, 1..16 (> 1: MTP / speculative decoding)
-  int32_t d_qk = kDqk;      // must be 576
+  int32_t d_qk = kDqk;      // the layout's: 576, or 512 with KvLayout::kFp8V4 (layout_d_qk)
   int32_t d_v = kDv;        // must be 512
   int32_t page_size = 64;   // tokens per KV page
   int32_t max_batch = 1;    // largest batch any run will pass
@@ -112,13 +132,24 @@ struct Problem {
   DType kv_dtype = DType::kBF16;
   DType out_dtype = DType::kBF16;
   KvLayout kv_layout = KvLayout::kDense;
-  bool causal = true;       // s_q > 1: token t sees positions < L - s_q + 1 + t
-  bool has_sinks = false;   // a per-head sink logit is passed in RunArgs::sinks
-  int32_t topk = 0;         // > 0: sparse attention over RunArgs::indices [b, s_q, topk]
+  bool causal = true;      // s_q > 1: token t sees positions < L - s_q + 1 + t
+  bool has_sinks = false;  // a per-head sink logit is passed in RunArgs::sinks
+  int32_t topk = 0;        // > 0: sparse attention over RunArgs::indices [b, s_q, topk]
+  // > 0 (sparse only): a second ("extra") cache, RunArgs::extra_kv_cache, whose slots listed in
+  // RunArgs::extra_indices [b, s_q, extra_topk] are attended in the same softmax as the main ones
+  // (DeepSeek V4's sliding window). Same layout and dtype as the main cache.
+  int32_t extra_topk = 0;
+  // Tokens per page of the extra cache (it may differ from page_size); 0 = page_size. Must be 0
+  // without an extra cache.
+  int32_t extra_page_size = 0;
   bool return_lse = false;  // RunArgs::lse [b, s_q, h_q] is written
   bool enable_pdl = false;  // launch with programmatic dependent launch
 
   bool sparse() const { return topk > 0; }
+  bool has_extra() const { return extra_topk > 0; }
+  int32_t extra_page_size_or_default() const {
+    return extra_page_size > 0 ? extra_page_size : page_size;
+  }
 };
 
 // Checks the problem alone (no backend): ranges, dtype combinations, layout.
@@ -130,13 +161,16 @@ std::string describe(const Problem& problem);  // one line, for logs and tables
 // memory for the cpu backend). All tensors are contiguous row-major unless a stride is given.
 // ---------------------------------------------------------------------------------------------
 inline constexpr float kDefaultSoftmaxScale = 0.041666666666666664f;  // 1/sqrt(576)
+// 1/sqrt(512), what FlashMLA uses by default with the V4 layout (d_qk 512): set it explicitly.
+inline constexpr float kV4SoftmaxScale = 0.044194173824159216f;
 
 struct RunArgs {
   int32_t batch = 0;  // b, 1..Problem::max_batch
 
-  const void* q = nullptr;               // [b, s_q, h_q, 576] of q_dtype
-  const void* kv_cache = nullptr;        // [num_pages, page_size, 576] kv_dtype, or [.., 656 bytes]
-  int64_t num_pages = 0;                 // pages in kv_cache (bounds for ids and indices)
+  const void* q = nullptr;         // [b, s_q, h_q, d_qk] of q_dtype
+  const void* kv_cache = nullptr;  // [num_pages, kv_page_bytes]: [page_size, 576] of kv_dtype,
+                                   // [page_size, 656 bytes], or a kFp8V4 page
+  int64_t num_pages = 0;           // pages in kv_cache (bounds for ids and indices)
   const int32_t* block_table = nullptr;  // [b, block_table_stride] page ids (dense mode)
   int64_t block_table_stride = 0;        // elements between rows of block_table
   // [b] cached lengths, 0..min(max_seq_len, block_table_stride * page_size) (dense mode). The
@@ -146,17 +180,25 @@ struct RunArgs {
   const int32_t* indices = nullptr;    // [b, s_q, topk] page * page_size + offset, -1 = empty
   const int32_t* topk_lens = nullptr;  // [b] optional: only the first topk_lens[i] slots count
 
+  // The extra cache (Problem::extra_topk > 0), in the main cache's layout and dtype, with pages
+  // of Problem::extra_page_size tokens; k_scale applies to it too.
+  const void* extra_kv_cache = nullptr;  // [extra_num_pages, extra page bytes]
+  int64_t extra_num_pages = 0;           // pages in extra_kv_cache (bounds for extra_indices)
+  // [b, s_q, extra_topk] extra_page * extra_page_size + offset, -1 = empty
+  const int32_t* extra_indices = nullptr;
+  const int32_t* extra_topk_lens = nullptr;  // [b] optional: only the first ones count
+
   const float* sinks = nullptr;  // [h_q] sink logits (Problem::has_sinks)
 
   void* out = nullptr;   // [b, s_q, h_q, 512] of out_dtype
   float* lse = nullptr;  // [b, s_q, h_q] natural-log LSE (Problem::return_lse)
 
-  float softmax_scale = kDefaultSoftmaxScale;
+  float softmax_scale = kDefaultSoftmaxScale;  // kV4SoftmaxScale is FlashMLA's for kFp8V4
   // fp8 dequantization scales: a host value, or a pointer to one float where the backend runs
   // (so a captured graph can follow a changing scale). NaN host value = not given.
   float q_scale = NAN;  // fp8 q
-  float k_scale = NAN;  // fp8 dense kv (also the v scale); blockwise: optional, scales the
-                        // 512 fp8 values, not the bf16 RoPE part
+  float k_scale = NAN;  // fp8 dense kv (also the v scale); blockwise and V4: optional, scales
+                        // the fp8 values (512 or 448), not the bf16 RoPE part
   const float* q_scale_ptr = nullptr;
   const float* k_scale_ptr = nullptr;
 };

@@ -12,18 +12,19 @@ extern "C" {
 typedef int32_t mlakit_status_t; /* 0 ok, 1 invalid argument, 2 unsupported, 3 cuda, 4 internal */
 
 enum { MLAKIT_BF16 = 0, MLAKIT_FP16 = 1, MLAKIT_FP8_E4M3 = 2, MLAKIT_FP32 = 3 };
-enum { MLAKIT_KV_DENSE = 0, MLAKIT_KV_FP8_BLOCKWISE = 1 };
+enum { MLAKIT_KV_DENSE = 0, MLAKIT_KV_FP8_BLOCKWISE = 1, MLAKIT_KV_FP8_V4 = 2 };
 
 typedef struct mlakit_problem {
   int32_t h_q, s_q, d_qk, d_v, page_size, max_batch, max_seq_len;
   int32_t q_dtype, kv_dtype, out_dtype, kv_layout;
   int32_t causal, has_sinks, topk, return_lse, enable_pdl;
+  int32_t extra_topk, extra_page_size; /* extra cache (sparse): 0 = none / page_size */
 } mlakit_problem_t;
 
 typedef struct mlakit_run_args {
   int32_t batch;
-  const void* q;        /* [b, s_q, h_q, 576] */
-  const void* kv_cache; /* [num_pages, page_size, 576] or [.., 656 bytes] */
+  const void* q;        /* [b, s_q, h_q, d_qk] */
+  const void* kv_cache; /* [num_pages, page bytes] (mlakit::kv_page_bytes) */
   int64_t num_pages;
   const int32_t* block_table; /* [b, block_table_stride] */
   int64_t block_table_stride;
@@ -37,6 +38,10 @@ typedef struct mlakit_run_args {
   float q_scale, k_scale; /* NaN = not given */
   const float* q_scale_ptr;
   const float* k_scale_ptr;
+  const void* extra_kv_cache; /* [extra_num_pages, extra page bytes], Problem::extra_topk > 0 */
+  int64_t extra_num_pages;
+  const int32_t* extra_indices;   /* [b, s_q, extra_topk] */
+  const int32_t* extra_topk_lens; /* [b], optional */
 } mlakit_run_args_t;
 
 typedef struct mlakit_decoder mlakit_decoder_t;

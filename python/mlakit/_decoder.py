@@ -28,7 +28,14 @@ _LAYOUT_ALIASES = {
     "dense": "dense",
     "fp8_blockwise": "fp8_blockwise",
     "blockwise": "fp8_blockwise",
+    "v32": "fp8_blockwise",
+    "fp8_v4": "fp8_v4",
+    "v4": "fp8_v4",
+    "model1": "fp8_v4",
 }
+
+# d_qk of each layout: the DeepSeek V4 cache holds 448 NoPE + 64 RoPE values a token.
+_LAYOUT_D_QK = {"dense": 576, "fp8_blockwise": 576, "fp8_v4": 512}
 
 # The element kind of each array argument, for arrays passed as bits (see _arrays.export).
 _BYTES = "bytes"
@@ -83,13 +90,20 @@ class Decoder:
         max_batch: the largest batch any run will pass.
         max_seq_len: the longest cached length any run will pass (sizes the split-KV workspace).
         q_dtype: "bf16", "fp16" or "fp8_e4m3" (or a torch / NumPy dtype of those).
-        kv_dtype: the cache's dtype; None: ``q_dtype``.
+        kv_dtype: the cache's dtype; None: ``q_dtype`` (fp8_e4m3 with an fp8 layout).
         out_dtype: "bf16" or "fp16"; None: the cache's dtype if 16-bit, else q's, else bf16.
-        kv_layout: "dense" ([num_pages, page_size, 576]) or "fp8_blockwise" (656 bytes per
-            token, the DeepSeek V3.2 layout).
+        kv_layout: "dense" ([num_pages, page_size, 576]), "fp8_blockwise" (alias "v32": 656
+            bytes per token, the DeepSeek V3.2 layout) or "fp8_v4" (aliases "v4", "model1": the
+            DeepSeek V4 layout, d_qk 512 = 448 e4m3 NoPE + 64 bf16 RoPE values; per page every
+            token's 576 data bytes, then every token's 8-byte row of 7 UE8M0 scales and a pad
+            byte, the page padded to a multiple of 576 bytes; see docs/math-and-layouts.md).
         causal: with ``s_q > 1``, token t sees positions < L - s_q + 1 + t.
         sinks: runs take per-head sink logits ``sinks`` [h_q] float32.
         topk: > 0: sparse attention over ``indices`` [b, s_q, topk].
+        extra_topk: > 0 (with topk): runs take a second, "extra" cache (``extra_kv_cache``, same
+            layout and dtype) and ``extra_indices`` [b, s_q, extra_topk] into it, attended in
+            the same softmax as the main cache (DeepSeek V4's sliding window).
+        extra_page_size: tokens per page of the extra cache; 0: ``page_size``.
         lse: runs also return the natural-log LSE [b, s_q, h_q] float32.
         pdl: launch with programmatic dependent launch.
         backend: "auto" (the best backend for the problem and the machine) or a backend name
@@ -123,6 +137,8 @@ class Decoder:
         backend: str = "auto",
         tactic: int = -1,
         tune_cache: Optional[str] = None,
+        extra_topk: int = 0,
+        extra_page_size: int = 0,
     ) -> None:
         q_name = dtype_name("q_dtype", q_dtype)
         kv_name = q_name if kv_dtype is None else dtype_name("kv_dtype", kv_dtype)
@@ -133,11 +149,16 @@ class Decoder:
         )
         layout = _LAYOUT_ALIASES.get(str(kv_layout).lower())
         if layout is None:
-            raise ValueError(f"kv_layout: expected dense or fp8_blockwise, given {kv_layout}")
+            raise ValueError(
+                f"kv_layout: expected dense, fp8_blockwise (v32) or fp8_v4 (v4), given {kv_layout}"
+            )
+        if layout != "dense" and kv_dtype is None:
+            kv_name = "fp8_e4m3"  # the fp8 layouts' own dtype
         self._impl = _CppDecoder(
             int(h_q), int(s_q), int(page_size), int(max_batch), int(max_seq_len),
             q_name, kv_name, out_name, layout, bool(causal), bool(sinks), int(topk),
             bool(lse), bool(pdl), str(backend), int(tactic), tune_cache or "",
+            int(extra_topk), int(extra_page_size),
         )  # fmt: skip
         self._problem: Dict[str, Any] = self._impl.problem
         self._shape_out = (int(s_q), int(h_q), 512)
@@ -145,7 +166,8 @@ class Decoder:
         self._out_dtype = out_name
         self._lse = bool(lse)
         self._q_kind = q_name
-        self._kv_kind = _BYTES if layout == "fp8_blockwise" else kv_name
+        self._kv_kind = _BYTES if layout != "dense" else kv_name
+        self._d_qk = _LAYOUT_D_QK[layout]
         self._workspace_bytes: int = self._impl.workspace_bytes
         self._device_memory: bool = self._impl.device_memory
         self._workspaces: Dict[Tuple[str, int, int], Any] = {}
@@ -208,6 +230,9 @@ class Decoder:
         topk_lens: Any = None,
         workspace: Any = None,
         stream: Any = None,
+        extra_kv_cache: Any = None,
+        extra_indices: Any = None,
+        extra_topk_lens: Any = None,
     ) -> Any:
         """Computes the attention of a batch; returns ``out``, or ``(out, lse)`` with lse=True.
 
@@ -216,10 +241,13 @@ class Decoder:
         memory the backend reads (``device_memory``: the decoder's CUDA device, else the host).
 
         Arguments:
-            q: [b, s_q, h_q, 576] of q_dtype (the absorbed query, then its 64 RoPE values).
+            q: [b, s_q, h_q, d_qk] of q_dtype (the absorbed query, then its 64 RoPE values;
+                d_qk 576, or 512 with fp8_v4).
             kv_cache: [num_pages, page_size, 576] of kv_dtype (also accepted: [num_pages,
                 page_size, 1, 576] and [num_pages, 1, page_size, 576]); with fp8_blockwise,
-                656 bytes per token (uint8 or float8_e4m3fn).
+                656 bytes per token (uint8 or float8_e4m3fn); with fp8_v4, [num_pages, page
+                bytes] (page bytes = page_size * 584 rounded up to a multiple of 576) or
+                FlashMLA's view [num_pages, page_size, (1,) 584] of such pages.
             block_table: [b, max_pages] int32 page ids (dense problems; unused when sparse).
                 Rows may be a view of a wider table (``table[:b, :max_pages]``): on the host,
                 lengths beyond ``max_pages * page_size`` are refused; GPU backends cannot read
@@ -228,7 +256,7 @@ class Decoder:
             out: [b, s_q, h_q, 512] of out_dtype, written in place and returned; None: a new
                 array of q's framework (NumPy, PyTorch and CuPy).
             lse: [b, s_q, h_q] float32 for decoders made with lse=True (None: a new array).
-            softmax_scale: None: 1/sqrt(576).
+            softmax_scale: None: 1/sqrt(d_qk) (1/sqrt(576), or 1/sqrt(512) with fp8_v4).
             q_scale, k_scale: fp8 dequantization scales (value = e4m3 * scale; k_scale scales K
                 and V): a finite float > 0, or a one-element float32 array where the backend runs
                 (a pointer read at run time, so a captured graph follows a changing value).
@@ -238,6 +266,10 @@ class Decoder:
             indices: [b, s_q, topk] int32 cache slots ``page * page_size + offset``, -1 = empty
                 (sparse decoders).
             topk_lens: optional [b] int32: only the first topk_lens[i] slots count (sparse).
+            extra_kv_cache: the extra cache (decoders made with extra_topk > 0): the layout of
+                ``kv_cache`` with pages of ``extra_page_size`` tokens.
+            extra_indices: [b, s_q, extra_topk] int32 slots of the extra cache, -1 = empty.
+            extra_topk_lens: optional [b] int32: only the first extra_topk_lens[i] count.
             workspace: at least ``workspace_bytes`` bytes, 256-byte aligned; None: one kept by
                 this decoder per (framework, device, stream), allocated on first use (PyTorch:
                 from the caching allocator, so CUDA graph capture works).
@@ -289,6 +321,9 @@ class Decoder:
             _scale("q_scale", q_scale),
             _scale("k_scale", k_scale),
             handle,
+            export("extra_kv_cache", extra_kv_cache, self._kv_kind),
+            export("extra_indices", extra_indices),
+            export("extra_topk_lens", extra_topk_lens),
         )
         return (out, lse) if self._lse else out
 

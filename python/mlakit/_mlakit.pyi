@@ -28,6 +28,8 @@ class Decoder:
         backend: str,
         tactic: int,
         tune_cache: str,
+        extra_topk: int,
+        extra_page_size: int,
     ) -> None: ...
     @property
     def backend(self) -> str: ...
@@ -58,4 +60,7 @@ class Decoder:
         q_scale: Any,
         k_scale: Any,
         stream: int,
+        extra_kv_cache: Any,
+        extra_indices: Any,
+        extra_topk_lens: Any,
     ) -> None: ...

@@ -306,6 +306,173 @@ def _flash_mla(
     return out, _flashmla_lse(lse)
 
 
+# The byte layouts of FlashMLA's fp8 sparse caches, by the last dimension of k_cache: DeepSeek
+# V3.2 (656 bytes a token, q of 576) and DeepSeek V4 "model1" (584 bytes a token before the page's
+# padding, q of 512).
+_SPARSE_FP8_LAYOUTS = {656: ("fp8_blockwise", 576), 584: ("fp8_v4", 512)}
+
+
+def _sparse_cache_kind(name: str, cache: Any, is_fp8_kvcache: bool, d_qk: int) -> str:
+    """The mlakit layout ("fp8_blockwise", "fp8_v4") or dtype of a sparse call's cache, checked
+    against ``is_fp8_kvcache`` and q's head dimension ``d_qk``."""
+    last = int(cache.shape[-1])
+    layout = _SPARSE_FP8_LAYOUTS.get(last)
+    if layout is not None:
+        if not is_fp8_kvcache:
+            raise ValueError(
+                f"is_fp8_kvcache: expected True for the {last}-byte fp8 {name} layout, given False"
+            )
+        if d_qk != layout[1]:
+            raise ValueError(
+                f"q: expected head dimension {layout[1]} for the {last}-byte {name} layout, "
+                f"given {d_qk}"
+            )
+        return layout[0]
+    kind = _array_dtype(name, cache)
+    if is_fp8_kvcache and kind != "fp8_e4m3":
+        raise ValueError(f"is_fp8_kvcache: expected False for a {kind} {name}, given True")
+    if d_qk != 576 or last != 576:
+        raise ValueError(
+            f"{name}: expected [num_blocks, page_block_size, 1, 576] (or the 656- or 584-byte fp8 "
+            f"layouts) for a q of head dimension {d_qk}, given shape {list(cache.shape)}"
+        )
+    return kind
+
+
+def _flash_mla_sparse(
+    q: Any,
+    k_cache: Any,
+    head_dim_v: int,
+    softmax_scale: Optional[float],
+    causal: bool,
+    is_fp8_kvcache: bool,
+    indices: Any,
+    attn_sink: Any,
+    topk_length: Any,
+    extra_k_cache: Any,
+    extra_indices: Any,
+    extra_topk_length: Any,
+    descale_q: Any,
+    descale_k: Any,
+) -> Tuple[Any, Any]:
+    """FlashMLA's sparse decode (``indices`` given): the V3.2 and V4 fp8 layouts, and mlakit's
+    dense caches with indices, with the optional extra cache attended in the same softmax."""
+    if head_dim_v != 512:
+        raise ValueError(f"head_dim_v: expected 512, given {head_dim_v}")
+    if causal:
+        # FlashMLA asserts this: the indices already say what each query token sees.
+        raise ValueError("causal: expected False with indices (sparse attention), given True")
+    if extra_k_cache is None:
+        for name, value in (
+            ("extra_indices_in_kvcache", extra_indices),
+            ("extra_topk_length", extra_topk_length),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"{name}: expected None without extra_k_cache, given {type(value).__name__}"
+                )
+    elif extra_indices is None:
+        raise ValueError(
+            "extra_indices_in_kvcache: expected [batch_size, seq_len_q, extra_topk] int32 with "
+            "extra_k_cache, given None"
+        )
+    d_qk = int(q.shape[-1])
+    kind = _sparse_cache_kind("k_cache", k_cache, bool(is_fp8_kvcache), d_qk)
+    if extra_k_cache is not None:
+        extra_kind = _sparse_cache_kind("extra_k_cache", extra_k_cache, bool(is_fp8_kvcache), d_qk)
+        if extra_kind != kind:
+            raise ValueError(
+                f"extra_k_cache: expected the layout of k_cache ({kind}), given {extra_kind}"
+            )
+    q_kind = _array_dtype("q", q)
+    for name, value, wanted in (
+        ("descale_q", descale_q, q_kind == "fp8_e4m3"),
+        ("descale_k", descale_k, kind == "fp8_e4m3"),
+    ):
+        if value is None and wanted:
+            raise ValueError(
+                f"{name}: expected the dequantization scale of an fp8 input, given None"
+            )
+        if value is not None and not isinstance(value, (int, float)):
+            _scale_array(name, value, q, "q")
+    out, lse = _sparse_decode(
+        q,
+        k_cache,
+        softmax_scale=d_qk**-0.5 if softmax_scale is None else softmax_scale,
+        q_scale=descale_q,
+        k_scale=descale_k,
+        sinks=attn_sink,
+        indices=indices,
+        topk_lens=topk_length,
+        extra_kv_cache=extra_k_cache,
+        extra_indices=extra_indices,
+        extra_topk_lens=extra_topk_length,
+        layout="dense" if kind in ("bf16", "fp16", "fp8_e4m3") else kind,
+        kv_dtype="fp8_e4m3" if kind.startswith("fp8") else kind,
+    )
+    return out, _flashmla_lse(lse)
+
+
+def _sparse_page_size(cache: Any) -> int:
+    shape = cache.shape
+    return int(shape[2] if len(shape) == 4 and shape[1] == 1 else shape[1])
+
+
+def _sparse_decode(
+    q: Any,
+    kv_cache: Any,
+    *,
+    softmax_scale: float,
+    q_scale: Any,
+    k_scale: Any,
+    sinks: Any,
+    indices: Any,
+    topk_lens: Any,
+    extra_kv_cache: Any,
+    extra_indices: Any,
+    extra_topk_lens: Any,
+    layout: str,
+    kv_dtype: str,
+) -> Tuple[Any, Any]:
+    """One sparse decode through mlakit.torch (torch tensors) or a cached Decoder; (out, lse)."""
+    if _arrays.framework(q) == "torch":
+        from . import torch as mlakit_torch
+
+        return mlakit_torch.decode(
+            q, kv_cache, None, None, return_lse=True, softmax_scale=softmax_scale,
+            q_scale=q_scale, k_scale=k_scale, sinks=sinks, indices=indices, topk_lens=topk_lens,
+            extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
+            extra_topk_lens=extra_topk_lens, causal=False,
+        )  # fmt: skip
+    topk = int(indices.shape[-1])
+    host = _arrays.dlpack_device(q)[0] in (1, 3)  # kDLCPU, kDLCUDAHost
+    decoder = _cache.decoder_for(
+        ("dlpack",) + _arrays.dlpack_device(q),
+        int(q.shape[0]),
+        topk,
+        h_q=int(q.shape[2]),
+        s_q=int(q.shape[1]),
+        page_size=_sparse_page_size(kv_cache),
+        q_dtype=_array_dtype("q", q),
+        kv_dtype=kv_dtype,
+        out_dtype=None,
+        kv_layout=layout,
+        causal=False,
+        sinks=sinks is not None,
+        topk=topk,
+        lse=True,
+        pdl=False,
+        backend="cpu" if host else "auto",
+        extra_topk=int(extra_indices.shape[-1]) if extra_kv_cache is not None else 0,
+        extra_page_size=_sparse_page_size(extra_kv_cache) if extra_kv_cache is not None else 0,
+    )
+    return decoder.run(
+        q, kv_cache, softmax_scale=softmax_scale, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
+        indices=indices, topk_lens=topk_lens, extra_kv_cache=extra_kv_cache,
+        extra_indices=extra_indices, extra_topk_lens=extra_topk_lens,
+    )  # fmt: skip
+
+
 def flash_mla_with_kvcache(
     q: Any,
     k_cache: Any,
@@ -331,22 +498,32 @@ def flash_mla_with_kvcache(
 
     Arguments:
         q: [batch_size, seq_len_q, num_heads_q, 576] bf16 / fp16, or fp8 e4m3 with
-            ``descale_q`` (the fp8 cache's bf16-q or fp8-q mode).
+            ``descale_q`` (the fp8 cache's bf16-q or fp8-q mode); head dimension 512 with the V4
+            cache.
         k_cache: [num_blocks, page_block_size, 1, 576] (bf16 / fp16 as q; fp8 e4m3 with
-            ``descale_k``), or 656 bytes per token with ``is_fp8_kvcache`` (the V3.2 layout).
+            ``descale_k``), or 656 bytes per token with ``is_fp8_kvcache`` (the V3.2 layout), or
+            with ``is_fp8_kvcache`` and indices the DeepSeek V4 ("model1") layout: FlashMLA's view
+            [num_blocks, page_block_size, 1, 584] of pages of page_block_size * 584 bytes padded
+            to a multiple of 576 (each page: the tokens' 448 e4m3 + 64 bf16 values, then their
+            rows of 7 UE8M0 scales and a pad byte).
         block_table: [batch_size, max_num_blocks_per_seq] int32 (unused when sparse).
         cache_seqlens: [batch_size] int32 (unused when sparse).
         head_dim_v: must be 512.
         tile_scheduler_metadata, num_splits: from ``get_mla_metadata``; unused (mlakit plans
             its split on the device inside each decode).
-        softmax_scale: None: 1/sqrt(576).
-        causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t.
-        is_fp8_kvcache: True for an fp8 cache: the 656-byte layout (required there) or e4m3 with
-            ``descale_k`` (where vLLM's older form leaves it False); False for bf16 / fp16.
+        softmax_scale: None: 1/sqrt(head dimension of q).
+        causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t; must be False
+            with indices (as FlashMLA asserts).
+        is_fp8_kvcache: True for an fp8 cache: the 656- and 584-byte layouts (required there) or
+            e4m3 with ``descale_k`` (where vLLM's older form leaves it False); False for bf16 /
+            fp16.
         indices: [batch_size, seq_len_q, topk] int32 cache slots, -1 = empty (sparse).
         attn_sink: [num_heads_q] float32 sink logits.
-        topk_length: [batch_size] int32: only the first topk_length[i] indices count.
-        extra_k_cache, extra_indices_in_kvcache, extra_topk_length: not supported.
+        topk_length: [batch_size] int32: only the first topk_length[i] indices count (sparse).
+        extra_k_cache: sparse only: a second cache in k_cache's layout (its own page size and
+            block count) whose ``extra_indices_in_kvcache`` [batch_size, seq_len_q, extra_topk]
+            slots are attended in the same softmax; ``extra_topk_length`` [batch_size] int32
+            bounds them as topk_length does.
         descale_q, descale_k: the dequantization scales of an fp8 q / cache (vLLM's keywords):
             one-element float32 tensors where q is, read at run time (a captured CUDA graph
             follows them), or floats. Required with fp8 e4m3 inputs (descale_k is optional with
@@ -357,13 +534,22 @@ def flash_mla_with_kvcache(
         (out [batch_size, seq_len_q, num_heads_q, 512], softmax_lse [batch_size, num_heads_q,
         seq_len_q] float32, natural log, +inf for a query without visible tokens).
     """
+    if indices is not None:
+        return _flash_mla_sparse(q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache,
+                                 indices, attn_sink, topk_length, extra_k_cache,
+                                 extra_indices_in_kvcache, extra_topk_length, descale_q,
+                                 descale_k)  # fmt: skip
     for name, value in (
+        ("topk_length", topk_length),
         ("extra_k_cache", extra_k_cache),
         ("extra_indices_in_kvcache", extra_indices_in_kvcache),
         ("extra_topk_length", extra_topk_length),
     ):
-        if value is not None:
-            raise _not_supported(name, "attending to a second (extra) KV cache")
+        if value is not None:  # FlashMLA's dense decode asserts the same
+            raise ValueError(
+                f"{name}: expected None without indices (dense attention), given "
+                f"{type(value).__name__}"
+            )
     return _flash_mla(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
                       bool(is_fp8_kvcache), descale_q, descale_k, indices, attn_sink,
                       topk_length)  # fmt: skip

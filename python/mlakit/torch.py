@@ -23,7 +23,6 @@ if not hasattr(torch.library, "custom_op"):
 
 __all__ = ["decode"]
 
-_DEFAULT_SOFTMAX_SCALE = 576**-0.5
 
 _DTYPES = {
     torch.bfloat16: "bf16",
@@ -43,6 +42,11 @@ def _dtype_of(name: str, t: torch.Tensor) -> str:
             f"given {str(t.dtype).replace('torch.', '')}"
         )
     return kind
+
+
+# Bytes a token in the DeepSeek V4 cache (448 e4m3 + 64 bf16 + 8 scale bytes), before the page's
+# padding; its q has d_qk 512.
+_V4_TOKEN_BYTES = 584
 
 
 def _page_size(kv_cache: torch.Tensor) -> int:
@@ -104,18 +108,31 @@ def _problem(
     pdl: bool,
     backend: str,
     tactic: int,
+    extra_kv_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
 ) -> Dict[str, Any]:
     """The Decoder arguments of one call, read from the tensors' metadata only (so that the fake
     implementation runs the same checks on fake tensors), with the scales checked against it."""
     if q.dim() != 4:
-        raise ValueError(f"q: expected shape [b, s_q, h_q, 576], given {list(q.shape)}")
+        raise ValueError(f"q: expected shape [b, s_q, h_q, d_qk], given {list(q.shape)}")
     blockwise = kv_cache.dim() >= 1 and kv_cache.shape[-1] == 656
+    # The V4 layout: q of d_qk 512 and a cache of 584-byte tokens (FlashMLA's view of its pages).
+    v4 = int(q.shape[-1]) == 512
+    if v4:
+        for name, cache in (("kv_cache", kv_cache), ("extra_kv_cache", extra_kv_cache)):
+            if cache is not None and (
+                cache.dim() not in (3, 4) or int(cache.shape[-1]) != _V4_TOKEN_BYTES
+            ):
+                raise ValueError(
+                    f"{name}: expected [num_pages, page_size, (1,) 584] bytes (the V4 layout, "
+                    f"for a q of d_qk 512), given shape {list(cache.shape)}"
+                )
     q_dtype = _dtype_of("q", q)
-    kv_dtype = "fp8_e4m3" if blockwise else _dtype_of("kv_cache", kv_cache)
+    kv_dtype = "fp8_e4m3" if blockwise or v4 else _dtype_of("kv_cache", kv_cache)
     _check_scale("q_scale", q_scale_tensor, q_scale, q, q_dtype == "fp8_e4m3",
                  "an fp8 q" if q_dtype == "fp8_e4m3" else f"a {q_dtype} q")  # fmt: skip
-    if blockwise:
-        k_wanted, k_what = None, "fp8_blockwise"
+    if blockwise or v4:
+        k_wanted, k_what = None, "fp8_v4" if v4 else "fp8_blockwise"
     elif kv_dtype == "fp8_e4m3":
         k_wanted, k_what = True, "an fp8 cache"
     else:
@@ -130,7 +147,7 @@ def _problem(
         q_dtype=q_dtype,
         kv_dtype=kv_dtype,
         out_dtype=_dtype_of("out", out),
-        kv_layout="fp8_blockwise" if blockwise else "dense",
+        kv_layout="fp8_v4" if v4 else "fp8_blockwise" if blockwise else "dense",
         causal=causal,
         sinks=sinks is not None,
         topk=int(indices.shape[-1]) if indices is not None else 0,
@@ -138,6 +155,8 @@ def _problem(
         pdl=pdl,
         backend=backend,
         tactic=tactic,
+        extra_topk=int(extra_indices.shape[-1]) if extra_indices is not None else 0,
+        extra_page_size=_page_size(extra_kv_cache) if extra_kv_cache is not None else 0,
     )
 
 
@@ -162,9 +181,14 @@ def _decode_op(
     pdl: bool,
     backend: str,
     tactic: int,
+    # Last and optional, so that calls of the op made before the extra cache existed still work.
+    extra_kv_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_lens: Optional[torch.Tensor] = None,
 ) -> None:
     problem = _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor,
-                       q_scale, k_scale, causal, pdl, backend, tactic)  # fmt: skip
+                       q_scale, k_scale, causal, pdl, backend, tactic, extra_kv_cache,
+                       extra_indices)  # fmt: skip
     if max_seq_len > 0:
         seq_len = max_seq_len
     elif problem["topk"] > 0:
@@ -199,6 +223,9 @@ def _decode_op(
         indices=indices,
         topk_lens=topk_lens,
         workspace=workspace,
+        extra_kv_cache=extra_kv_cache,
+        extra_indices=extra_indices,
+        extra_topk_lens=extra_topk_lens,
     )
 
 
@@ -206,11 +233,12 @@ def _decode_op(
 def _decode_fake(
     q, kv_cache, block_table, seq_lens, out, lse, sinks, indices, topk_lens, q_scale_tensor,
     k_scale_tensor, softmax_scale, q_scale, k_scale, causal, max_seq_len, pdl, backend, tactic,
+    extra_kv_cache=None, extra_indices=None, extra_topk_lens=None,
 ):  # fmt: skip
     # Writes out (and lse) in place and returns nothing; the checks that metadata decides (dtypes,
     # scales) raise here as they would at run time, so that torch.compile reports them.
     _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor, q_scale,
-             k_scale, causal, pdl, backend, tactic)  # fmt: skip
+             k_scale, causal, pdl, backend, tactic, extra_kv_cache, extra_indices)  # fmt: skip
     return None
 
 
@@ -236,6 +264,9 @@ def decode(
     sinks: Optional[torch.Tensor] = None,
     indices: Optional[torch.Tensor] = None,
     topk_lens: Optional[torch.Tensor] = None,
+    extra_kv_cache: Optional[torch.Tensor] = None,
+    extra_indices: Optional[torch.Tensor] = None,
+    extra_topk_lens: Optional[torch.Tensor] = None,
     causal: bool = True,
     max_seq_len: Optional[int] = None,
     out_dtype: Optional[torch.dtype] = None,
@@ -246,9 +277,13 @@ def decode(
     """MLA decode on PyTorch tensors through the ``mlakit::decode`` custom op.
 
     The problem (heads, s_q, page size, dtypes, layout, features) is read from the tensors;
-    ``sinks``, ``indices`` (sparse, topk = indices.shape[-1]) and ``lse`` / ``return_lse`` turn
-    the matching features on. Shapes and the meaning of each argument are those of
-    ``mlakit.Decoder.run``. Works under ``torch.compile(fullgraph=True)`` and CUDA graph capture.
+    ``sinks``, ``indices`` (sparse, topk = indices.shape[-1]), ``extra_kv_cache`` with
+    ``extra_indices`` (the extra cache, extra_topk = extra_indices.shape[-1], its page size from
+    its shape) and ``lse`` / ``return_lse`` turn the matching features on. A q of d_qk 512 means
+    the DeepSeek V4 layout: the caches are FlashMLA's [num_pages, page_size, (1,) 584] uint8 /
+    float8_e4m3fn views of pages of page_size * 584 bytes padded to a multiple of 576. Shapes and
+    the meaning of each argument are those of ``mlakit.Decoder.run``. Works under
+    ``torch.compile(fullgraph=True)`` and CUDA graph capture.
 
     q and the cache may be ``torch.float8_e4m3fn`` (or their bits as ``torch.uint8``); their
     scales ``q_scale`` / ``k_scale`` are floats or one-element float32 tensors on q's device,
@@ -257,6 +292,7 @@ def decode(
     Arguments beyond ``Decoder.run``'s:
         return_lse: also return the LSE [b, s_q, h_q] float32 (allocated unless ``lse`` is given).
         causal: with s_q > 1, token t sees positions < L - s_q + 1 + t.
+        softmax_scale: None: 1/sqrt(d_qk) (d_qk = q.shape[-1]).
         max_seq_len: bound on the cached lengths for sizing the decoder; None: what the block
             table can address (``block_table.shape[1] * page_size``), or topk when sparse.
         out_dtype: dtype of a new ``out``; None: the cache's dtype if 16-bit, else q's, else
@@ -291,7 +327,7 @@ def decode(
         topk_lens,
         q_scale_tensor,
         k_scale_tensor,
-        _DEFAULT_SOFTMAX_SCALE if softmax_scale is None else float(softmax_scale),
+        int(q.shape[-1]) ** -0.5 if softmax_scale is None else float(softmax_scale),
         q_scale_value,
         k_scale_value,
         causal,
@@ -299,5 +335,8 @@ def decode(
         pdl,
         backend,
         tactic,
+        extra_kv_cache,
+        extra_indices,
+        extra_topk_lens,
     )
     return (out, lse) if lse is not None else out

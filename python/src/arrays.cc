@@ -196,6 +196,44 @@ const Array& ArgReader::take_any_shape(const char* name, nb::handle obj, Elem el
   return a;
 }
 
+const Array& ArgReader::take_v4_cache(const char* name, nb::handle obj, int64_t page_size,
+                                      int64_t page_bytes) {
+  constexpr int64_t kTokenBytes = kV4TokenBytes;
+  const Array& a = import(name, obj);
+  check_elem(name, a, Elem::kBytes);
+  const std::string dims = "[num_pages, " + std::to_string(page_bytes) + "] or [num_pages, " +
+                           std::to_string(page_size) + ", (1,) 584] (the V4 layout, pages of " +
+                           std::to_string(page_bytes) + " bytes)";
+  const bool flat = shape_matches(a, {-1, page_bytes});
+  const bool tokens = shape_matches(a, {-1, page_size, kTokenBytes}) ||
+                      shape_matches(a, {-1, page_size, 1, kTokenBytes});
+  if (!flat && !tokens) {
+    throw_value_error(std::string(name) + ": expected shape " + dims + ", given " +
+                      shape_string(a));
+  }
+  check_placement(name, a);
+  if (flat) {
+    check_contiguous(name, a);
+    return a;
+  }
+  // FlashMLA's view: the tokens of a page contiguous, pages page_bytes apart (page padding).
+  const size_t n = a.ndim();
+  bool ok = a.shape(0) <= 1 || a.stride(0) == page_bytes;
+  ok &= a.stride(n - 1) == 1;  // a dimension of size 1 (the head of [.., 1, 584]) has any stride
+  ok &= page_size == 1 || a.stride(1) == kTokenBytes;
+  if (!ok) {
+    std::ostringstream strides;
+    for (size_t j = 0; j < n; ++j) strides << (j ? ", " : "[") << a.stride(j);
+    strides << "]";
+    throw_value_error(std::string(name) + ": expected strides [" + std::to_string(page_bytes) +
+                      ", 584" + (n == 4 ? ", *" : "") + ", 1] (pages of " +
+                      std::to_string(page_bytes) +
+                      " bytes, each its tokens' bytes contiguous), given shape " + shape_string(a) +
+                      " with strides " + strides.str() + " (in elements)");
+  }
+  return a;
+}
+
 const Array& ArgReader::take_block_table(nb::handle obj, int64_t batch) {
   const char* name = "block_table";
   const Array& a = import(name, obj);

@@ -31,7 +31,7 @@ enum class Elem {
   kBF16,   // bfloat16, or uint16 bits
   kFP16,   // float16, or uint16 bits
   kFP8,    // float8_e4m3fn, or uint8 bits
-  kBytes,  // any 1-byte type (the 656-byte fp8 blockwise tokens)
+  kBytes,  // any 1-byte type (the 656-byte fp8 blockwise tokens, the V4 pages)
   kFP32,
   kInt32,
   kAnyType,  // the workspace: only its size in bytes matters
@@ -60,6 +60,12 @@ class ArgReader {
   // Like take, but accepts several shapes (e.g. the 3-D and 4-D forms of the KV cache).
   const Array& take_any_shape(const char* name, nb::handle obj, Elem elem,
                               std::initializer_list<std::vector<int64_t>> shapes, const char* dims);
+
+  // A cache in the DeepSeek V4 layout (1-byte elements), whose pages are `page_bytes` apart:
+  // [num_pages, page_bytes] contiguous, or FlashMLA's view [num_pages, page_size, 584] (or
+  // [num_pages, page_size, 1, 584]) with strides [page_bytes, 584, (584,) 1].
+  const Array& take_v4_cache(const char* name, nb::handle obj, int64_t page_size,
+                             int64_t page_bytes);
 
   // The block table: [b, >= 1] int32 whose rows may be a strided view (inner stride 1).
   const Array& take_block_table(nb::handle obj, int64_t batch);

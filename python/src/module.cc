@@ -42,7 +42,8 @@ DType parse_dtype(const char* arg, const std::string& name) {
 KvLayout parse_layout(const std::string& name) {
   if (name == "dense") return KvLayout::kDense;
   if (name == "fp8_blockwise") return KvLayout::kFp8Blockwise;
-  throw_value_error("kv_layout: expected dense or fp8_blockwise, given " + name);
+  if (name == "fp8_v4") return KvLayout::kFp8V4;
+  throw_value_error("kv_layout: expected dense, fp8_blockwise or fp8_v4, given " + name);
 }
 
 const char* dtype_name(DType dtype) {
@@ -105,19 +106,24 @@ class PyDecoder {
   PyDecoder(int h_q, int s_q, int page_size, int max_batch, int max_seq_len,
             const std::string& q_dtype, const std::string& kv_dtype, const std::string& out_dtype,
             const std::string& kv_layout, bool causal, bool sinks, int topk, bool lse, bool pdl,
-            const std::string& backend, int tactic, const std::string& tune_cache) {
+            const std::string& backend, int tactic, const std::string& tune_cache, int extra_topk,
+            int extra_page_size) {
+    const KvLayout layout = parse_layout(kv_layout);
     problem_ = Problem{.h_q = h_q,
                        .s_q = s_q,
+                       .d_qk = layout_d_qk(layout),
                        .page_size = page_size,
                        .max_batch = max_batch,
                        .max_seq_len = max_seq_len,
                        .q_dtype = parse_dtype("q_dtype", q_dtype),
                        .kv_dtype = parse_dtype("kv_dtype", kv_dtype),
                        .out_dtype = parse_dtype("out_dtype", out_dtype),
-                       .kv_layout = parse_layout(kv_layout),
+                       .kv_layout = layout,
                        .causal = causal,
                        .has_sinks = sinks,
                        .topk = topk,
+                       .extra_topk = extra_topk,
+                       .extra_page_size = extra_page_size,
                        .return_lse = lse,
                        .enable_pdl = pdl};
     const DecoderOptions options{
@@ -146,27 +152,44 @@ class PyDecoder {
   std::string describe() const { return mlakit::describe(problem_); }
   const Problem& problem() const { return problem_; }
 
+ private:
+  // A cache of the decoder's layout with pages of `page_size` tokens: [num_pages, page_size, 576]
+  // of kv_dtype or [.., 656 bytes] (a 1 may stand before or after page_size); V4: [num_pages,
+  // page bytes], or [num_pages, page_size, (1,) 584 bytes] whose pages are page bytes apart.
+  const Array& take_cache(ArgReader& in, const char* name, nb::handle obj, int page_size) const {
+    const Problem& p = problem_;
+    if (p.kv_layout == KvLayout::kFp8V4) {
+      return in.take_v4_cache(
+          name, obj, page_size,
+          static_cast<int64_t>(kv_page_bytes(p.kv_dtype, p.kv_layout, page_size)));
+    }
+    const bool blockwise = p.kv_layout == KvLayout::kFp8Blockwise;
+    const int64_t d = blockwise ? kBlockwiseBytes : kDqk;
+    return in.take_any_shape(
+        name, obj, blockwise ? Elem::kBytes : elem_of(p.kv_dtype),
+        {{-1, page_size, d}, {-1, page_size, 1, d}, {-1, 1, page_size, d}},
+        blockwise ? "[num_pages, page_size, 656 bytes] (or with a 1 before or after page_size)"
+                  : "[num_pages, page_size, 576] (or with a 1 before or after page_size)");
+  }
+
+ public:
   void run(nb::handle q, nb::handle kv_cache, nb::handle block_table, nb::handle seq_lens,
            nb::handle out, nb::handle lse, nb::handle sinks, nb::handle indices,
            nb::handle topk_lens, nb::handle workspace, nb::handle softmax_scale, nb::handle q_scale,
-           nb::handle k_scale, uintptr_t stream) const {
+           nb::handle k_scale, uintptr_t stream, nb::handle extra_kv_cache,
+           nb::handle extra_indices, nb::handle extra_topk_lens) const {
     const Problem& p = problem_;
     ArgReader in(placement_);
     RunArgs args;
 
+    const std::string q_dims = "[b, s_q, h_q, " + std::to_string(p.d_qk) + "]";
     const Array& aq =
-        in.take("q", q, elem_of(p.q_dtype), {-1, p.s_q, p.h_q, kDqk}, "[b, s_q, h_q, 576]");
+        in.take("q", q, elem_of(p.q_dtype), {-1, p.s_q, p.h_q, p.d_qk}, q_dims.c_str());
     const int64_t b = static_cast<int64_t>(aq.shape(0));
     args.batch = static_cast<int32_t>(b);
     args.q = aq.data();
 
-    const bool blockwise = p.kv_layout == KvLayout::kFp8Blockwise;
-    const int64_t d = blockwise ? kBlockwiseBytes : kDqk;
-    const Array& akv = in.take_any_shape(
-        "kv_cache", kv_cache, blockwise ? Elem::kBytes : elem_of(p.kv_dtype),
-        {{-1, p.page_size, d}, {-1, p.page_size, 1, d}, {-1, 1, p.page_size, d}},
-        blockwise ? "[num_pages, page_size, 656 bytes] (or with a 1 before or after page_size)"
-                  : "[num_pages, page_size, 576] (or with a 1 before or after page_size)");
+    const Array& akv = take_cache(in, "kv_cache", kv_cache, p.page_size);
     args.kv_cache = akv.data();
     args.num_pages = static_cast<int64_t>(akv.shape(0));
 
@@ -179,8 +202,31 @@ class PyDecoder {
         args.topk_lens = static_cast<const int32_t*>(
             in.take("topk_lens", topk_lens, Elem::kInt32, {b}, "[b]").data());
       }
+      const std::string extra_why =
+          "the decoder was made with extra_topk=" + std::to_string(p.extra_topk);
+      check_presence("extra_kv_cache", extra_kv_cache, p.has_extra(), extra_why);
+      check_presence("extra_indices", extra_indices, p.has_extra(), extra_why);
+      if (p.has_extra()) {
+        const Array& extra =
+            take_cache(in, "extra_kv_cache", extra_kv_cache, p.extra_page_size_or_default());
+        args.extra_kv_cache = extra.data();
+        args.extra_num_pages = static_cast<int64_t>(extra.shape(0));
+        args.extra_indices =
+            static_cast<const int32_t*>(in.take("extra_indices", extra_indices, Elem::kInt32,
+                                                {b, p.s_q, p.extra_topk}, "[b, s_q, extra_topk]")
+                                            .data());
+        if (!extra_topk_lens.is_none()) {
+          args.extra_topk_lens = static_cast<const int32_t*>(
+              in.take("extra_topk_lens", extra_topk_lens, Elem::kInt32, {b}, "[b]").data());
+        }
+      } else {
+        check_presence("extra_topk_lens", extra_topk_lens, false, extra_why);
+      }
     } else {
       check_presence("indices", indices, false, topk_why);
+      check_presence("extra_kv_cache", extra_kv_cache, false, topk_why);
+      check_presence("extra_indices", extra_indices, false, topk_why);
+      check_presence("extra_topk_lens", extra_topk_lens, false, topk_why);
       check_presence("topk_lens", topk_lens, false, topk_why);
       const Array& table = in.take_block_table(block_table, b);
       const int64_t width = static_cast<int64_t>(table.shape(1));
@@ -217,6 +263,8 @@ class PyDecoder {
 
     if (!softmax_scale.is_none()) {
       args.softmax_scale = nb::cast<float>(softmax_scale);
+    } else if (p.kv_layout == KvLayout::kFp8V4) {
+      args.softmax_scale = kV4SoftmaxScale;  // 1/sqrt(d_qk), as for the other layouts
     }
     in.take_scale("q_scale", q_scale, &args.q_scale, &args.q_scale_ptr);
     in.take_scale("k_scale", k_scale, &args.k_scale, &args.k_scale_ptr);
@@ -286,7 +334,10 @@ nb::dict problem_dict(const Problem& p) {
   r["q_dtype"] = dtype_name(p.q_dtype);
   r["kv_dtype"] = dtype_name(p.kv_dtype);
   r["out_dtype"] = dtype_name(p.out_dtype);
-  r["kv_layout"] = p.kv_layout == KvLayout::kDense ? "dense" : "fp8_blockwise";
+  r["kv_layout"] = std::string(to_string(p.kv_layout));
+  r["d_qk"] = p.d_qk;
+  r["extra_topk"] = p.extra_topk;
+  r["extra_page_size"] = p.extra_page_size;
   r["causal"] = p.causal;
   r["sinks"] = p.has_sinks;
   r["topk"] = p.topk;
@@ -315,12 +366,12 @@ NB_MODULE(_mlakit, m) {
   nb::class_<PyDecoder>(m, "Decoder")
       .def(nb::init<int, int, int, int, int, const std::string&, const std::string&,
                     const std::string&, const std::string&, bool, bool, int, bool, bool,
-                    const std::string&, int, const std::string&>(),
+                    const std::string&, int, const std::string&, int, int>(),
            nb::arg("h_q"), nb::arg("s_q"), nb::arg("page_size"), nb::arg("max_batch"),
            nb::arg("max_seq_len"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("out_dtype"),
            nb::arg("kv_layout"), nb::arg("causal"), nb::arg("sinks"), nb::arg("topk"),
            nb::arg("lse"), nb::arg("pdl"), nb::arg("backend"), nb::arg("tactic"),
-           nb::arg("tune_cache"))
+           nb::arg("tune_cache"), nb::arg("extra_topk"), nb::arg("extra_page_size"))
       .def_prop_ro("backend", &PyDecoder::backend)
       .def_prop_ro("tactic", &PyDecoder::tactic)
       .def_prop_ro("workspace_bytes", &PyDecoder::workspace_bytes)
@@ -333,5 +384,6 @@ NB_MODULE(_mlakit, m) {
            nb::arg("lse").none(), nb::arg("sinks").none(), nb::arg("indices").none(),
            nb::arg("topk_lens").none(), nb::arg("workspace").none(),
            nb::arg("softmax_scale").none(), nb::arg("q_scale").none(), nb::arg("k_scale").none(),
-           nb::arg("stream"));
+           nb::arg("stream"), nb::arg("extra_kv_cache").none(), nb::arg("extra_indices").none(),
+           nb::arg("extra_topk_lens").none());
 }

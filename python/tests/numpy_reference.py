@@ -1,6 +1,7 @@
 """NumPy helpers of the CPU tests: random workloads as raw bits and the float64 reference.
 
-Inputs are built as the bits mlakit reads (bf16 / fp16 / e4m3 / the 656-byte blockwise tokens),
+Inputs are built as the bits mlakit reads (bf16 / fp16 / e4m3 / the 656-byte blockwise tokens /
+the DeepSeek V4 pages),
 and the reference decodes those same bits to float64, so that the only differences left are the
 library's float32 accumulation and the rounding of its output.
 """
@@ -140,6 +141,82 @@ def make_workload(
         kv_values = value(kv_cache, kv_dtype).reshape(tokens, D_QK) * scale
         kv_cache[unused] = NAN_E4M3 if kv_dtype == "fp8_e4m3" else NAN_BF16
     return Workload(q, kv_cache, block_table, seq_lens, q_values, kv_values)
+
+
+V4_NOPE, V4_DATA_BYTES, V4_TOKEN_BYTES = 448, 576, 584
+
+
+def v4_page_bytes(page_size: int) -> int:
+    """Bytes of a DeepSeek V4 page: page_size * 584, rounded up to a multiple of 576."""
+    return -(-page_size * V4_TOKEN_BYTES // 576) * 576
+
+
+def make_v4_cache(rng: np.random.Generator, num_pages: int, page_size: int, unused=()):
+    """A DeepSeek V4 cache [num_pages, page bytes] uint8 and its values [tokens, 512] float64.
+
+    Per page: every token's 448 e4m3 + 64 bf16 values, then every token's 7 UE8M0 exponents and a
+    pad byte, then padding. Pad bytes, padding and the pages in ``unused`` are 0xff (NaN).
+    """
+    tokens = num_pages * page_size
+    nope = random_e4m3(rng, (tokens, V4_NOPE))
+    exponents = rng.integers(127 - 6, 127 + 3, size=(tokens, 7)).astype(np.uint8)  # 2^-6..2^2
+    rope = bf16_bits(rng.standard_normal((tokens, 64)).astype(np.float32))
+    cache = np.full((num_pages, v4_page_bytes(page_size)), 0xFF, np.uint8)
+    data = np.concatenate([nope, rope.view(np.uint8)], axis=1).reshape(num_pages, -1)
+    cache[:, : page_size * V4_DATA_BYTES] = data
+    scale_rows = np.full((tokens, 8), 0xFF, np.uint8)
+    scale_rows[:, :7] = exponents
+    start = page_size * V4_DATA_BYTES
+    cache[:, start : start + page_size * 8] = scale_rows.reshape(num_pages, -1)
+    scales = np.ldexp(1.0, exponents.astype(np.int64) - 127)
+    values = np.concatenate(
+        [e4m3_value(nope) * np.repeat(scales, 64, axis=1), bf16_value(rope)], axis=1
+    )
+    for page in unused:
+        cache[page] = 0xFF
+    return cache, values
+
+
+def v4_view(cache: np.ndarray, page_size: int) -> np.ndarray:
+    """FlashMLA's view of a V4 cache: [num_pages, page_size, 1, 584], pages page bytes apart."""
+    num_pages, page_bytes = cache.shape
+    return np.lib.stride_tricks.as_strided(
+        cache, (num_pages, page_size, 1, V4_TOKEN_BYTES), (page_bytes, V4_TOKEN_BYTES, 1, 1)
+    )
+
+
+def sparse_reference(
+    q_values: np.ndarray,
+    caches,
+    *,
+    softmax_scale: float,
+    sinks: Optional[np.ndarray] = None,
+):
+    """Sparse decode over several caches in one softmax: ``caches`` holds (values [tokens, d],
+    indices [b, s_q, k], lens [b] or None) for the main and the extra cache. (out, lse) float64."""
+    b, s_q, h_q, _ = q_values.shape
+    out = np.zeros((b, s_q, h_q, D_V))
+    lse = np.full((b, s_q, h_q), -np.inf)
+    for i in range(b):
+        for t in range(s_q):
+            rows = []
+            for values, indices, lens in caches:
+                k = indices.shape[-1] if lens is None else int(lens[i])
+                rows += [values[int(x)] for x in indices[i, t, :k] if x >= 0]
+            if not rows:
+                continue
+            kv = np.stack(rows)
+            scores = softmax_scale * (q_values[i, t] @ kv.T)
+            top = scores.max(axis=1, keepdims=True)
+            weights = np.exp(scores - top)
+            total = weights.sum(axis=1, keepdims=True)
+            row_lse = (top + np.log(total))[:, 0]
+            o = (weights / total) @ kv[:, :D_V]
+            if sinks is not None:
+                o *= (1.0 / (1.0 + np.exp(sinks.astype(np.float64) - row_lse)))[:, None]
+            out[i, t] = o
+            lse[i, t] = row_lse
+    return out, lse
 
 
 def reference(

@@ -129,8 +129,8 @@ def test_flash_mla_unsupported_arguments():
     args = (w.q.view(ml_dtypes.bfloat16), k_cache, w.block_table, w.seq_lens)
     with pytest.raises(ValueError, match="head_dim_v: expected 512, given 128"):
         compat.flash_mla_with_kvcache(*args, 128, None, None)
-    for name in ("extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length"):
-        with pytest.raises(NotImplementedError, match=f"^{name}: "):
+    for name in ("extra_k_cache", "extra_indices_in_kvcache", "extra_topk_length", "topk_length"):
+        with pytest.raises(ValueError, match=f"^{name}: expected None without indices"):
             compat.flash_mla_with_kvcache(*args, 512, None, None, **{name: w.seq_lens})
     with pytest.raises(ValueError, match="^descale_q: expected None for a bf16 q"):
         compat.flash_mla_with_kvcache(*args, 512, None, None, descale_q=np.ones(1, np.float32))

@@ -58,9 +58,19 @@ DECODER_ERRORS = [
     (
         dict(kv_layout="paged"),
         ValueError,
-        "kv_layout: expected dense or fp8_blockwise, given paged",
+        "kv_layout: expected dense, fp8_blockwise (v32) or fp8_v4 (v4), given paged",
     ),
-    (dict(kv_layout="fp8_blockwise"), ValueError, "kv_dtype: expected fp8_e4m3 with kv_layout"),
+    (
+        dict(kv_layout="fp8_blockwise", kv_dtype="bf16"),
+        ValueError,
+        "kv_dtype: expected fp8_e4m3 with kv_layout fp8_blockwise, given bf16",
+    ),
+    (
+        dict(kv_layout="v4", kv_dtype="fp16", q_dtype="fp16"),
+        ValueError,
+        "kv_dtype: expected fp8_e4m3 with kv_layout fp8_v4, given fp16",
+    ),
+    (dict(kv_layout="v4", q_dtype="fp8"), ValueError, "q_dtype: expected bf16 or fp16 with fp8_v4"),
     (dict(backend="nope"), ValueError, "backend: expected auto or one of"),
     (dict(tactic=7), ValueError, "tactic: expected one of 0 (reference) for backend cpu, given 7"),
 ]

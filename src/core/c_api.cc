@@ -43,6 +43,8 @@ mlakit::Problem to_cpp(const mlakit_problem_t& p) {
       .causal = p.causal != 0,
       .has_sinks = p.has_sinks != 0,
       .topk = p.topk,
+      .extra_topk = p.extra_topk,
+      .extra_page_size = p.extra_page_size,
       .return_lse = p.return_lse != 0,
       .enable_pdl = p.enable_pdl != 0,
   };
@@ -59,6 +61,10 @@ mlakit::RunArgs to_cpp(const mlakit_run_args_t& a) {
       .seq_lens = a.seq_lens,
       .indices = a.indices,
       .topk_lens = a.topk_lens,
+      .extra_kv_cache = a.extra_kv_cache,
+      .extra_num_pages = a.extra_num_pages,
+      .extra_indices = a.extra_indices,
+      .extra_topk_lens = a.extra_topk_lens,
       .sinks = a.sinks,
       .out = a.out,
       .lse = a.lse,
@@ -94,6 +100,8 @@ void mlakit_problem_init(mlakit_problem_t* p) {
       .topk = d.topk,
       .return_lse = d.return_lse,
       .enable_pdl = d.enable_pdl,
+      .extra_topk = d.extra_topk,
+      .extra_page_size = d.extra_page_size,
   };
 }
 

@@ -96,4 +96,9 @@ inline uint8_t float_to_e4m3(float f) {
   return sign | static_cast<uint8_t>(((re + 7) << 3) | mant);
 }
 
+// UE8M0 (the scales of the V4 cache layout): an unsigned power of two, 2^(e - 127); 0xff is NaN.
+inline float ue8m0_to_float(uint8_t e) {
+  return e == 0xff ? NAN : std::ldexp(1.0f, static_cast<int>(e) - 127);
+}
+
 }  // namespace mlakit

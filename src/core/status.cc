@@ -64,6 +64,7 @@ std::string_view to_string(KvLayout layout) {
   switch (layout) {
     case KvLayout::kDense: return "dense";
     case KvLayout::kFp8Blockwise: return "fp8_blockwise";
+    case KvLayout::kFp8V4: return "fp8_v4";
   }
   return "unknown";
 }
@@ -80,7 +81,16 @@ size_t dtype_bytes(DType dtype) {
 
 size_t kv_token_bytes(DType kv_dtype, KvLayout layout) {
   if (layout == KvLayout::kFp8Blockwise) return kBlockwiseBytes;
+  if (layout == KvLayout::kFp8V4) return kV4TokenBytes;
   return kDqk * dtype_bytes(kv_dtype);
 }
+
+size_t kv_page_bytes(DType kv_dtype, KvLayout layout, int page_size) {
+  const size_t bytes = static_cast<size_t>(page_size) * kv_token_bytes(kv_dtype, layout);
+  if (layout != KvLayout::kFp8V4) return bytes;
+  return (bytes + kV4PageAlign - 1) / kV4PageAlign * kV4PageAlign;
+}
+
+int layout_d_qk(KvLayout layout) { return layout == KvLayout::kFp8V4 ? kV4Dqk : kDqk; }
 
 }  // namespace mlakit

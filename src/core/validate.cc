@@ -78,14 +78,19 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
       span("out", a.out, rows * kDv * dtype_bytes(p.out_dtype)),
       span("lse", a.lse, rows * sizeof(float)),
       span("workspace", workspace, workspace_needed),
-      span("q", a.q, rows * kDqk * dtype_bytes(p.q_dtype)),
-      span("kv_cache", a.kv_cache,
-           static_cast<uint64_t>(a.num_pages) * p.page_size *
-               kv_token_bytes(p.kv_dtype, p.kv_layout)),
+      span("q", a.q, rows * p.d_qk * dtype_bytes(p.q_dtype)),
+      span(
+          "kv_cache", a.kv_cache,
+          static_cast<uint64_t>(a.num_pages) * kv_page_bytes(p.kv_dtype, p.kv_layout, p.page_size)),
       span("block_table", table, b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
       span("seq_lens", lens, b * sizeof(int32_t)),
       span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
       span("topk_lens", a.topk_lens, b * sizeof(int32_t)),
+      span("extra_kv_cache", a.extra_kv_cache,
+           static_cast<uint64_t>(a.extra_num_pages) *
+               kv_page_bytes(p.kv_dtype, p.kv_layout, p.extra_page_size_or_default())),
+      span("extra_indices", a.extra_indices, rows / p.h_q * p.extra_topk * sizeof(int32_t)),
+      span("extra_topk_lens", a.extra_topk_lens, b * sizeof(int32_t)),
       span("sinks", a.sinks, p.h_q * sizeof(float)),
       span("q_scale_ptr", a.q_scale_ptr, sizeof(float)),
       span("k_scale_ptr", a.k_scale_ptr, sizeof(float)),
@@ -108,22 +113,41 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
 Status validate_problem(const Problem& p) {
   MLAKIT_RETURN_IF_ERROR(check_range("heads (h_q)", p.h_q, 1, kMaxHeads));
   MLAKIT_RETURN_IF_ERROR(check_range("s_q", p.s_q, 1, kMaxSq));
-  MLAKIT_RETURN_IF_ERROR(check_range("d_qk", p.d_qk, kDqk, kDqk));
+  if (p.kv_layout != KvLayout::kDense && p.kv_layout != KvLayout::kFp8Blockwise &&
+      p.kv_layout != KvLayout::kFp8V4) {
+    return invalid_argument("kv_layout", "dense, fp8_blockwise or fp8_v4",
+                            static_cast<int>(p.kv_layout));
+  }
+  // The layout decides the head dimensions: d_qk 576 (512 latent + 64 RoPE), or 512 for V4 (448
+  // NoPE + 64 RoPE); d_v is 512 in both.
+  const int d_qk = layout_d_qk(p.kv_layout);
+  if (p.d_qk != d_qk) {
+    return invalid_argument("d_qk", str_cat(d_qk, " (kv_layout ", to_string(p.kv_layout), ")"),
+                            p.d_qk);
+  }
   MLAKIT_RETURN_IF_ERROR(check_range("d_v", p.d_v, kDv, kDv));
   MLAKIT_RETURN_IF_ERROR(check_range("page_size", p.page_size, 1, 1024));
   MLAKIT_RETURN_IF_ERROR(check_range("max_batch", p.max_batch, 1, kMaxBatch));
   MLAKIT_RETURN_IF_ERROR(check_range("max_seq_len", p.max_seq_len, 0, kMaxSeqLen));
   MLAKIT_RETURN_IF_ERROR(check_range("topk", p.topk, 0, 1 << 16));
+  MLAKIT_RETURN_IF_ERROR(check_range("extra_topk", p.extra_topk, 0, 1 << 16));
+  if (p.has_extra() && !p.sparse()) {
+    return invalid_argument("extra_topk", "0 for a dense problem (an extra cache needs topk > 0)",
+                            p.extra_topk);
+  }
+  if (p.has_extra()) {
+    MLAKIT_RETURN_IF_ERROR(check_range("extra_page_size", p.extra_page_size, 0, 1024));
+  } else if (p.extra_page_size != 0) {
+    return invalid_argument("extra_page_size", "0 without an extra cache (extra_topk 0)",
+                            p.extra_page_size);
+  }
 
   if (!is_16bit(p.out_dtype)) {
     return invalid_argument("out_dtype", "bf16 or fp16", to_string(p.out_dtype));
   }
-  if (p.kv_layout == KvLayout::kFp8Blockwise && p.kv_dtype != DType::kFP8E4M3) {
-    return invalid_argument("kv_dtype", "fp8_e4m3 with kv_layout fp8_blockwise",
+  if (p.kv_layout != KvLayout::kDense && p.kv_dtype != DType::kFP8E4M3) {
+    return invalid_argument("kv_dtype", str_cat("fp8_e4m3 with kv_layout ", to_string(p.kv_layout)),
                             to_string(p.kv_dtype));
-  }
-  if (p.kv_layout != KvLayout::kDense && p.kv_layout != KvLayout::kFp8Blockwise) {
-    return invalid_argument("kv_layout", "dense or fp8_blockwise", static_cast<int>(p.kv_layout));
   }
   if (is_16bit(p.kv_dtype)) {
     // 16-bit caches: q and out in the cache's dtype.
@@ -138,10 +162,10 @@ Status validate_problem(const Problem& p) {
   } else if (p.kv_dtype == DType::kFP8E4M3) {
     const bool fp8_q_ok = p.kv_layout == KvLayout::kDense;
     if (!(is_16bit(p.q_dtype) || (fp8_q_ok && p.q_dtype == DType::kFP8E4M3))) {
-      return invalid_argument(
-          "q_dtype",
-          fp8_q_ok ? "bf16, fp16 or fp8_e4m3 with an fp8 cache" : "bf16 or fp16 with fp8_blockwise",
-          to_string(p.q_dtype));
+      return invalid_argument("q_dtype",
+                              fp8_q_ok ? std::string("bf16, fp16 or fp8_e4m3 with an fp8 cache")
+                                       : str_cat("bf16 or fp16 with ", to_string(p.kv_layout)),
+                              to_string(p.q_dtype));
     }
   } else {
     return invalid_argument("kv_dtype", "bf16, fp16 or fp8_e4m3", to_string(p.kv_dtype));
@@ -172,6 +196,27 @@ Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
     MLAKIT_RETURN_IF_ERROR(check_absent("indices", a.indices, "the problem is dense (topk 0)"));
     MLAKIT_RETURN_IF_ERROR(check_absent("topk_lens", a.topk_lens, "the problem is dense (topk 0)"));
   }
+  if (p.has_extra()) {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("extra_kv_cache", a.extra_kv_cache, 16));
+    MLAKIT_RETURN_IF_ERROR(check_range("extra_num_pages", a.extra_num_pages, 1, INT32_MAX));
+    if (a.extra_indices == nullptr) {
+      return invalid_argument(
+          "extra_indices", str_cat("[b, s_q, ", p.extra_topk, "] int32 for extra_topk"), "nullptr");
+    }
+    MLAKIT_RETURN_IF_ERROR(check_pointer("extra_indices", a.extra_indices, alignof(int32_t)));
+    if (a.extra_topk_lens != nullptr) {
+      MLAKIT_RETURN_IF_ERROR(check_pointer("extra_topk_lens", a.extra_topk_lens, alignof(int32_t)));
+    }
+  } else {
+    constexpr std::string_view kNoExtra = "the problem has no extra cache (extra_topk 0)";
+    MLAKIT_RETURN_IF_ERROR(check_absent("extra_kv_cache", a.extra_kv_cache, kNoExtra));
+    MLAKIT_RETURN_IF_ERROR(check_absent("extra_indices", a.extra_indices, kNoExtra));
+    MLAKIT_RETURN_IF_ERROR(check_absent("extra_topk_lens", a.extra_topk_lens, kNoExtra));
+    if (a.extra_num_pages != 0) {
+      return invalid_argument("extra_num_pages", str_cat("0 because ", kNoExtra),
+                              a.extra_num_pages);
+    }
+  }
   if (p.has_sinks) {
     MLAKIT_RETURN_IF_ERROR(check_pointer("sinks", a.sinks, alignof(float)));
   } else {
@@ -193,9 +238,10 @@ Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
   }
   if (p.kv_dtype == DType::kFP8E4M3 && p.kv_layout == KvLayout::kDense) {
     MLAKIT_RETURN_IF_ERROR(check_scale("k_scale", a.k_scale, a.k_scale_ptr, "an fp8 cache"));
-  } else if (p.kv_layout == KvLayout::kFp8Blockwise) {
+  } else if (p.kv_layout == KvLayout::kFp8Blockwise || p.kv_layout == KvLayout::kFp8V4) {
     if (a.k_scale_ptr != nullptr || !std::isnan(a.k_scale)) {
-      MLAKIT_RETURN_IF_ERROR(check_scale("k_scale", a.k_scale, a.k_scale_ptr, "fp8_blockwise"));
+      MLAKIT_RETURN_IF_ERROR(
+          check_scale("k_scale", a.k_scale, a.k_scale_ptr, to_string(p.kv_layout)));
     }
   } else if (!std::isnan(a.k_scale) || a.k_scale_ptr != nullptr) {
     return invalid_argument("k_scale", str_cat("none for a ", to_string(p.kv_dtype), " cache"),
@@ -231,6 +277,9 @@ std::string describe(const Problem& p) try {
                p.max_seq_len);
   if (p.s_q > 1) s += p.causal ? ", causal" : ", non-causal";
   if (p.sparse()) s += str_cat(", sparse topk ", p.topk);
+  if (p.has_extra()) {
+    s += str_cat(", extra topk ", p.extra_topk, " page ", p.extra_page_size_or_default());
+  }
   if (p.has_sinks) s += ", sinks";
   if (p.return_lse) s += ", lse";
   if (p.enable_pdl) s += ", pdl";

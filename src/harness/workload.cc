@@ -41,7 +41,7 @@ struct Rng {
   }
 };
 
-enum Stream : uint64_t { kQ = 1, kKv, kPerm, kLens, kIdx, kSinks, kScales };
+enum Stream : uint64_t { kQ = 1, kKv, kPerm, kLens, kIdx, kSinks, kScales, kExtraKv, kExtraPerm };
 
 void store(uint8_t* dst, int64_t i, DType dtype, float v) {
   switch (dtype) {
@@ -52,13 +52,58 @@ void store(uint8_t* dst, int64_t i, DType dtype, float v) {
   }
 }
 
-void fill_token(const Problem& p, const Rng& rng, const HostInputs& in, int64_t slot,
-                float magnitude, uint8_t* row) {
+void store_bf16(uint8_t* dst, float v) {
+  const uint16_t bits = float_to_bf16(v);
+  std::memcpy(dst, &bits, sizeof(bits));
+}
+
+// One cache, as fill_token sees it: where its pages are and which random stream fills it.
+struct CacheFill {
+  uint8_t* data;
+  int32_t page_size;
+  size_t page_bytes;
+  uint64_t stream;
+};
+
+// The V4 UE8M0 exponent of a group whose largest magnitude is `amax`: the smallest power of two
+// that brings amax within e4m3's 448.
+uint8_t v4_exponent(float amax) {
+  if (!(amax > 0)) return 127;
+  const int e = 127 + static_cast<int>(std::ceil(std::log2(amax / 448.0f)));
+  return static_cast<uint8_t>(std::clamp(e, 0, 254));
+}
+
+void fill_token(const Problem& p, const Rng& rng, const HostInputs& in, const CacheFill& c,
+                int64_t slot, float magnitude) {
   const uint64_t base = static_cast<uint64_t>(slot) * kDqk;
+  uint8_t* page = c.data + slot / c.page_size * c.page_bytes;
+  const int64_t offset = slot % c.page_size;
+  if (p.kv_layout == KvLayout::kFp8V4) {
+    uint8_t* row = page + offset * kV4DataBytes;
+    uint8_t* scales = page + static_cast<int64_t>(c.page_size) * kV4DataBytes + offset * 8;
+    float values[kV4Nope];
+    for (int d = 0; d < kV4Nope; ++d) values[d] = rng.normal(c.stream, base + d) * magnitude;
+    for (int g = 0; g < kV4Nope / kV4Group; ++g) {
+      float amax = 0;
+      for (int d = 0; d < kV4Group; ++d) amax = std::max(amax, std::fabs(values[g * kV4Group + d]));
+      scales[g] = v4_exponent(amax);
+      const float scale = std::ldexp(1.0f, scales[g] - 127);
+      for (int d = g * kV4Group; d < (g + 1) * kV4Group; ++d) {
+        row[d] = float_to_e4m3(values[d] / scale);
+      }
+    }
+    scales[kV4ScaleBytes - 1] = 0xff;  // the pad byte: a NaN scale if anything used it
+    for (int d = 0; d < kDRope; ++d) {
+      store_bf16(row + kV4Nope + 2 * d, rng.normal(c.stream, base + kV4Nope + d) * magnitude);
+    }
+    return;
+  }
+  const size_t token_bytes = kv_token_bytes(p.kv_dtype, p.kv_layout);
+  uint8_t* row = page + offset * token_bytes;
   if (p.kv_layout == KvLayout::kFp8Blockwise) {
     float values[kDv];
     float scales[kDv / kBlockwiseGroup];
-    for (int d = 0; d < kDv; ++d) values[d] = rng.normal(kKv, base + d) * magnitude;
+    for (int d = 0; d < kDv; ++d) values[d] = rng.normal(c.stream, base + d) * magnitude;
     for (int g = 0; g < kDv / kBlockwiseGroup; ++g) {
       float amax = 0;
       for (int d = 0; d < kBlockwiseGroup; ++d) {
@@ -71,27 +116,106 @@ void fill_token(const Problem& p, const Rng& rng, const HostInputs& in, int64_t 
     std::memcpy(row + kDv, scales, sizeof(scales));
     uint8_t* rope = row + kDv + sizeof(scales);
     for (int d = 0; d < kDRope; ++d) {
-      const uint16_t bits = float_to_bf16(rng.normal(kKv, base + kDv + d) * magnitude);
-      std::memcpy(rope + 2 * d, &bits, sizeof(bits));
+      store_bf16(rope + 2 * d, rng.normal(c.stream, base + kDv + d) * magnitude);
     }
     return;
   }
   const float inv_scale = p.kv_dtype == DType::kFP8E4M3 ? 1.0f / in.k_scale : 1.0f;
   for (int d = 0; d < kDqk; ++d) {
-    store(row, d, p.kv_dtype, rng.normal(kKv, base + d) * magnitude * inv_scale);
+    store(row, d, p.kv_dtype, rng.normal(c.stream, base + d) * magnitude * inv_scale);
   }
 }
 
-void fill_nan_token(const Problem& p, uint8_t* row) {
+void fill_nan_token(const Problem& p, const CacheFill& c, int64_t slot) {
+  uint8_t* page = c.data + slot / c.page_size * c.page_bytes;
+  const int64_t offset = slot % c.page_size;
+  const uint16_t bf16_nan = 0x7fc0;
+  if (p.kv_layout == KvLayout::kFp8V4) {
+    uint8_t* row = page + offset * kV4DataBytes;
+    std::memset(row, 0x7f, kV4Nope);  // e4m3 NaN
+    for (int d = 0; d < kDRope; ++d) std::memcpy(row + kV4Nope + 2 * d, &bf16_nan, 2);
+    std::memset(page + static_cast<int64_t>(c.page_size) * kV4DataBytes + offset * 8, 0xff, 8);
+    return;
+  }
+  uint8_t* row = page + offset * kv_token_bytes(p.kv_dtype, p.kv_layout);
   if (p.kv_layout == KvLayout::kFp8Blockwise) {
     std::memset(row, 0x7f, kDv);  // e4m3 NaN
     const float nan = NAN;
     for (int g = 0; g < kDv / kBlockwiseGroup; ++g) std::memcpy(row + kDv + 4 * g, &nan, 4);
-    const uint16_t bf16_nan = 0x7fc0;
     for (int d = 0; d < kDRope; ++d) std::memcpy(row + kDv + 16 + 2 * d, &bf16_nan, 2);
     return;
   }
   fill_nan(row, kDqk, p.kv_dtype);
+}
+
+// Fills a cache of `num_pages` pages: slot `s` gets random values when used(s) (or when `poison`
+// is off), NaN otherwise; the V4 padding at each page's end gets 0xff.
+template <typename Used>
+void fill_cache(const Problem& p, const Rng& rng, const HostInputs& in, const CacheFill& c,
+                int64_t num_pages, float magnitude, bool poison, const Used& used) {
+  const size_t page_used =
+      static_cast<size_t>(c.page_size) * kv_token_bytes(p.kv_dtype, p.kv_layout);
+  parallel_for(num_pages, [&](int64_t page) {
+    for (int64_t o = 0; o < c.page_size; ++o) {
+      const int64_t slot = page * c.page_size + o;
+      if (used(page, o) || !poison) {
+        fill_token(p, rng, in, c, slot, magnitude);
+      } else {
+        fill_nan_token(p, c, slot);
+      }
+    }
+    std::memset(c.data + page * c.page_bytes + page_used, 0xff, c.page_bytes - page_used);
+  });
+}
+
+// A random permutation of 0..n-1.
+std::vector<int32_t> permutation(const Rng& rng, uint64_t stream, int64_t n) {
+  std::vector<int32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t k = n - 1; k > 0; --k) {
+    std::swap(perm[k], perm[static_cast<int64_t>(rng.uniform(stream, k) * (k + 1))]);
+  }
+  return perm;
+}
+
+// Pages of the extra cache each request's window takes.
+int64_t extra_pages_per_request(const Problem& p) {
+  const int64_t eps = p.extra_page_size_or_default();
+  return (p.extra_topk + eps - 1) / eps;
+}
+
+// The extra cache and its indices (make_inputs): request i's window is extra_topk consecutive
+// slots of its own pages, listed in order with some slots -1.
+void make_extra(const Problem& p, const Rng& rng, const WorkloadOptions& opt, HostInputs* in) {
+  const int32_t eps = p.extra_page_size_or_default();
+  const int64_t per_request = extra_pages_per_request(p);
+  in->extra_num_pages = std::max<int64_t>(1, in->batch * per_request + opt.extra_pages);
+  const std::vector<int32_t> perm = permutation(rng, kExtraPerm, in->extra_num_pages);
+  std::vector<int64_t> window_page(in->extra_num_pages, -1);  // page -> its window position
+  for (int64_t k = 0; k < in->batch * per_request; ++k) window_page[perm[k]] = k % per_request;
+  const size_t page_bytes = kv_page_bytes(p.kv_dtype, p.kv_layout, eps);
+  in->extra_kv.resize(static_cast<size_t>(in->extra_num_pages) * page_bytes);
+  const CacheFill c{
+      .data = in->extra_kv.data(), .page_size = eps, .page_bytes = page_bytes, .stream = kExtraKv};
+  fill_cache(p, rng, *in, c, in->extra_num_pages, opt.magnitude, opt.poison,
+             [&](int64_t page, int64_t o) {
+               return window_page[page] >= 0 && window_page[page] * eps + o < p.extra_topk;
+             });
+  in->extra_indices.resize(static_cast<size_t>(in->batch) * p.s_q * p.extra_topk);
+  for (int i = 0; i < in->batch; ++i) {
+    for (int t = 0; t < p.s_q; ++t) {
+      for (int64_t k = 0; k < p.extra_topk; ++k) {
+        const uint64_t id = (static_cast<uint64_t>(i) * p.s_q + t) * p.extra_topk + k;
+        const bool empty = rng.uniform(kIdx, 3 * id + 3000017) < opt.sparse_empty;
+        const int64_t page = perm[i * per_request + k / eps];
+        in->extra_indices[id] = empty ? -1 : static_cast<int32_t>(page * eps + k % eps);
+      }
+    }
+    if (opt.topk_lens) {
+      in->extra_topk_lens.push_back(
+          static_cast<int32_t>(rng.uniform(kLens, 4000037 + i) * (p.extra_topk + 1)));
+    }
+  }
 }
 
 }  // namespace
@@ -118,6 +242,12 @@ RunArgs HostInputs::args(void* out, float* lse) const {
   } else {
     a.indices = indices.data();
     a.topk_lens = topk_lens.empty() ? nullptr : topk_lens.data();
+  }
+  if (problem.has_extra()) {
+    a.extra_kv_cache = extra_kv.data();
+    a.extra_num_pages = extra_num_pages;
+    a.extra_indices = extra_indices.data();
+    a.extra_topk_lens = extra_topk_lens.empty() ? nullptr : extra_topk_lens.data();
   }
   a.sinks = sinks.empty() ? nullptr : sinks.data();
   a.out = out;
@@ -151,7 +281,10 @@ namespace {
 // The sizes of make_inputs's buffers for these lengths.
 struct InputSizes {
   uint64_t pages = 0, q = 0, kv = 0, block_table = 0, seq_lens = 0, indices = 0, topk_lens = 0,
-           sinks = 0;
+           sinks = 0, extra = 0;  // extra: the extra cache, its indices and lengths
+  uint64_t total() const {
+    return q + kv + block_table + seq_lens + indices + topk_lens + sinks + extra;
+  }
 };
 
 InputSizes input_sizes(const Problem& p, std::span<const int32_t> lens,
@@ -166,13 +299,19 @@ InputSizes input_sizes(const Problem& p, std::span<const int32_t> lens,
   }
   s.pages = std::max<uint64_t>(s.pages + opt.extra_pages, 1);
   const uint64_t b = lens.size();
-  s.q = b * p.s_q * p.h_q * kDqk * dtype_bytes(p.q_dtype);
-  s.kv = s.pages * p.page_size * kv_token_bytes(p.kv_dtype, p.kv_layout);
+  s.q = b * p.s_q * p.h_q * p.d_qk * dtype_bytes(p.q_dtype);
+  s.kv = s.pages * kv_page_bytes(p.kv_dtype, p.kv_layout, p.page_size);
   s.block_table = b * std::max<uint64_t>(1, max_pages + opt.extra_block_slots) * sizeof(int32_t);
   s.seq_lens = b * sizeof(int32_t);
   s.indices = p.sparse() ? b * p.s_q * p.topk * sizeof(int32_t) : 0;
   s.topk_lens = p.sparse() && opt.topk_lens ? b * sizeof(int32_t) : 0;
   s.sinks = p.has_sinks ? p.h_q * sizeof(float) : 0;
+  if (p.has_extra()) {
+    const uint64_t pages = std::max<uint64_t>(1, b * extra_pages_per_request(p) + opt.extra_pages);
+    s.extra = pages * kv_page_bytes(p.kv_dtype, p.kv_layout, p.extra_page_size_or_default()) +
+              b * p.s_q * p.extra_topk * sizeof(int32_t) +
+              (opt.topk_lens ? b * sizeof(int32_t) : 0);
+  }
   return s;
 }
 
@@ -181,17 +320,20 @@ InputSizes input_sizes(const Problem& p, std::span<const int32_t> lens,
 uint64_t input_bytes(const Problem& p, std::span<const int32_t> lens, const WorkloadOptions& opt) {
   const InputSizes s = input_sizes(p, lens, opt);
   // make_inputs's scratch: the first page of each request, the page permutation and owners.
-  const uint64_t scratch =
+  uint64_t scratch =
       (lens.size() + 1) * sizeof(int64_t) + s.pages * (sizeof(int32_t) + sizeof(int64_t));
-  return s.q + s.kv + s.block_table + s.seq_lens + s.indices + s.topk_lens + s.sinks + scratch;
+  if (p.has_extra()) {  // the extra cache's permutation and page owners
+    scratch += (lens.size() * extra_pages_per_request(p) + opt.extra_pages + 1) *
+               (sizeof(int32_t) + sizeof(int64_t));
+  }
+  return s.total() + scratch;
 }
 
 uint64_t device_input_bytes(const Problem& p, std::span<const int32_t> lens,
                             const WorkloadOptions& opt) {
   const InputSizes s = input_sizes(p, lens, opt);
   const uint64_t rows = lens.size() * p.s_q * p.h_q;
-  return s.q + s.kv + s.block_table + s.seq_lens + s.indices + s.topk_lens + s.sinks +
-         rows * (kDv * dtype_bytes(p.out_dtype) + sizeof(float));  // out and lse
+  return s.total() + rows * (kDv * dtype_bytes(p.out_dtype) + sizeof(float));  // out and lse
 }
 
 std::vector<int32_t> make_ragged_lens(int batch, int len, uint64_t seed) {
@@ -224,6 +366,7 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
   in.problem = p;
   in.batch = static_cast<int32_t>(lens.size());
   in.seq_lens.assign(lens.begin(), lens.end());
+  if (p.kv_layout == KvLayout::kFp8V4) in.softmax_scale = kV4SoftmaxScale;
   if (p.q_dtype == DType::kFP8E4M3) in.q_scale = 0.0625f;
   if (p.kv_dtype == DType::kFP8E4M3 && p.kv_layout == KvLayout::kDense) in.k_scale = 0.03125f;
   if (p.has_sinks) {
@@ -246,11 +389,7 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
   in.num_pages = first_page[in.batch] + opt.extra_pages;
   in.num_pages = std::max<int64_t>(in.num_pages, 1);
   in.block_table_stride = std::max<int64_t>(1, max_pages + opt.extra_block_slots);
-  std::vector<int32_t> perm(in.num_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  for (int64_t k = in.num_pages - 1; k > 0; --k) {
-    std::swap(perm[k], perm[static_cast<int64_t>(rng.uniform(kPerm, k) * (k + 1))]);
-  }
+  const std::vector<int32_t> perm = permutation(rng, kPerm, in.num_pages);
   in.block_table.assign(in.batch * in.block_table_stride,
                         static_cast<int32_t>(in.num_pages + 7919));
   std::vector<int64_t> page_owner(in.num_pages, -1);  // request index * 2^20 + page in request
@@ -263,27 +402,19 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
   }
 
   // Cache contents: random values in used slots, NaN in unused pages and page tails.
-  const size_t token_bytes = kv_token_bytes(p.kv_dtype, p.kv_layout);
-  in.kv.resize(static_cast<size_t>(in.num_pages) * p.page_size * token_bytes);
-  parallel_for(in.num_pages, [&](int64_t page) {
-    for (int64_t o = 0; o < p.page_size; ++o) {
-      const int64_t slot = page * p.page_size + o;
-      uint8_t* row = in.kv.data() + slot * token_bytes;
-      bool used = page_owner[page] >= 0;
-      if (used) {
-        const int64_t i = page_owner[page] >> 20, j = page_owner[page] & 0xfffff;
-        used = j * p.page_size + o < lens[i];
-      }
-      // Sparse problems address slots directly: keep every slot finite so that any index is valid.
-      if (used || !opt.poison || p.sparse()) {
-        fill_token(p, rng, in, slot, opt.magnitude, row);
-      } else {
-        fill_nan_token(p, row);
-      }
-    }
-  });
+  const size_t page_bytes = kv_page_bytes(p.kv_dtype, p.kv_layout, p.page_size);
+  in.kv.resize(static_cast<size_t>(in.num_pages) * page_bytes);
+  const CacheFill main{
+      .data = in.kv.data(), .page_size = p.page_size, .page_bytes = page_bytes, .stream = kKv};
+  // Sparse problems address slots directly: keep every slot finite so that any index is valid.
+  fill_cache(p, rng, in, main, in.num_pages, opt.magnitude, opt.poison && !p.sparse(),
+             [&](int64_t page, int64_t o) {
+               if (page_owner[page] < 0) return false;
+               const int64_t i = page_owner[page] >> 20, j = page_owner[page] & 0xfffff;
+               return j * p.page_size + o < lens[i];
+             });
 
-  const int64_t q_count = static_cast<int64_t>(in.batch) * p.s_q * p.h_q * kDqk;
+  const int64_t q_count = static_cast<int64_t>(in.batch) * p.s_q * p.h_q * p.d_qk;
   in.q.resize(q_count * dtype_bytes(p.q_dtype));
   const float q_inv_scale = p.q_dtype == DType::kFP8E4M3 ? 1.0f / in.q_scale : 1.0f;
   for (int64_t k = 0; k < q_count; ++k) {
@@ -316,6 +447,7 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
       }
     }
   }
+  if (p.has_extra()) make_extra(p, rng, opt, &in);
   return in;
 }
 
@@ -373,6 +505,9 @@ Status DeviceInputs::upload(const HostInputs& h, DeviceInputs* d) {
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.indices, &d->indices));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.topk_lens, &d->topk_lens));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.sinks, &d->sinks));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.extra_kv, &d->extra_kv));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.extra_indices, &d->extra_indices));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.extra_topk_lens, &d->extra_topk_lens));
   d->out = DeviceBuffer(h.out_bytes());
   d->lse = DeviceBuffer(h.lse_count() * sizeof(float));
   if (d->out.get() == nullptr || d->lse.get() == nullptr) {
@@ -389,6 +524,12 @@ Status DeviceInputs::upload(const HostInputs& h, DeviceInputs* d) {
     d->args.topk_lens = h.topk_lens.empty() ? nullptr : d->topk_lens.as<int32_t>();
   }
   d->args.sinks = h.sinks.empty() ? nullptr : d->sinks.as<float>();
+  if (h.problem.has_extra()) {
+    d->args.extra_kv_cache = d->extra_kv.get();
+    d->args.extra_indices = d->extra_indices.as<int32_t>();
+    d->args.extra_topk_lens =
+        h.extra_topk_lens.empty() ? nullptr : d->extra_topk_lens.as<int32_t>();
+  }
   return Status::Ok();
 }
 

@@ -3,7 +3,8 @@
 //
 // Poisoning follows the project's testing rules: pages that no request uses and the unused tail of
 // each request's last page hold NaN, unused block-table slots hold out-of-range page ids, and the
-// output is filled with NaN before each run.
+// output is filled with NaN before each run. In the V4 layout the pad byte of every scale row and
+// the padding at the end of every page hold 0xff (a NaN scale).
 #pragma once
 
 #include <cstdint>
@@ -32,15 +33,21 @@ struct HostInputs {
   int32_t batch = 0;
   int64_t num_pages = 0;
   int64_t block_table_stride = 0;
-  std::vector<uint8_t> q;            // [b, s_q, h_q, 576] of q_dtype
-  std::vector<uint8_t> kv;           // [num_pages, page_size, kv_token_bytes]
+  std::vector<uint8_t> q;            // [b, s_q, h_q, d_qk] of q_dtype
+  std::vector<uint8_t> kv;           // [num_pages, kv_page_bytes]
   std::vector<int32_t> block_table;  // [b, block_table_stride]
   std::vector<int32_t> seq_lens;     // [b]
   std::vector<int32_t> indices;      // [b, s_q, topk]
   std::vector<int32_t> topk_lens;    // [b] or empty
   std::vector<float> sinks;          // [h_q] or empty
-  float softmax_scale = kDefaultSoftmaxScale;
-  float q_scale = NAN, k_scale = NAN;  // set for fp8
+  // The extra cache (Problem::extra_topk > 0): each request's window of extra_topk tokens on pages
+  // of its own (the tail of the last one NaN), plus options.extra_pages NaN pages.
+  int64_t extra_num_pages = 0;
+  std::vector<uint8_t> extra_kv;               // [extra_num_pages, extra page bytes]
+  std::vector<int32_t> extra_indices;          // [b, s_q, extra_topk], some -1
+  std::vector<int32_t> extra_topk_lens;        // [b] (with options.topk_lens) or empty
+  float softmax_scale = kDefaultSoftmaxScale;  // make_inputs: kV4SoftmaxScale for kFp8V4
+  float q_scale = NAN, k_scale = NAN;          // set for fp8
 
   size_t out_bytes() const;
   size_t lse_count() const;
@@ -96,6 +103,7 @@ class DeviceBuffer {
 // A copy of HostInputs in device memory, plus out / lse / workspace buffers.
 struct DeviceInputs {
   DeviceBuffer q, kv, block_table, seq_lens, indices, topk_lens, sinks, out, lse;
+  DeviceBuffer extra_kv, extra_indices, extra_topk_lens;
   RunArgs args;  // device pointers
 
   // Uploads `host`; `out` and `lse` are allocated for the problem's shape.

@@ -19,7 +19,8 @@ static_assert(MLAKIT_BF16 == static_cast<int>(DType::kBF16) &&
               MLAKIT_FP8_E4M3 == static_cast<int>(DType::kFP8E4M3) &&
               MLAKIT_FP32 == static_cast<int>(DType::kFP32));
 static_assert(MLAKIT_KV_DENSE == static_cast<int>(KvLayout::kDense) &&
-              MLAKIT_KV_FP8_BLOCKWISE == static_cast<int>(KvLayout::kFp8Blockwise));
+              MLAKIT_KV_FP8_BLOCKWISE == static_cast<int>(KvLayout::kFp8Blockwise) &&
+              MLAKIT_KV_FP8_V4 == static_cast<int>(KvLayout::kFp8V4));
 
 mlakit_problem_t to_c(const Problem& p) {
   mlakit_problem_t c;
@@ -29,6 +30,7 @@ mlakit_problem_t to_c(const Problem& p) {
   c.kv_dtype = static_cast<int32_t>(p.kv_dtype), c.out_dtype = static_cast<int32_t>(p.out_dtype);
   c.kv_layout = static_cast<int32_t>(p.kv_layout), c.causal = p.causal;
   c.has_sinks = p.has_sinks, c.topk = p.topk, c.return_lse = p.return_lse;
+  c.d_qk = p.d_qk, c.extra_topk = p.extra_topk, c.extra_page_size = p.extra_page_size;
   return c;
 }
 
@@ -44,12 +46,18 @@ TEST(CApi, InitGivesTheCppDefaults) {
   EXPECT_EQ(c.q_dtype, MLAKIT_BF16);
   EXPECT_EQ(c.kv_layout, MLAKIT_KV_DENSE);
   EXPECT_EQ(c.causal, 1);
+  EXPECT_EQ(c.extra_topk, 0);
+  EXPECT_EQ(c.extra_page_size, 0);
   mlakit_run_args_t a;
   mlakit_run_args_init(&a);
   EXPECT_EQ(a.softmax_scale, mlakit::kDefaultSoftmaxScale);
   EXPECT_TRUE(std::isnan(a.q_scale) && std::isnan(a.k_scale));
   EXPECT_EQ(a.q, nullptr);
   EXPECT_EQ(a.q_scale_ptr, nullptr);
+  EXPECT_EQ(a.extra_kv_cache, nullptr);
+  EXPECT_EQ(a.extra_num_pages, 0);
+  EXPECT_EQ(a.extra_indices, nullptr);
+  EXPECT_EQ(a.extra_topk_lens, nullptr);
 }
 
 struct CApiCase {
@@ -87,6 +95,8 @@ TEST_P(CApiTest, RunMatchesCppApi) {
   ca.seq_lens = a.seq_lens, ca.indices = a.indices, ca.topk_lens = a.topk_lens;
   ca.sinks = a.sinks, ca.out = a.out, ca.lse = a.lse, ca.softmax_scale = a.softmax_scale;
   ca.q_scale = a.q_scale, ca.k_scale = a.k_scale;
+  ca.extra_kv_cache = a.extra_kv_cache, ca.extra_num_pages = a.extra_num_pages;
+  ca.extra_indices = a.extra_indices, ca.extra_topk_lens = a.extra_topk_lens;
   ASSERT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 0) << mlakit_last_error();
 
   EXPECT_EQ(out, cpp.out);
@@ -121,6 +131,20 @@ const CApiCase kCApiCases[] = {
       .kv_dtype = DType::kFP8E4M3,
       .kv_layout = KvLayout::kFp8Blockwise,
       .topk = 16,
+      .return_lse = true}},
+    {"v4_sparse_extra",
+     {.h_q = 4,
+      .s_q = 2,
+      .d_qk = 512,
+      .page_size = 16,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .kv_dtype = DType::kFP8E4M3,
+      .kv_layout = KvLayout::kFp8V4,
+      .has_sinks = true,
+      .topk = 16,
+      .extra_topk = 8,
+      .extra_page_size = 4,
       .return_lse = true}},
 };
 

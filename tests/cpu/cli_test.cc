@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,72 @@ TEST_F(Cli, TuneCacheWithoutAGpuIsAWarning) {
                                "--replays", "1", "--tune-cache", "/tmp/mlakit-cli-test.json"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "warning: --tune-cache")) << r.output;
+}
+
+// Sparse problems in every layout run on the cpu backend and pass the check: the workload draws
+// indices into each request's pages (some -1), and the V4 extra cache's window.
+TEST_F(Cli, SparseLayoutsCheckOnTheCpu) {
+  const std::vector<std::vector<std::string>> layouts = {
+      {"--layout", "v32"},
+      {"--layout", "v4"},
+      {"--layout", "v4", "--extra-topk", "24", "--extra-page-size", "16"},
+      {"--layout", "bf16"},
+      {"--layout", "dense", "--dtype", "fp8"},
+      {"--dtype", "fp8-blockwise"},
+  };
+  for (const std::vector<std::string>& layout : layouts) {
+    std::vector<std::string> args = {"check",   "--backend",   "cpu",     "--heads", "4",
+                                     "--s-q",   "1,2",         "--batch", "2",       "--seq-len",
+                                     "70",      "--page-size", "64",      "--topk",  "32",
+                                     "--sinks", "--lse"};
+    args.insert(args.end(), layout.begin(), layout.end());
+    const Result r = run_mlakit(args);
+    EXPECT_EQ(r.exit_code, 0) << layout[1] << "\n" << r.output;
+    EXPECT_TRUE(has(r, "0 failure(s)")) << r.output;
+    EXPECT_FALSE(has(r, "FAIL")) << r.output;
+  }
+}
+
+TEST_F(Cli, SparseV4BenchWritesTheLayoutToJson) {
+  const std::string json = ::testing::TempDir() + "mlakit-cli-v4.json";
+  const Result r =
+      run_mlakit({"bench", "--backend", "cpu", "--heads", "8",  "--batch",      "2",  "--seq-len",
+                  "300",   "--layout",  "v4",  "--topk",  "64", "--extra-topk", "16", "--replays",
+                  "1",     "--warmup",  "0",   "--json",  json});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"layout\": \"fp8_v4\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"extra_topk\": 16"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"topk\": 64"), std::string::npos) << text;
+  std::filesystem::remove(json);
+}
+
+// A --dtype that contradicts --layout, and an extra cache without --topk, are refused by name.
+TEST_F(Cli, LayoutFlagsThatDisagreeAreRefused) {
+  const std::vector<std::string> base = {"bench", "--backend", "cpu", "--batch",
+                                         "1",     "--seq-len", "16"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_mlakit(args);
+  };
+  Result r = with({"--layout", "v4", "--dtype", "fp8"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "--dtype: expected none with --layout v4")) << r.output;
+  EXPECT_TRUE(has(r, "given fp8")) << r.output;
+  r = with({"--layout", "v32", "--dtype", "bf16"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "--dtype: expected none or fp8-blockwise with --layout v32")) << r.output;
+  r = with({"--layout", "bf16", "--dtype", "fp16"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "--dtype: expected none or bf16 with --layout bf16")) << r.output;
+  r = with({"--extra-topk", "8"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r, "extra_topk: expected 0 for a dense problem")) << r.output;
+  r = with({"--layout", "v5"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "--layout")) << r.output;
 }
 
 }  // namespace

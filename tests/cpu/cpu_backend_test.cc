@@ -141,6 +141,8 @@ const Dtypes kDtypes[] = {
     {"blockwise_q_bf16", DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kFp8Blockwise},
     {"blockwise_q_fp16_out_fp16", DType::kFP16, DType::kFP8E4M3, DType::kFP16,
      KvLayout::kFp8Blockwise},
+    {"v4_q_bf16", DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kFp8V4},
+    {"v4_q_fp16_out_fp16", DType::kFP16, DType::kFP8E4M3, DType::kFP16, KvLayout::kFp8V4},
 };
 
 struct Shape {
@@ -154,11 +156,13 @@ struct Shape {
   int variable_len = 0;
   bool sinks = false;
   int topk = 0;
-  bool topk_lens = false;
+  bool topk_lens = false;  // per-request lengths of the indices (and of the extra indices)
+  int extra_topk = 0;      // an extra cache (sparse only)
+  int extra_page_size = 0;
   bool lse = true;
   float magnitude = 1.0f;  // standard deviation of q and kv
   float softmax_scale = mlakit::kDefaultSoftmaxScale;
-  float blockwise_k_scale = NAN;  // an optional extra k_scale for the blockwise layout
+  float blockwise_k_scale = NAN;  // an optional extra k_scale for the blockwise and V4 layouts
   bool scales_by_pointer = false;
 };
 
@@ -166,6 +170,7 @@ struct Shape {
 void check_case(const Dtypes& dt, const Shape& shape) {
   const Problem p{.h_q = shape.h_q,
                   .s_q = shape.s_q,
+                  .d_qk = mlakit::layout_d_qk(dt.layout),
                   .page_size = shape.page_size,
                   .max_batch = 64,
                   .max_seq_len = 4096,
@@ -176,6 +181,8 @@ void check_case(const Dtypes& dt, const Shape& shape) {
                   .causal = shape.causal,
                   .has_sinks = shape.sinks,
                   .topk = shape.topk,
+                  .extra_topk = shape.extra_topk,
+                  .extra_page_size = shape.extra_page_size,
                   .return_lse = shape.lse};
   const uint64_t seed = case_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << ", " << mlakit::describe(p));
@@ -186,7 +193,7 @@ void check_case(const Dtypes& dt, const Shape& shape) {
   HostInputs in = mlakit::harness::make_inputs(
       p, lens, {.seed = seed, .magnitude = shape.magnitude, .topk_lens = shape.topk_lens});
   in.softmax_scale = shape.softmax_scale;
-  if (dt.layout == KvLayout::kFp8Blockwise) in.k_scale = shape.blockwise_k_scale;
+  if (dt.layout != KvLayout::kDense) in.k_scale = shape.blockwise_k_scale;
 
   const NaiveResult ref = naive_attention(in);
   const CpuRun run = run_cpu(in, [&](RunArgs& a) {
@@ -251,6 +258,30 @@ const Shape kShapes[] = {
      .lens = {0, 40, 70},
      .sinks = true,
      .topk = 32},
+    // The extra cache (DeepSeek V4's window), attended in the same softmax as the main one: its
+    // own page size, -1 slots, per-request lengths (0 included), sinks, s_q up to 4.
+    {.name = "sparse_extra",
+     .lens = {0, 1, 100, 300},
+     .topk = 64,
+     .extra_topk = 32,
+     .extra_page_size = 16},
+    {.name = "sparse_extra_lens_sinks_sq4",
+     .s_q = 4,
+     .page_size = 16,
+     .lens = {0, 1, 100, 300, 7},
+     .sinks = true,
+     .topk = 48,
+     .topk_lens = true,
+     .extra_topk = 20,
+     .extra_page_size = 3},
+    {.name = "sparse_extra_page1_sq3",
+     .h_q = 8,
+     .s_q = 3,
+     .page_size = 1,
+     .lens = {0, 40, 70},
+     .topk = 32,
+     .extra_topk = 7,
+     .extra_page_size = 64},
     {.name = "heads128", .h_q = 128, .lens = {1, 65, 130}},
     {.name = "long", .lens = {3, 2000, 0, 64}},
     {.name = "peaky_softmax", .lens = {1, 65, 200}, .magnitude = 3.0f},
@@ -331,6 +362,133 @@ TEST(CpuBackend, SparseDuplicatesEmptyRowsAndZeroTopkLens) {
           << "head " << h << " d " << d;
     }
   }
+}
+
+// The V4 byte layout, written by hand rather than by the workload generator: pages of 3 tokens,
+// each page its 3 data rows (448 e4m3, 64 bf16), then its 3 scale rows (7 UE8M0 exponents and a
+// pad byte), then padding to 4 * 576 bytes. Everything not written is 0xff (NaN as e4m3, bf16 and
+// UE8M0): one selected token gives out = its dequantized 512 values exactly.
+TEST(CpuBackend, V4LayoutByteForByte) {
+  constexpr int kPage = 3, kPageBytes = 4 * 576;  // 3 * 584 = 1752, padded to 2304
+  static_assert(kPage * 584 <= kPageBytes && kPageBytes - 576 < kPage * 584);
+  EXPECT_EQ(mlakit::kv_page_bytes(DType::kFP8E4M3, KvLayout::kFp8V4, kPage), size_t{kPageBytes});
+  const Problem p{.h_q = 2,
+                  .d_qk = 512,
+                  .page_size = kPage,
+                  .max_batch = 1,
+                  .q_dtype = DType::kBF16,
+                  .kv_dtype = DType::kFP8E4M3,
+                  .kv_layout = KvLayout::kFp8V4,
+                  .topk = 3,
+                  .return_lse = true};
+  HostInputs in;
+  in.problem = p;
+  in.batch = 1;
+  in.num_pages = 2;
+  in.kv.assign(2 * kPageBytes, 0xff);
+  const int slot = 4;  // page 1, offset 1
+  uint8_t* page = in.kv.data() + kPageBytes;
+  uint8_t* data = page + 1 * 576;
+  uint8_t* scales = page + kPage * 576 + 1 * 8;
+  std::vector<double> value(512);
+  for (int d = 0; d < 448; ++d) {
+    data[d] = d % 2 ? 0x38 : 0xb0;  // e4m3 1.0 and -0.5
+    value[d] = (d % 2 ? 1.0 : -0.5) * std::ldexp(1.0, d / 64 - 3);
+  }
+  for (int g = 0; g < 7; ++g) scales[g] = static_cast<uint8_t>(127 + g - 3);  // 2^(g - 3)
+  for (int d = 0; d < 64; ++d) {
+    value[448 + d] = (d - 32) / 16.0;  // exact in bf16
+    const uint16_t bits = mlakit::float_to_bf16(static_cast<float>(value[448 + d]));
+    std::memcpy(data + 448 + 2 * d, &bits, 2);
+  }
+  in.indices = {slot, -1, slot};  // listed twice: still one value, weight 1
+  in.q.resize(2 * 512 * 2);
+  std::vector<double> q(2 * 512);
+  for (int k = 0; k < 2 * 512; ++k) {
+    q[k] = ((k * 7) % 11 - 5) / 64.0;
+    const uint16_t bits = mlakit::float_to_bf16(static_cast<float>(q[k]));
+    std::memcpy(in.q.data() + 2 * k, &bits, 2);
+  }
+  in.softmax_scale = mlakit::kV4SoftmaxScale;
+
+  for (const float k_scale : {NAN, 0.5f}) {  // the optional k_scale scales the e4m3 part only
+    in.k_scale = k_scale;
+    const double ks = std::isnan(k_scale) ? 1.0 : k_scale;
+    const CpuRun run = run_cpu(in);
+    ASSERT_TRUE(run.status.ok()) << run.status.to_string();
+    for (int h = 0; h < 2; ++h) {
+      double dot = 0;
+      for (int d = 0; d < 512; ++d) {
+        const double v = d < 448 ? value[d] * ks : value[d];
+        dot += q[h * 512 + d] * v;
+        ASSERT_EQ(decode_out(run.out, h * kDv + d, DType::kBF16), v)
+            << "k_scale " << k_scale << ", head " << h << ", d " << d;
+      }
+      EXPECT_NEAR(run.lse[h], dot * mlakit::kV4SoftmaxScale + std::log(2.0), kLseTolerance);
+    }
+  }
+}
+
+// The extra cache's edges: a query token seeing only extra tokens, one seeing only main ones
+// (extra lengths 0), one seeing nothing in either (out 0, lse -inf), and the same slot listed in
+// both caches' index rows (two tokens of equal value), against the reference.
+TEST(CpuBackend, ExtraCacheEdges) {
+  const Problem p{.h_q = 8,
+                  .s_q = 2,
+                  .d_qk = 512,
+                  .page_size = 16,
+                  .max_batch = 3,
+                  .max_seq_len = 64,
+                  .kv_dtype = DType::kFP8E4M3,
+                  .kv_layout = KvLayout::kFp8V4,
+                  .has_sinks = true,
+                  .topk = 8,
+                  .extra_topk = 6,
+                  .extra_page_size = 4,
+                  .return_lse = true};
+  const uint64_t seed = case_seed();
+  HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{40, 10, 30},
+                                               {.seed = seed, .topk_lens = true});
+  ASSERT_EQ(in.extra_topk_lens.size(), 3u);
+  auto main_row = [&](int i, int t) { return &in.indices[(i * p.s_q + t) * p.topk]; };
+  auto extra_row = [&](int i, int t) { return &in.extra_indices[(i * p.s_q + t) * p.extra_topk]; };
+  in.topk_lens = {p.topk, p.topk, p.topk};
+  in.extra_topk_lens = {p.extra_topk, 0, p.extra_topk};
+  std::fill_n(main_row(0, 0), p.topk, -1);  // request 0, token 0: extra tokens only
+  std::fill_n(main_row(2, 0), p.topk, -1);  // request 2, token 0: nothing at all
+  std::fill_n(extra_row(2, 0), p.extra_topk, -1);
+  // Request 2, token 1: the same (extra) slot listed in every extra slot, main empty.
+  std::fill_n(main_row(2, 1), p.topk, -1);
+  const int32_t one = extra_row(0, 1)[0] >= 0 ? extra_row(0, 1)[0] : extra_row(0, 1)[1];
+  ASSERT_GE(one, 0);
+  std::fill_n(extra_row(2, 1), p.extra_topk, one);
+
+  const NaiveResult ref = naive_attention(in);
+  int extra_visible = 0;
+  for (int k = 0; k < p.extra_topk; ++k) extra_visible += extra_row(0, 0)[k] >= 0;
+  EXPECT_EQ(ref.visible[0], extra_visible);
+  EXPECT_GT(ref.visible[0], 0);
+  EXPECT_EQ(ref.visible[4], 0);
+  EXPECT_EQ(ref.visible[5], p.extra_topk);
+  const CpuRun run = run_cpu(in);
+  ASSERT_TRUE(run.status.ok()) << run.status.to_string();
+  EXPECT_TRUE(matches_reference(in, run, ref)) << "seed " << seed;
+  for (int h = 0; h < p.h_q; ++h) {
+    EXPECT_EQ(run.lse[4 * p.h_q + h], -kInf) << "head " << h;
+    for (int d = 0; d < kDv; ++d)
+      ASSERT_EQ(decode_out(run.out, (4 * p.h_q + h) * kDv + d, p.out_dtype), 0.0);
+  }
+
+  // Without the extra cache's tokens the result differs: they are attended, not ignored.
+  HostInputs main_only = in;
+  main_only.extra_topk_lens = {0, 0, 0};
+  const NaiveResult ref_main = naive_attention(main_only);
+  EXPECT_EQ(ref_main.visible[0], 0);
+  const CpuRun run_main = run_cpu(main_only);
+  ASSERT_TRUE(run_main.status.ok()) << run_main.status.to_string();
+  EXPECT_TRUE(matches_reference(main_only, run_main, ref_main));
+  EXPECT_NE(run_main.lse[1 * p.h_q], run.lse[1 * p.h_q]) << "request 0, token 1";
+  EXPECT_EQ(run_main.lse[2 * p.h_q], run.lse[2 * p.h_q]) << "request 1 (extra lengths 0 in both)";
 }
 
 // The cpu backend is the oracle: the same inputs must give the same bits every time, whatever the
@@ -430,6 +588,40 @@ TEST(CpuDataChecks, TopkLensOutOfRange) {
   HostInputs in = small_sparse(case_seed());
   in.topk_lens[1] = 9;
   EXPECT_TRUE(is_invalid(run_cpu(in).status, "topk_lens[1]", "9"));
+}
+
+HostInputs small_extra(uint64_t seed) {
+  const Problem p{.h_q = 4,
+                  .s_q = 2,
+                  .d_qk = 512,
+                  .page_size = 16,
+                  .max_batch = 2,
+                  .max_seq_len = 128,
+                  .kv_dtype = DType::kFP8E4M3,
+                  .kv_layout = KvLayout::kFp8V4,
+                  .topk = 8,
+                  .extra_topk = 6,
+                  .extra_page_size = 4};
+  return mlakit::harness::make_inputs(p, std::vector<int32_t>{5, 40},
+                                      {.seed = seed, .topk_lens = true});
+}
+
+TEST(CpuDataChecks, ExtraIndexOutOfRange) {
+  HostInputs in = small_extra(case_seed());
+  const int64_t slots = in.extra_num_pages * 4;
+  in.extra_indices[1 * 2 * 6 + 6 + 2] = static_cast<int32_t>(slots);  // request 1, token 1, k 2
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "extra_indices[1, 1, 2]", std::to_string(slots)));
+  in = small_extra(case_seed());
+  in.extra_indices[4] = -7;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "extra_indices[0, 0, 4]", "-7"));
+}
+
+TEST(CpuDataChecks, ExtraTopkLensOutOfRange) {
+  HostInputs in = small_extra(case_seed());
+  in.extra_topk_lens[0] = 7;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "extra_topk_lens[0]", "7"));
+  in.extra_topk_lens[0] = -1;
+  EXPECT_TRUE(is_invalid(run_cpu(in).status, "extra_topk_lens[0]", "-1"));
 }
 
 // Sinks live in host memory for the cpu backend, so it checks them: a NaN sink made the head's

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "cpu_run.h"
 #include "harness/workload.h"
 #include "mlakit/mlakit.h"
@@ -122,7 +123,72 @@ const ProblemRule kProblemRules[] = {
      },
      "kv_dtype", "bf16, fp16 or fp8_e4m3", "given fp32"},
     {"unknown_layout", [](Problem& p) { p.kv_layout = static_cast<KvLayout>(7); }, "kv_layout",
-     "dense or fp8_blockwise", "given 7"},
+     "dense, fp8_blockwise or fp8_v4", "given 7"},
+    // V4: the layout decides d_qk (512), and the cache is fp8 with a 16-bit q.
+    {"v4_d_qk_576",
+     [](Problem& p) {
+       p.kv_layout = KvLayout::kFp8V4;
+       p.kv_dtype = DType::kFP8E4M3;
+     },
+     "d_qk", "expected 512 (kv_layout fp8_v4)", "given 576"},
+    {"dense_d_qk_512", [](Problem& p) { p.d_qk = 512; }, "d_qk", "expected 576 (kv_layout dense)",
+     "given 512"},
+    {"v4_bf16_kv",
+     [](Problem& p) {
+       p.kv_layout = KvLayout::kFp8V4;
+       p.d_qk = 512;
+     },
+     "kv_dtype", "fp8_e4m3 with kv_layout fp8_v4", "given bf16"},
+    {"v4_fp8_q",
+     [](Problem& p) {
+       p.kv_layout = KvLayout::kFp8V4;
+       p.d_qk = 512;
+       p.kv_dtype = p.q_dtype = DType::kFP8E4M3;
+     },
+     "q_dtype", "bf16 or fp16 with fp8_v4", "given fp8_e4m3"},
+    {"v4_d_v_448",
+     [](Problem& p) {
+       p.kv_layout = KvLayout::kFp8V4;
+       p.kv_dtype = DType::kFP8E4M3;
+       p.d_qk = 512;
+       p.d_v = 448;
+     },
+     "d_v", "512", "given 448"},
+    // The extra cache: sparse only, its own page size only with it.
+    {"extra_topk_dense", [](Problem& p) { p.extra_topk = 8; }, "extra_topk",
+     "0 for a dense problem (an extra cache needs topk > 0)", "given 8"},
+    {"extra_topk_negative",
+     [](Problem& p) {
+       p.topk = 8;
+       p.extra_topk = -1;
+     },
+     "extra_topk", "expected 0..65536", "given -1"},
+    {"extra_topk_huge",
+     [](Problem& p) {
+       p.topk = 8;
+       p.extra_topk = (1 << 16) + 1;
+     },
+     "extra_topk", "expected 0..65536", "given 65537"},
+    {"extra_page_size_without_extra",
+     [](Problem& p) {
+       p.topk = 8;
+       p.extra_page_size = 16;
+     },
+     "extra_page_size", "0 without an extra cache (extra_topk 0)", "given 16"},
+    {"extra_page_size_huge",
+     [](Problem& p) {
+       p.topk = 8;
+       p.extra_topk = 4;
+       p.extra_page_size = 1025;
+     },
+     "extra_page_size", "expected 0..1024", "given 1025"},
+    {"extra_page_size_negative",
+     [](Problem& p) {
+       p.topk = 8;
+       p.extra_topk = 4;
+       p.extra_page_size = -2;
+     },
+     "extra_page_size", "expected 0..1024", "given -2"},
 };
 
 void PrintTo(const ProblemRule& rule, std::ostream* os) { *os << rule.name; }
@@ -163,10 +229,13 @@ TEST(ValidateProblem, AcceptsEverySupportedCombination) {
       {DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kFp8Blockwise},
       {DType::kFP16, DType::kFP8E4M3, DType::kFP16, KvLayout::kFp8Blockwise},
       {DType::kBF16, DType::kFP8E4M3, DType::kFP16, KvLayout::kFp8Blockwise},
+      {DType::kBF16, DType::kFP8E4M3, DType::kBF16, KvLayout::kFp8V4},
+      {DType::kFP16, DType::kFP8E4M3, DType::kFP16, KvLayout::kFp8V4},
   };
   for (const Combo& c : combos) {
     Problem p = valid_problem();
     p.q_dtype = c.q, p.kv_dtype = c.kv, p.out_dtype = c.out, p.kv_layout = c.layout;
+    p.d_qk = mlakit::layout_d_qk(c.layout);
     const Status st = mlakit::validate(p);
     EXPECT_TRUE(st.ok()) << mlakit::describe(p) << ": " << st.to_string();
     EXPECT_TRUE(mlakit::can_run("cpu", p).ok()) << mlakit::describe(p);
@@ -176,7 +245,9 @@ TEST(ValidateProblem, AcceptsEverySupportedCombination) {
        {+[](Problem& p) { p.h_q = 1; }, +[](Problem& p) { p.h_q = 128; },
         +[](Problem& p) { p.s_q = 16; }, +[](Problem& p) { p.page_size = 1; },
         +[](Problem& p) { p.page_size = 1024; }, +[](Problem& p) { p.max_seq_len = 0; },
-        +[](Problem& p) { p.topk = 1 << 16; }}) {
+        +[](Problem& p) { p.topk = 1 << 16; }, +[](Problem& p) { p.topk = p.extra_topk = 1 << 16; },
+        +[](Problem& p) { p.topk = 1, p.extra_topk = 1, p.extra_page_size = 1024; },
+        +[](Problem& p) { p.topk = 1, p.extra_topk = 1, p.extra_page_size = 1; }}) {
     Problem p = valid_problem();
     edit(p);
     EXPECT_TRUE(mlakit::validate(p).ok()) << mlakit::describe(p);
@@ -187,7 +258,7 @@ TEST(ValidateProblem, AcceptsEverySupportedCombination) {
 // validate_args and Decoder::run
 // ---------------------------------------------------------------------------------------------
 
-enum class Base { kDense, kSinksLse, kSparse, kFp8, kFp8Q, kBlockwise };
+enum class Base { kDense, kSinksLse, kSparse, kFp8, kFp8Q, kBlockwise, kV4Extra };
 
 Problem base_problem(Base base) {
   Problem p{.h_q = 4, .page_size = 16, .max_batch = 2, .max_seq_len = 64};
@@ -200,6 +271,14 @@ Problem base_problem(Base base) {
     case Base::kBlockwise:
       p.kv_dtype = DType::kFP8E4M3;
       p.kv_layout = KvLayout::kFp8Blockwise;
+      break;
+    case Base::kV4Extra:
+      p.kv_dtype = DType::kFP8E4M3;
+      p.kv_layout = KvLayout::kFp8V4;
+      p.d_qk = 512;
+      p.topk = 8;
+      p.extra_topk = 4;
+      p.extra_page_size = 2;
       break;
   }
   return p;
@@ -442,6 +521,65 @@ const ArgsRule kArgsRules[] = {
      [](RunArgs& a) { a.k_scale = 0; },
      "k_scale",
      {"a finite value > 0", "given 0"}},
+    {"v4_k_scale_inf",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.k_scale = kInf; },
+     "k_scale",
+     {"a finite value > 0", "given inf"}},
+    {"extra_kv_cache_missing",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.extra_kv_cache = nullptr; },
+     "extra_kv_cache",
+     {"a non-null pointer", "given nullptr"}},
+    {"extra_kv_cache_misaligned",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.extra_kv_cache = misaligned(a.extra_kv_cache, 8); },
+     "extra_kv_cache",
+     {"aligned to 16 bytes"}},
+    {"extra_num_pages_0",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.extra_num_pages = 0; },
+     "extra_num_pages",
+     {"expected 1..", "given 0"}},
+    {"extra_indices_missing",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.extra_indices = nullptr; },
+     "extra_indices",
+     {"[b, s_q, 4] int32 for extra_topk", "given nullptr"}},
+    {"extra_indices_misaligned",
+     Base::kV4Extra,
+     [](RunArgs& a) {
+       a.extra_indices = static_cast<const int32_t*>(misaligned(a.extra_indices, 2));
+     },
+     "extra_indices",
+     {"aligned to 4 bytes"}},
+    {"extra_topk_lens_misaligned",
+     Base::kV4Extra,
+     [](RunArgs& a) {
+       a.extra_topk_lens = static_cast<const int32_t*>(misaligned(a.extra_topk_lens, 1));
+     },
+     "extra_topk_lens",
+     {"aligned to 4 bytes"}},
+    {"extra_kv_cache_without_extra",
+     Base::kSparse,
+     [](RunArgs& a) { a.extra_kv_cache = kInts; },
+     "extra_kv_cache",
+     {"nullptr because the problem has no extra cache (extra_topk 0)", "given a pointer"}},
+    {"extra_indices_without_extra",
+     Base::kSparse,
+     [](RunArgs& a) { a.extra_indices = kInts; },
+     "extra_indices",
+     {"nullptr because the problem has no extra cache", "given a pointer"}},
+    {"extra_topk_lens_without_extra",
+     Base::kDense,
+     [](RunArgs& a) { a.extra_topk_lens = kInts; },
+     "extra_topk_lens",
+     {"nullptr because the problem has no extra cache", "given a pointer"}},
+    {"extra_num_pages_without_extra",
+     Base::kSparse,
+     [](RunArgs& a) { a.extra_num_pages = 3; },
+     "extra_num_pages",
+     {"0 because the problem has no extra cache", "given 3"}},
     {"blockwise_k_scale_host_and_pointer",
      Base::kBlockwise,
      [](RunArgs& a) {
@@ -482,8 +620,8 @@ INSTANTIATE_TEST_SUITE_P(Validate, ArgsRuleTest, ::testing::ValuesIn(kArgsRules)
 
 // Optional arguments, scales by pointer, and each base call go through.
 TEST(ValidateArgs, AcceptsValidCalls) {
-  for (const Base base :
-       {Base::kDense, Base::kSinksLse, Base::kSparse, Base::kFp8, Base::kFp8Q, Base::kBlockwise}) {
+  for (const Base base : {Base::kDense, Base::kSinksLse, Base::kSparse, Base::kFp8, Base::kFp8Q,
+                          Base::kBlockwise, Base::kV4Extra}) {
     ValidCall call(base);
     const Problem& p = call.in.problem;
     std::unique_ptr<Decoder> decoder;
@@ -499,6 +637,10 @@ TEST(ValidateArgs, AcceptsValidCalls) {
   ValidCall sparse(Base::kSparse);  // topk_lens is optional
   sparse.args.topk_lens = nullptr;
   EXPECT_TRUE(mlakit::validate_args(sparse.in.problem, sparse.args, 0, nullptr, 0).ok());
+  ValidCall v4(Base::kV4Extra);  // so are both lengths of V4, and its k_scale
+  v4.args.topk_lens = v4.args.extra_topk_lens = nullptr;
+  v4.args.k_scale = 0.25f;
+  EXPECT_TRUE(mlakit::validate_args(v4.in.problem, v4.args, 0, nullptr, 0).ok());
 }
 
 // The workspace rules, with a workspace that the cpu backend never needs: called directly.
@@ -523,6 +665,17 @@ TEST(ValidateArgs, WorkspaceNullOrMisaligned) {
   EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 0, nullptr, 0).ok());
 }
 
+// Copies `bytes` bytes of an argument into a region of their own, with nothing of the call within
+// 256 KiB of them, and returns the copy: a written buffer placed over it can overlap it alone,
+// whatever the heap put next to the original.
+char* isolate(const void* ptr, size_t bytes) {
+  alignas(256) static char arena[1 << 20];
+  char* copy = arena + (256 << 10);
+  EXPECT_LE(bytes, sizeof(arena) / 2);
+  std::memcpy(copy, ptr, bytes);
+  return copy;
+}
+
 // A written buffer (out, lse, the workspace) that overlaps another argument is a data race and
 // gave wrong results: refused, naming both, from the addresses alone (nothing is read).
 TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
@@ -541,11 +694,42 @@ TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
       {Base::kDense, "out", "seq_lens",
        [](RunArgs& a) { a.out = const_cast<int32_t*>(a.seq_lens); }},
       {Base::kSinksLse, "out", "lse", [](RunArgs& a) { a.out = a.lse; }},
-      {Base::kSinksLse, "out", "sinks", [](RunArgs& a) { a.out = const_cast<float*>(a.sinks); }},
+      {Base::kSinksLse, "out", "sinks",
+       [](RunArgs& a) {
+         char* sinks = isolate(a.sinks, 4 * sizeof(float));
+         a.sinks = reinterpret_cast<const float*>(sinks);
+         a.out = sinks;
+       }},
       {Base::kSparse, "out", "indices",
        [](RunArgs& a) { a.out = const_cast<int32_t*>(a.indices); }},
       {Base::kSparse, "out", "topk_lens",
        [](RunArgs& a) { a.out = const_cast<int32_t*>(a.topk_lens); }},
+      {Base::kV4Extra, "out", "kv_cache",
+       [](RunArgs& a) {
+         // In the last page's padding: a V4 page of 16 tokens is 9344 bytes, padded to 9792.
+         char* kv = isolate(a.kv_cache, a.num_pages * 9792);
+         a.kv_cache = kv;
+         a.out = kv + a.num_pages * 9792 - 16;
+       }},
+      {Base::kV4Extra, "out", "extra_kv_cache",
+       [](RunArgs& a) {
+         // Pages of 2 tokens: 1168 bytes, padded to 1728; out starts in the first one's padding.
+         char* extra = isolate(a.extra_kv_cache, a.extra_num_pages * 1728);
+         a.extra_kv_cache = extra;
+         a.out = extra + 1200;
+       }},
+      {Base::kV4Extra, "out", "extra_indices",
+       [](RunArgs& a) {
+         char* indices = isolate(a.extra_indices, 2 * 4 * sizeof(int32_t));
+         a.extra_indices = reinterpret_cast<const int32_t*>(indices);
+         a.out = indices;
+       }},
+      {Base::kV4Extra, "out", "extra_topk_lens",
+       [](RunArgs& a) {
+         char* lens = isolate(a.extra_topk_lens, 2 * sizeof(int32_t));
+         a.extra_topk_lens = reinterpret_cast<const int32_t*>(lens);
+         a.out = lens;
+       }},
       {Base::kFp8, "out", "k_scale_ptr",
        [](RunArgs& a) {
          a.k_scale = kNaN;
@@ -655,6 +839,34 @@ TEST(CanRun, CpuRunsAnyValidProblem) {
   Problem p = valid_problem();
   p.page_size = 48, p.h_q = 128, p.s_q = 16, p.has_sinks = true, p.topk = 2048;
   EXPECT_TRUE(mlakit::can_run("cpu", p).ok());
+  p.topk = 1024, p.extra_topk = 128, p.extra_page_size = 64;  // the V4 layout's shape
+  p.kv_dtype = DType::kFP8E4M3, p.kv_layout = KvLayout::kFp8V4, p.d_qk = 512;
+  EXPECT_TRUE(mlakit::can_run("cpu", p).ok());
+}
+
+// The GPU backends compiled into this build refuse what they do not run, by name: the V4 layout
+// and the extra cache. Their can_run is asked directly (it needs no GPU), as if a device were
+// present.
+TEST(CanRun, GpuBackendsRefuseTheV4LayoutAndTheExtraCacheByName) {
+  Problem v4 = valid_problem();
+  v4.kv_dtype = DType::kFP8E4M3, v4.kv_layout = KvLayout::kFp8V4, v4.d_qk = 512, v4.topk = 64;
+  Problem extra = valid_problem();
+  extra.kv_dtype = DType::kFP8E4M3, extra.kv_layout = KvLayout::kFp8Blockwise, extra.topk = 64;
+  extra.extra_topk = 16;
+  ASSERT_TRUE(mlakit::validate(v4).ok() && mlakit::validate(extra).ok());
+  const mlakit::DeviceInfo h100{
+      .present = true, .device = 0, .name = "H100", .sm_major = 9, .sm_count = 132};
+  int gpu_backends = 0;
+  for (const mlakit::BackendEntry* entry : mlakit::backend_registry()) {
+    if (!entry->device_memory) continue;
+    ++gpu_backends;
+    const std::string name(entry->name);
+    EXPECT_TRUE(is_error(entry->can_run(v4, h100), StatusCode::kUnsupported, "kv_layout fp8_v4",
+                         {"backend " + name}));
+    EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
+                         "an extra cache (extra_topk 16)", {"backend " + name}));
+  }
+  if (gpu_backends == 0) GTEST_SKIP() << "no GPU backend in this build";
 }
 
 }  // namespace

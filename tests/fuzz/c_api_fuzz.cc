@@ -133,7 +133,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.kv_dtype = dtypes[types % 4];
   p.q_dtype = (types >> 2) % 4 == 0 ? p.kv_dtype : dtypes[(types >> 2) % 4];
   p.out_dtype = (types >> 4) % 2 ? MLAKIT_BF16 : MLAKIT_FP16;
-  p.kv_layout = (types >> 5) % 4 == 0 ? MLAKIT_KV_FP8_BLOCKWISE : MLAKIT_KV_DENSE;
+  const int layout = (types >> 5) % 4;
+  p.kv_layout = layout == 0   ? MLAKIT_KV_FP8_BLOCKWISE
+                : layout == 1 ? MLAKIT_KV_FP8_V4
+                              : MLAKIT_KV_DENSE;
+  if (p.kv_layout == MLAKIT_KV_FP8_V4) p.d_qk = 512;
   if ((types >> 7) && in.flag()) p.kv_layout = in.raw<int32_t>();
   p.causal = in.flag();
   p.has_sinks = in.flag();
@@ -161,10 +165,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     mlakit_decoder_destroy(decoder);
     return 0;
   }
-  const size_t token = p.kv_layout == MLAKIT_KV_FP8_BLOCKWISE ? 656 : 576 * dtype_bytes(p.kv_dtype);
+  // Bytes of a page: V4 pages hold 584 bytes a token, padded to a multiple of 576.
+  const size_t page = p.kv_layout == MLAKIT_KV_FP8_V4 ? (p.page_size * 584 + 575) / 576 * 576
+                      : p.kv_layout == MLAKIT_KV_FP8_BLOCKWISE
+                          ? p.page_size * 656
+                          : p.page_size * 576 * dtype_bytes(p.kv_dtype);
   Bits bits{in.raw<uint32_t>()};
-  Buffer q = make_buffer(bits, rows * 576 * dtype_bytes(p.q_dtype));
-  Buffer kv = make_buffer(bits, num_pages * p.page_size * token);
+  Buffer q = make_buffer(bits, rows * p.d_qk * dtype_bytes(p.q_dtype));
+  Buffer kv = make_buffer(bits, num_pages * page);
   Buffer table = make_buffer(bits, batch * stride * 4);
   fill_ints(bits, table, -1, static_cast<int32_t>(num_pages));
   Buffer lens = make_buffer(bits, batch * 4);
@@ -182,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t pages_claimed = claim(in, num_pages);
   const int64_t stride_claimed = claim(in, stride);
   const size_t kv_bytes =
-      pages_claimed >= 1 && pages_claimed <= num_pages ? pages_claimed * p.page_size * token : 0;
+      pages_claimed >= 1 && pages_claimed <= num_pages ? pages_claimed * page : 0;
   // A sparse run ignores the block table and lengths: they are not arguments it can race with.
   const bool dense = p.topk == 0;
   const size_t table_bytes =

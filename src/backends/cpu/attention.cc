@@ -1,6 +1,6 @@
 // The cpu reference backend: exact MLA decode math on the host.
 //
-// Per request, the visible tokens are dequantized once to float32 rows of 576; query rows are
+// Per request, the visible tokens are dequantized once to float32 rows of d_qk; query rows are
 // processed in blocks of up to kHeadBlock heads of one token so that each cached row is reused
 // from cache for several heads. Scores and outputs are accumulated in float32, the softmax
 // normalizer in float64, and the softmax is exact two-pass (max first), so the result is the
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -40,25 +41,52 @@ void store_scalar(void* base, int64_t index, DType dtype, float value) {
   }
 }
 
-// Dequantizes cached token `slot` (page * page_size + offset) into dst[0:576].
-void load_token(const Problem& p, const RunArgs& a, float k_scale, int64_t slot, float* dst) {
+// A cached token: its page and its place in the page (the main or the extra cache).
+struct TokenRef {
+  const uint8_t* page;
+  int32_t offset;
+  int32_t page_size;
+};
+
+TokenRef token_ref(const Problem& p, const void* cache, int32_t page_size, int64_t slot) {
+  const size_t page_bytes = kv_page_bytes(p.kv_dtype, p.kv_layout, page_size);
+  return {.page = static_cast<const uint8_t*>(cache) + slot / page_size * page_bytes,
+          .offset = static_cast<int32_t>(slot % page_size),
+          .page_size = page_size};
+}
+
+float load_bf16(const uint8_t* at) {
+  uint16_t bits;
+  std::memcpy(&bits, at, sizeof(bits));
+  return bf16_to_float(bits);
+}
+
+// Dequantizes cached token `t` into dst[0:d_qk].
+void load_token(const Problem& p, float k_scale, const TokenRef& t, float* dst) {
   if (p.kv_layout == KvLayout::kFp8Blockwise) {
-    const auto* row = static_cast<const uint8_t*>(a.kv_cache) + slot * kBlockwiseBytes;
+    const uint8_t* row = t.page + static_cast<int64_t>(t.offset) * kBlockwiseBytes;
     float scales[kDv / kBlockwiseGroup];
     std::memcpy(scales, row + kDv, sizeof(scales));
     for (int d = 0; d < kDv; ++d) {
       dst[d] = e4m3_to_float(row[d]) * scales[d / kBlockwiseGroup] * k_scale;
     }
     const uint8_t* rope = row + kDv + sizeof(scales);
-    for (int d = 0; d < kDRope; ++d) {
-      uint16_t bits;
-      std::memcpy(&bits, rope + 2 * d, sizeof(bits));
-      dst[kDv + d] = bf16_to_float(bits);
-    }
+    for (int d = 0; d < kDRope; ++d) dst[kDv + d] = load_bf16(rope + 2 * d);
     return;
   }
-  for (int d = 0; d < kDqk; ++d)
-    dst[d] = load_scalar(a.kv_cache, slot * kDqk + d, p.kv_dtype) * k_scale;
+  if (p.kv_layout == KvLayout::kFp8V4) {
+    // The page's data rows first, its scale rows after them (the pad byte is never read).
+    const uint8_t* row = t.page + static_cast<int64_t>(t.offset) * kV4DataBytes;
+    const uint8_t* scales =
+        t.page + static_cast<int64_t>(t.page_size) * kV4DataBytes + t.offset * kV4ScaleBytes;
+    for (int d = 0; d < kV4Nope; ++d) {
+      dst[d] = e4m3_to_float(row[d]) * ue8m0_to_float(scales[d / kV4Group]) * k_scale;
+    }
+    for (int d = 0; d < kDRope; ++d) dst[kV4Nope + d] = load_bf16(row + kV4Nope + 2 * d);
+    return;
+  }
+  const int64_t first = static_cast<int64_t>(t.offset) * kDqk;
+  for (int d = 0; d < kDqk; ++d) dst[d] = load_scalar(t.page, first + d, p.kv_dtype) * k_scale;
 }
 
 // Number of cached tokens token t of request i sees (dense mode).
@@ -67,26 +95,40 @@ int64_t visible_dense(const Problem& p, int64_t seq_len, int t) {
   return std::clamp<int64_t>(seq_len - p.s_q + 1 + t, 0, seq_len);
 }
 
-int64_t topk_len(const Problem& p, const RunArgs& a, int i) {
-  if (a.topk_lens == nullptr) return p.topk;
-  return std::clamp<int64_t>(a.topk_lens[i], 0, p.topk);
+int64_t listed(const int32_t* lens, int i, int64_t topk) {
+  if (lens == nullptr) return topk;
+  return std::clamp<int64_t>(lens[i], 0, topk);
 }
 
-// Cache slots token t of request i attends to, in order.
-void visible_slots(const Problem& p, const RunArgs& a, int i, int t, std::vector<int64_t>* slots) {
-  slots->clear();
+// Cache tokens token t of request i attends to, in order: the main cache's, then the extra
+// cache's (one softmax over both).
+void visible_tokens(const Problem& p, const RunArgs& a, int i, int t,
+                    std::vector<TokenRef>* tokens) {
+  tokens->clear();
+  const int64_t row = static_cast<int64_t>(i) * p.s_q + t;
   if (p.sparse()) {
-    const int32_t* idx = a.indices + (static_cast<int64_t>(i) * p.s_q + t) * p.topk;
-    const int64_t n = topk_len(p, a, i);
+    const int32_t* idx = a.indices + row * p.topk;
+    const int64_t n = listed(a.topk_lens, i, p.topk);
     for (int64_t k = 0; k < n; ++k) {
-      if (idx[k] >= 0) slots->push_back(idx[k]);
+      if (idx[k] >= 0) tokens->push_back(token_ref(p, a.kv_cache, p.page_size, idx[k]));
+    }
+    if (!p.has_extra()) return;
+    const int32_t* extra = a.extra_indices + row * p.extra_topk;
+    const int64_t m = listed(a.extra_topk_lens, i, p.extra_topk);
+    const int32_t extra_page_size = p.extra_page_size_or_default();
+    for (int64_t k = 0; k < m; ++k) {
+      if (extra[k] >= 0) {
+        tokens->push_back(token_ref(p, a.extra_kv_cache, extra_page_size, extra[k]));
+      }
     }
     return;
   }
   const int64_t n = visible_dense(p, a.seq_lens[i], t);
   const int32_t* pages = a.block_table + i * a.block_table_stride;
   for (int64_t j = 0; j < n; ++j) {
-    slots->push_back(static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size);
+    tokens->push_back(
+        token_ref(p, a.kv_cache, p.page_size,
+                  static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size));
   }
 }
 
@@ -94,11 +136,28 @@ struct RowBlock {
   int i, t, h0, h1;
 };
 
+// Request i's lengths (lens[i], when given) and its index rows [s_q, topk] of one cache.
+Status check_listed(std::string_view lens_name, std::string_view indices_name, const int32_t* lens,
+                    const int32_t* indices, int64_t topk, int64_t cache_tokens, const Problem& p,
+                    int i) {
+  if (lens != nullptr && (lens[i] < 0 || lens[i] > topk)) {
+    return invalid_argument(str_cat(lens_name, "[", i, "]"), str_cat("0..", topk), lens[i]);
+  }
+  const int32_t* idx = indices + static_cast<int64_t>(i) * p.s_q * topk;
+  for (int64_t k = 0; k < p.s_q * topk; ++k) {
+    if (idx[k] < -1 || idx[k] >= cache_tokens) {
+      return invalid_argument(str_cat(indices_name, "[", i, ", ", k / topk, ", ", k % topk, "]"),
+                              str_cat("-1 or a cache slot in 0..", cache_tokens - 1), idx[k]);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint64_t scratch_bytes(const Problem& p) {
-  const uint64_t n = p.sparse() ? p.topk : p.max_seq_len;
-  return n * (sizeof(int64_t) + kHeadBlock * sizeof(float)) +
+  const uint64_t n = p.sparse() ? uint64_t{0} + p.topk + p.extra_topk : p.max_seq_len;
+  return n * (sizeof(TokenRef) + kHeadBlock * sizeof(float)) +
          kHeadBlock * (kDqk + kDv) * sizeof(float) + kDqk * sizeof(float) +
          kHeadBlock * (sizeof(double) + sizeof(float));
 }
@@ -121,18 +180,14 @@ Status check_host_data(const Problem& p, const RunArgs& a) {
     }
   }
   const int64_t cache_tokens = a.num_pages * p.page_size;
+  const int64_t extra_tokens = a.extra_num_pages * p.extra_page_size_or_default();
   for (int i = 0; i < a.batch; ++i) {
     if (p.sparse()) {
-      if (a.topk_lens != nullptr && (a.topk_lens[i] < 0 || a.topk_lens[i] > p.topk)) {
-        return invalid_argument(str_cat("topk_lens[", i, "]"), str_cat("0..", p.topk),
-                                a.topk_lens[i]);
-      }
-      const int32_t* idx = a.indices + static_cast<int64_t>(i) * p.s_q * p.topk;
-      for (int64_t k = 0; k < static_cast<int64_t>(p.s_q) * p.topk; ++k) {
-        if (idx[k] < -1 || idx[k] >= cache_tokens) {
-          return invalid_argument(str_cat("indices[", i, ", ", k / p.topk, ", ", k % p.topk, "]"),
-                                  str_cat("-1 or a cache slot in 0..", cache_tokens - 1), idx[k]);
-        }
+      MLAKIT_RETURN_IF_ERROR(
+          check_listed("topk_lens", "indices", a.topk_lens, a.indices, p.topk, cache_tokens, p, i));
+      if (p.has_extra()) {
+        MLAKIT_RETURN_IF_ERROR(check_listed("extra_topk_lens", "extra_indices", a.extra_topk_lens,
+                                            a.extra_indices, p.extra_topk, extra_tokens, p, i));
       }
       continue;
     }
@@ -173,28 +228,29 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
                       .h0 = h0,
                       .h1 = std::min(h0 + kHeadBlock, p.h_q)};
     const int nh = rb.h1 - rb.h0;
-    std::vector<int64_t> slots;
-    visible_slots(p, a, rb.i, rb.t, &slots);
-    const int64_t n = static_cast<int64_t>(slots.size());
+    const int d_qk = p.d_qk;
+    std::vector<TokenRef> tokens;
+    visible_tokens(p, a, rb.i, rb.t, &tokens);
+    const int64_t n = static_cast<int64_t>(tokens.size());
 
     // Queries of this block, dequantized and multiplied by the softmax scale.
-    std::vector<float> q(static_cast<size_t>(nh) * kDqk);
+    std::vector<float> q(static_cast<size_t>(nh) * d_qk);
     const int64_t q_row0 = (static_cast<int64_t>(rb.i) * p.s_q + rb.t) * p.h_q + rb.h0;
     for (int h = 0; h < nh; ++h) {
-      for (int d = 0; d < kDqk; ++d) {
-        q[h * kDqk + d] = load_scalar(a.q, (q_row0 + h) * kDqk + d, p.q_dtype) * q_scale;
+      for (int d = 0; d < d_qk; ++d) {
+        q[h * d_qk + d] = load_scalar(a.q, (q_row0 + h) * d_qk + d, p.q_dtype) * q_scale;
       }
     }
 
-    // Pass 1: scores. Pass 2: exp-weighted sum of values.
+    // Pass 1: scores. Pass 2: exp-weighted sum of values (V = the token's first 512 values).
     std::vector<float> kv(kDqk);
     std::vector<float> scores(static_cast<size_t>(nh) * n);
     for (int64_t j = 0; j < n; ++j) {
-      load_token(p, a, k_scale, slots[j], kv.data());
+      load_token(p, k_scale, tokens[j], kv.data());
       for (int h = 0; h < nh; ++h) {
-        const float* qh = &q[h * kDqk];
+        const float* qh = &q[h * d_qk];
         float dot = 0.0f;
-        for (int d = 0; d < kDqk; ++d) dot += qh[d] * kv[d];
+        for (int d = 0; d < d_qk; ++d) dot += qh[d] * kv[d];
         scores[h * n + j] = dot * a.softmax_scale;
       }
     }
@@ -205,7 +261,7 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
       for (int64_t j = 0; j < n; ++j) row_max[h] = std::max(row_max[h], scores[h * n + j]);
     }
     for (int64_t j = 0; j < n; ++j) {
-      load_token(p, a, k_scale, slots[j], kv.data());
+      load_token(p, k_scale, tokens[j], kv.data());
       for (int h = 0; h < nh; ++h) {
         const float w = std::exp(scores[h * n + j] - row_max[h]);
         denom[h] += w;

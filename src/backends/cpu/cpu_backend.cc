@@ -40,11 +40,12 @@ Status available(const DeviceInfo&) { return Status::Ok(); }
 Status can_run(const Problem& problem, const DeviceInfo&) {
   const uint64_t scratch = cpu::scratch_bytes(problem), host = host_memory_bytes();
   if (threads_for(scratch, host) > 0) return Status::Ok();
-  return unsupported("cpu backend: a run needs ", scratch,
-                     " bytes of host memory for each thread (its block of heads over ",
-                     problem.sparse() ? problem.topk : problem.max_seq_len,
-                     problem.sparse() ? " top-k slots" : " tokens of max_seq_len",
-                     "), more than the ", host, " bytes this process can have");
+  return unsupported(
+      "cpu backend: a run needs ", scratch,
+      " bytes of host memory for each thread (its block of heads over ",
+      problem.sparse() ? problem.topk + problem.extra_topk : problem.max_seq_len,
+      problem.sparse() ? " top-k slots (extra ones included)" : " tokens of max_seq_len",
+      "), more than the ", host, " bytes this process can have");
 }
 
 std::vector<Tactic> tactics(const Problem&) { return {{.id = 0, .name = "reference"}}; }
@@ -64,8 +65,9 @@ const BackendEntry& cpu_backend_entry() {
       .name = "cpu",
       .summary = "exact reference on the host (fp32 accumulation, fp64 softmax sums), threaded",
       .supports =
-          "q/kv bf16, fp16, fp8 e4m3 (dense, one scale) and fp8 blockwise (656 B); any "
-          "page size; s_q 1..16 causal; variable lengths; sinks; sparse top-k; lse",
+          "q/kv bf16, fp16, fp8 e4m3 (dense, one scale), fp8 blockwise (V3.2, 656 B) and "
+          "fp8_v4 (DeepSeek V4, d_qk 512); any page size; s_q 1..16 causal; variable lengths; "
+          "sinks; sparse top-k with an extra cache; lse",
       .device_memory = false,
       .available = available,
       .can_run = can_run,

@@ -38,6 +38,10 @@ Status available(const DeviceInfo& device) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo& device) {
+  if (p.has_extra()) {
+    return unsupported("an extra cache (extra_topk ", p.extra_topk,
+                       ") is not supported by backend sm80 (supported: none)");
+  }
   if (p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
                        " is not supported by backend sm80 (supported: dense)");

@@ -63,6 +63,10 @@ Status can_run_sparse(const Problem& p) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo&) {
+  if (p.has_extra()) {
+    return unsupported("an extra cache (extra_topk ", p.extra_topk,
+                       ") is not supported by backend sm90 (supported: none)");
+  }
   if (p.sparse()) return can_run_sparse(p);
   if (p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
