@@ -154,21 +154,30 @@ class PyDecoder {
     ArgReader in(placement_);
     RunArgs args;
 
+    // q, the cache and out may be views (a contiguous last dimension, any outer strides).
     const Array& aq =
-        in.take("q", q, elem_of(p.q_dtype), {-1, p.s_q, p.h_q, kDqk}, "[b, s_q, h_q, 576]");
+        in.take_view("q", q, elem_of(p.q_dtype), {{-1, p.s_q, p.h_q, kDqk}}, "[b, s_q, h_q, 576]");
     const int64_t b = static_cast<int64_t>(aq.shape(0));
     args.batch = static_cast<int32_t>(b);
     args.q = aq.data();
+    args.q_stride_b = view_stride(aq, 0);
+    args.q_stride_s = view_stride(aq, 1);
+    args.q_stride_h = view_stride(aq, 2);
 
     const bool blockwise = p.kv_layout == KvLayout::kFp8Blockwise;
     const int64_t d = blockwise ? kBlockwiseBytes : kDqk;
-    const Array& akv = in.take_any_shape(
+    const Array& akv = in.take_view(
         "kv_cache", kv_cache, blockwise ? Elem::kBytes : elem_of(p.kv_dtype),
         {{-1, p.page_size, d}, {-1, p.page_size, 1, d}, {-1, 1, p.page_size, d}},
         blockwise ? "[num_pages, page_size, 656 bytes] (or with a 1 before or after page_size)"
                   : "[num_pages, page_size, 576] (or with a 1 before or after page_size)");
     args.kv_cache = akv.data();
     args.num_pages = static_cast<int64_t>(akv.shape(0));
+    args.kv_stride_page = view_stride(akv, 0);
+    // The token dimension: 1 in [n, page, d]; in the 4-D forms the one of size page_size (the
+    // other is 1), or 2 when page_size is 1 too.
+    const size_t token_dim = akv.ndim() == 3 ? 1 : akv.shape(1) == 1 ? 2 : 1;
+    args.kv_stride_token = view_stride(akv, token_dim);
 
     const std::string topk_why = "the decoder was made with topk=" + std::to_string(p.topk);
     if (p.sparse()) {
@@ -204,9 +213,12 @@ class PyDecoder {
       args.sinks =
           static_cast<const float*>(in.take("sinks", sinks, Elem::kFP32, {p.h_q}, "[h_q]").data());
     }
-    args.out = const_cast<void*>(
-        in.take("out", out, elem_of(p.out_dtype), {b, p.s_q, p.h_q, kDv}, "[b, s_q, h_q, 512]")
-            .data());
+    const Array& aout = in.take_view("out", out, elem_of(p.out_dtype), {{b, p.s_q, p.h_q, kDv}},
+                                     "[b, s_q, h_q, 512]");
+    args.out = const_cast<void*>(aout.data());
+    args.out_stride_b = view_stride(aout, 0);
+    args.out_stride_s = view_stride(aout, 1);
+    args.out_stride_h = view_stride(aout, 2);
     check_presence(
         "lse", lse, p.return_lse,
         std::string("the decoder was made with lse=") + (p.return_lse ? "True" : "False"));

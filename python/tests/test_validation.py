@@ -118,9 +118,15 @@ def test_q_errors(work):
     transposed = np.ascontiguousarray(work.q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
     with raises(
         ValueError,
-        "q: expected a C-contiguous (row-major, dense) array, given shape [2, 1, 4, 576]",
+        "q: expected a view whose last dimension is contiguous (stride 1), given shape "
+        "[2, 1, 4, 576] with strides [4608, 4608, 1152, 2]",
     ):
-        run(d, work, q=np.concatenate([work.q, work.q], axis=2)[:, :, ::2])
+        run(d, work, q=np.concatenate([work.q, work.q], axis=3)[..., ::2])
+    # Rows 577 elements apart: a view, but its rows would not be 16-byte aligned.
+    padded = np.zeros((2, 1, 4, 577), work.q.dtype)
+    padded[..., :576] = work.q
+    with raises(ValueError, "q_stride_h: expected a stride whose rows stay 16-byte aligned"):
+        run(d, work, q=padded[..., :576])
     run(d, work, q=transposed)  # s_q = 1: the stride of a size-1 dimension does not matter
     with raises(
         TypeError,
@@ -156,8 +162,8 @@ def test_kv_cache_errors(work):
         KV_SHAPES + ", given [2, 32, 576]",
     ):
         run(d, work, kv_cache=work.kv_cache[:4].reshape(-1, 32, 576))
-    with raises(ValueError, "kv_cache: expected a C-contiguous"):
-        run(d, work, kv_cache=np.concatenate([work.kv_cache] * 2)[::2])
+    with raises(ValueError, "kv_cache: expected a view whose last dimension is contiguous"):
+        run(d, work, kv_cache=np.concatenate([work.kv_cache] * 2, axis=2)[..., ::2])
 
 
 def test_blockwise_cache_errors():

@@ -16,6 +16,7 @@
 #include "backends/cpu/parallel.h"
 #include "core/check.h"
 #include "core/numeric.h"
+#include "core/views.h"
 
 namespace mlakit::cpu {
 namespace {
@@ -41,9 +42,11 @@ void store_scalar(void* base, int64_t index, DType dtype, float value) {
 }
 
 // Dequantizes cached token `slot` (page * page_size + offset) into dst[0:576].
-void load_token(const Problem& p, const RunArgs& a, float k_scale, int64_t slot, float* dst) {
+void load_token(const Problem& p, const RunArgs& a, const Views& v, float k_scale, int64_t slot,
+                float* dst) {
+  const int64_t at = v.kv_slot(slot, p.page_size);  // elements (bytes when blockwise)
   if (p.kv_layout == KvLayout::kFp8Blockwise) {
-    const auto* row = static_cast<const uint8_t*>(a.kv_cache) + slot * kBlockwiseBytes;
+    const auto* row = static_cast<const uint8_t*>(a.kv_cache) + at;
     float scales[kDv / kBlockwiseGroup];
     std::memcpy(scales, row + kDv, sizeof(scales));
     for (int d = 0; d < kDv; ++d) {
@@ -57,8 +60,7 @@ void load_token(const Problem& p, const RunArgs& a, float k_scale, int64_t slot,
     }
     return;
   }
-  for (int d = 0; d < kDqk; ++d)
-    dst[d] = load_scalar(a.kv_cache, slot * kDqk + d, p.kv_dtype) * k_scale;
+  for (int d = 0; d < kDqk; ++d) dst[d] = load_scalar(a.kv_cache, at + d, p.kv_dtype) * k_scale;
 }
 
 // Number of cached tokens token t of request i sees (dense mode).
@@ -162,6 +164,7 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
   const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr
                         : std::isnan(a.k_scale)  ? 1.0f
                                                  : a.k_scale;
+  const Views v = views_of(p, a);
 
   // Block b holds heads h0..h1 of token t of request i, b = (i * s_q + t) * head_blocks +
   // h0 / kHeadBlock: computed, not listed (a list took 4 GB at batch 2^20, s_q 16, h_q 128).
@@ -181,8 +184,9 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
     std::vector<float> q(static_cast<size_t>(nh) * kDqk);
     const int64_t q_row0 = (static_cast<int64_t>(rb.i) * p.s_q + rb.t) * p.h_q + rb.h0;
     for (int h = 0; h < nh; ++h) {
+      const int64_t q_at = v.q_row(rb.i, rb.t, rb.h0 + h);
       for (int d = 0; d < kDqk; ++d) {
-        q[h * kDqk + d] = load_scalar(a.q, (q_row0 + h) * kDqk + d, p.q_dtype) * q_scale;
+        q[h * kDqk + d] = load_scalar(a.q, q_at + d, p.q_dtype) * q_scale;
       }
     }
 
@@ -190,7 +194,7 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
     std::vector<float> kv(kDqk);
     std::vector<float> scores(static_cast<size_t>(nh) * n);
     for (int64_t j = 0; j < n; ++j) {
-      load_token(p, a, k_scale, slots[j], kv.data());
+      load_token(p, a, v, k_scale, slots[j], kv.data());
       for (int h = 0; h < nh; ++h) {
         const float* qh = &q[h * kDqk];
         float dot = 0.0f;
@@ -205,7 +209,7 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
       for (int64_t j = 0; j < n; ++j) row_max[h] = std::max(row_max[h], scores[h * n + j]);
     }
     for (int64_t j = 0; j < n; ++j) {
-      load_token(p, a, k_scale, slots[j], kv.data());
+      load_token(p, a, v, k_scale, slots[j], kv.data());
       for (int h = 0; h < nh; ++h) {
         const float w = std::exp(scores[h * n + j] - row_max[h]);
         denom[h] += w;
@@ -226,8 +230,9 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
           out_scale /= 1.0f + std::exp(a.sinks[rb.h0 + h] - lse);
         }
       }
+      const int64_t out_at = v.out_row(rb.i, rb.t, rb.h0 + h);
       for (int d = 0; d < kDv; ++d) {
-        store_scalar(a.out, row * kDv + d, p.out_dtype, acc[h * kDv + d] * out_scale);
+        store_scalar(a.out, out_at + d, p.out_dtype, acc[h * kDv + d] * out_scale);
       }
       if (p.return_lse) a.lse[row] = lse;
     }
