@@ -72,13 +72,32 @@ def test_decoder_errors(kwargs, exception, message):
         make_decoder(**kwargs)
 
 
+def built_without_cuda(backend):
+    return "not in this build" in backend["unavailable_reason"]
+
+
 def test_gpu_backend_without_gpu_is_not_implemented():
     info = mlakit.info()
-    gpu = [b["name"] for b in info["backends"] if b["device_memory"]]
+    gpu = [b["name"] for b in info["backends"] if b["device_memory"] and not built_without_cuda(b)]
     if info["device"]["present"] or not gpu:
         pytest.skip("needs a build with a GPU backend, on a machine without a GPU")
     with pytest.raises(NotImplementedError, match="no CUDA device"):
         make_decoder(backend=gpu[0])
+
+
+def test_gpu_backends_of_a_build_without_cuda_say_why():
+    """Built without a CUDA compiler: the GPU backends are listed, unavailable, with the reason,
+    and asking for one raises it."""
+    info = mlakit.info()
+    absent = [b for b in info["backends"] if built_without_cuda(b)]
+    if not absent:
+        pytest.skip("a build with CUDA")
+    assert sorted(b["name"] for b in absent) == ["sm80", "sm90"]
+    assert not any(b["available"] for b in absent)
+    assert "mlakit was built without CUDA" in info["device"]["error"]
+    with pytest.raises(NotImplementedError, match="backend sm90 is not in this build"):
+        make_decoder(backend="sm90")
+    assert make_decoder(backend="auto").backend == "cpu"
 
 
 @pytest.mark.parametrize(

@@ -523,6 +523,12 @@ TEST(ValidateArgs, WorkspaceNullOrMisaligned) {
   EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 0, nullptr, 0).ok());
 }
 
+// Room for the out of a ValidCall (b 2, h_q 4, 512 16-bit values a row) and nothing else.
+void* out_over() {
+  alignas(256) static uint8_t room[2 * 4 * 512 * 2];
+  return room;
+}
+
 // A written buffer (out, lse, the workspace) that overlaps another argument is a data race and
 // gave wrong results: refused, naming both, from the addresses alone (nothing is read).
 TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
@@ -536,16 +542,19 @@ TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
       {Base::kDense, "out", "q", [](RunArgs& a) { a.out = const_cast<void*>(a.q); }},
       {Base::kDense, "out", "kv_cache",
        [](RunArgs& a) { a.out = const_cast<char*>(static_cast<const char*>(a.kv_cache)) + 4096; }},
+      // The small arguments out is placed over live in a buffer of out's size of their own
+      // (out_over), so that out reaches nothing else, wherever the heap put the test's inputs.
       {Base::kDense, "out", "block_table",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.block_table); }},
+       [](RunArgs& a) { a.block_table = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kDense, "out", "seq_lens",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.seq_lens); }},
+       [](RunArgs& a) { a.seq_lens = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kSinksLse, "out", "lse", [](RunArgs& a) { a.out = a.lse; }},
-      {Base::kSinksLse, "out", "sinks", [](RunArgs& a) { a.out = const_cast<float*>(a.sinks); }},
+      {Base::kSinksLse, "out", "sinks",
+       [](RunArgs& a) { a.sinks = static_cast<const float*>(a.out = out_over()); }},
       {Base::kSparse, "out", "indices",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.indices); }},
+       [](RunArgs& a) { a.indices = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kSparse, "out", "topk_lens",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.topk_lens); }},
+       [](RunArgs& a) { a.topk_lens = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kFp8, "out", "k_scale_ptr",
        [](RunArgs& a) {
          a.k_scale = kNaN;
