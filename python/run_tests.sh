@@ -9,6 +9,8 @@
 # Environment:
 #   MLAKIT_CUDA_ARCHITECTURES  CUDA architectures to build (default 80: one, to keep CI short;
 #                              90a on an H100/H200)
+#   MLAKIT_CUDA                ON, OFF or AUTO (default: AUTO, the GPU backends when nvcc is
+#                              found); OFF builds the cpu backend alone, in a minute
 #   MLAKIT_VENV                the virtual environment (default python/.venv); "system": no
 #                              environment, install into the python3 on PATH
 set -euo pipefail
@@ -39,7 +41,11 @@ fi
 if ! command -v nvcc >/dev/null; then
   for dir in /usr/local/cuda/bin /opt/cuda/bin; do [ -x "$dir/nvcc" ] && export PATH="$dir:$PATH"; done
 fi
-command -v nvcc >/dev/null || { log "nvcc not found: install the CUDA toolkit (12.8 or newer)"; exit 1; }
+cuda=${MLAKIT_CUDA:-AUTO}
+if [ "$cuda" != OFF ] && ! command -v nvcc >/dev/null; then
+  [ "$cuda" = ON ] && { log "nvcc not found: install the CUDA toolkit (12.8 or newer)"; exit 1; }
+  log "nvcc not found: building the cpu backend only (the GPU tests skip)"
+fi
 
 # --- the virtual environment and the package ----------------------------------------------------
 if [ "$venv" = system ]; then
@@ -55,13 +61,13 @@ else
   fi
   py="$venv/bin/python"
 fi
-build_args=(-C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$archs")
+build_args=(-C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$archs" -C "cmake.define.MLAKIT_CUDA=$cuda")
 start=$SECONDS
 if [ "$offline" = 1 ]; then
-  log "building (offline, --no-build-isolation) for CUDA architectures $archs"
+  log "building (offline, --no-build-isolation) for CUDA architectures $archs (MLAKIT_CUDA $cuda)"
   "$py" -m pip install --no-build-isolation --no-deps "${build_args[@]}" ./python
 else
-  log "building for CUDA architectures $archs"
+  log "building for CUDA architectures $archs (MLAKIT_CUDA $cuda)"
   "$py" -m pip install -q --upgrade pip
   "$py" -m pip install "${build_args[@]}" "./python[test]"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what mlakit needs to build (when missing), configures and builds it in build/.
-# Needs the CUDA toolkit (nvcc) to be installed; a GPU is not needed to build.
+# With the CUDA toolkit (nvcc) it builds the GPU backends too (a GPU is not needed to build);
+# without it, the cpu backend alone (MLAKIT_CUDA=AUTO; pass -DMLAKIT_CUDA=ON to require CUDA).
 # Usage: scripts/setup.sh [extra cmake arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,8 @@ fi
 if ! command -v nvcc >/dev/null; then
   for dir in /usr/local/cuda/bin /opt/cuda/bin; do [ -x "$dir/nvcc" ] && export PATH="$dir:$PATH"; done
 fi
-command -v nvcc >/dev/null || { log "nvcc not found: install the CUDA toolkit (12.8 or newer)"; exit 1; }
+command -v nvcc >/dev/null ||
+  log "nvcc not found: building the cpu backend only (install the CUDA toolkit 12.8+ for the GPU ones)"
 
 # --- configure and build -------------------------------------------------------------------------
 prefix=(); [ -d .deps/include ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")

@@ -2,6 +2,8 @@
 // and relative errors. Exit code 1 if any case fails.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -13,6 +15,7 @@ namespace {
 struct CheckFlags {
   SweepFlags sweep;
   std::string backend = "all";
+  bool json = false;  // one JSON document on stdout instead of the table
 };
 
 int run_check(CheckFlags& f, bool run) {
@@ -29,10 +32,13 @@ int run_check(CheckFlags& f, bool run) {
     return 2;
   }
   if (!run) return 0;
-  std::printf("checking %s against the cpu reference (%zu cases) on %s\n", f.backend.c_str(),
-              cases.size(), device.present ? device.name.c_str() : "the host");
-  std::printf("%-6s %4s %4s %5s %7s %3s %5s %10s %10s %10s  %s\n", "backend", "h_q", "s_q", "batch",
-              "seq_len", "var", "page", "max_err", "max_ref", "rel_l2", "result");
+  if (!f.json) {
+    std::printf("checking %s against the cpu reference (%zu cases) on %s\n", f.backend.c_str(),
+                cases.size(), device.present ? device.name.c_str() : "the host");
+    std::printf("%-6s %4s %4s %5s %7s %3s %5s %10s %10s %10s  %s\n", "backend", "h_q", "s_q",
+                "batch", "seq_len", "var", "page", "max_err", "max_ref", "rel_l2", "result");
+  }
+  nlohmann::json results = nlohmann::json::array();
   int failures = 0, done = 0;
   for (const Case& c : cases) {
     harness::WorkloadOptions wopt;
@@ -56,13 +62,32 @@ int run_check(CheckFlags& f, bool run) {
           st = verify_host(*decoder, in, ref, &v);
         }
       }
+      std::string verdict;  // for --json: ok, fail, skipped, error
       if (!st.ok()) {
         result = st.code() == StatusCode::kUnsupported ? "skipped: " + st.message()
                                                        : "ERROR: " + st.to_string();
+        verdict = st.code() == StatusCode::kUnsupported ? "skipped" : "error";
         failures += st.code() != StatusCode::kUnsupported;
       } else {
         result = v.ok ? "ok" : "FAIL " + v.cmp.summary();
+        verdict = v.ok ? "ok" : "fail";
         failures += !v.ok;
+      }
+      if (f.json) {
+        results.push_back({{"backend", name},
+                           {"problem", describe(c.problem)},
+                           {"h_q", c.problem.h_q},
+                           {"s_q", c.problem.s_q},
+                           {"batch", c.batch},
+                           {"seq_len", c.seq_len},
+                           {"variable", c.variable},
+                           {"page_size", c.problem.page_size},
+                           {"result", verdict},
+                           {"message", st.ok() ? (v.ok ? "" : v.cmp.summary()) : st.message()},
+                           {"max_abs_err", v.cmp.max_abs_err},
+                           {"max_abs_ref", v.cmp.max_abs_ref},
+                           {"rel_l2_err", v.cmp.rel_l2_err}});
+        continue;
       }
       std::printf("%-6s %4d %4d %5d %7d %3d %5d %10.2e %10.2e %10.2e  %s\n", name.c_str(),
                   c.problem.h_q, c.problem.s_q, c.batch, c.seq_len, c.variable ? 1 : 0,
@@ -71,7 +96,16 @@ int run_check(CheckFlags& f, bool run) {
     }
     progress(++done, cases.size());
   }
-  std::printf("%d failure(s)\n", failures);
+  if (f.json) {
+    const nlohmann::json doc = {{"mlakit_version", std::string(version())},
+                                {"device", device.present ? device.name : std::string("host")},
+                                {"backend", f.backend},
+                                {"failures", failures},
+                                {"results", results}};
+    std::printf("%s\n", doc.dump(2).c_str());
+  } else {
+    std::printf("%d failure(s)\n", failures);
+  }
   return failures == 0 ? 0 : 1;
 }
 
@@ -88,6 +122,9 @@ void add_check_command(CLI::App& app, const CommandContext& context) {
   add_sweep_flags(cmd, &f->sweep);
   cmd->add_option("--backend", f->backend,
                   "all (every available backend for this machine's memory) or a comma list");
+  cmd->add_flag("--json", f->json,
+                "print the results as one JSON object ({failures, results: [{backend, problem, "
+                "result, max_abs_err, rel_l2_err, ...}]}) instead of the table");
   cmd->callback([f, context] { *context.exit_code = run_check(*f, context.run); });
 }
 

@@ -48,17 +48,4 @@ Status measure_read_bandwidth(double* bytes_per_s) {
   return Status::Ok();
 }
 
-Peaks known_peaks(const DeviceInfo& device) {
-  Peaks p;
-  if (device.name.find("H200") != std::string::npos) {
-    // BENCHMARKING.md: 4.60 TB/s read-only stream, 784 TFLOP/s bf16 matrix product (measured).
-    p = {.read_bytes_per_s = 4.60e12, .flops_per_s = 784e12, .source = "H200, BENCHMARKING.md"};
-  } else if (device.name.find("H100") != std::string::npos) {
-    // Measured here with `mlakit info --measure` (read stream) and the device notes (798 TFLOP/s
-    // bf16 matrix product on random data).
-    p = {.read_bytes_per_s = 3.0e12, .flops_per_s = 798e12, .source = "H100 SXM, measured"};
-  }
-  return p;
-}
-
 }  // namespace mlakit::tools

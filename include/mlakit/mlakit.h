@@ -159,6 +159,22 @@ std::string describe(const Problem& problem);  // one line, for logs and tables
 // ---------------------------------------------------------------------------------------------
 // Per-call arguments. Pointers live where the backend runs (device memory for GPU backends, host
 // memory for the cpu backend). All tensors are contiguous row-major unless a stride is given.
+//
+// Views. q, out and the KV cache may be views: their innermost dimension (d_qk, 512, or the 656
+// bytes of a blockwise token) is contiguous, their outer strides are free. A stride is counted in
+// elements of the tensor's dtype (bytes for the blockwise cache) and 0 means the contiguous value,
+// so callers that leave them alone pass dense tensors. Each stride must be > 0 and keep rows
+// 16-byte aligned (stride * element bytes a multiple of 16); out's strides may not make two of
+// its rows overlap. The cpu backend takes any such view; a GPU backend that cannot read one
+// refuses it at run time (kUnsupported, naming the argument and the stride). A kFp8V4 cache
+// (each page its tokens' data, then their scale rows) takes no view: kv_stride_* must stay 0
+// (kInvalidArgument otherwise); the extra cache is always contiguous.
+//
+// LSE. lse[i, t, h] = log(sum_j exp(s[j])) in natural log, over the visible tokens j (a sink does
+// not change it). A row that sees no token has lse = -inf and out = 0: the neutral element when
+// partial results are merged (context parallel, cascades): with weights exp(lse_k - max), an empty
+// part weighs 0. For base 2 multiply by log2(e) (-inf stays -inf); FlashMLA's convention (+inf for
+// an empty row) is its shim's business (python/mlakit/compat.py).
 // ---------------------------------------------------------------------------------------------
 inline constexpr float kDefaultSoftmaxScale = 0.041666666666666664f;  // 1/sqrt(576)
 // 1/sqrt(512), what FlashMLA uses by default with the V4 layout (d_qk 512): set it explicitly.
@@ -191,7 +207,7 @@ struct RunArgs {
   const float* sinks = nullptr;  // [h_q] sink logits (Problem::has_sinks)
 
   void* out = nullptr;   // [b, s_q, h_q, 512] of out_dtype
-  float* lse = nullptr;  // [b, s_q, h_q] natural-log LSE (Problem::return_lse)
+  float* lse = nullptr;  // [b, s_q, h_q] natural-log LSE, -inf for an empty row (contiguous)
 
   float softmax_scale = kDefaultSoftmaxScale;  // kV4SoftmaxScale is FlashMLA's for kFp8V4
   // fp8 dequantization scales: a host value, or a pointer to one float where the backend runs
@@ -201,6 +217,16 @@ struct RunArgs {
                         // the fp8 values (512 or 448), not the bf16 RoPE part
   const float* q_scale_ptr = nullptr;
   const float* k_scale_ptr = nullptr;
+
+  // Views (see above): outer strides in elements, 0 = contiguous.
+  int64_t q_stride_b = 0;       // between requests;      contiguous: s_q * h_q * d_qk
+  int64_t q_stride_s = 0;       // between query tokens;  contiguous: h_q * d_qk
+  int64_t q_stride_h = 0;       // between heads;         contiguous: d_qk (576, or 512)
+  int64_t kv_stride_page = 0;   // between pages;         contiguous: page_size * token
+  int64_t kv_stride_token = 0;  // between tokens;        contiguous: 576 (656 bytes blockwise)
+  int64_t out_stride_b = 0;     // between requests;      contiguous: s_q * h_q * 512
+  int64_t out_stride_s = 0;     // between query tokens;  contiguous: h_q * 512
+  int64_t out_stride_h = 0;     // between heads;         contiguous: 512
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ typedef struct mlakit_run_args {
   const int32_t* topk_lens; /* [b], optional */
   const float* sinks;       /* [h_q] */
   void* out;                /* [b, s_q, h_q, 512] */
-  float* lse;               /* [b, s_q, h_q] */
+  float* lse;               /* [b, s_q, h_q], natural log; -inf and out 0 for an empty row */
   float softmax_scale;
   float q_scale, k_scale; /* NaN = not given */
   const float* q_scale_ptr;
@@ -42,6 +42,10 @@ typedef struct mlakit_run_args {
   int64_t extra_num_pages;
   const int32_t* extra_indices;   /* [b, s_q, extra_topk] */
   const int32_t* extra_topk_lens; /* [b], optional */
+  /* Views (mlakit.h, "Views"): outer strides in elements, 0 = contiguous. */
+  int64_t q_stride_b, q_stride_s, q_stride_h;
+  int64_t kv_stride_page, kv_stride_token;
+  int64_t out_stride_b, out_stride_s, out_stride_h;
 } mlakit_run_args_t;
 
 typedef struct mlakit_decoder mlakit_decoder_t;

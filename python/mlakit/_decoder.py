@@ -237,8 +237,13 @@ class Decoder:
         """Computes the attention of a batch; returns ``out``, or ``(out, lse)`` with lse=True.
 
         Arrays come from any framework (NumPy, PyTorch, CuPy, JAX, DLPack) and are used in place,
-        never copied; they must be C-contiguous (``block_table`` rows may be strided) and in the
-        memory the backend reads (``device_memory``: the decoder's CUDA device, else the host).
+        never copied; they must be in the memory the backend reads (``device_memory``: the
+        decoder's CUDA device, else the host). ``q``, ``kv_cache`` and ``out`` may be views: a
+        contiguous last dimension, any outer strides keeping rows 16-byte aligned (padded pages,
+        sliced queries); the cpu backend reads any such view, sm90 q and a cache whose rows are
+        equally spaced, sm80 contiguous tensors only (a view it cannot read raises
+        NotImplementedError naming it). ``block_table`` rows may be strided; the other arrays
+        are C-contiguous.
 
         Arguments:
             q: [b, s_q, h_q, d_qk] of q_dtype (the absorbed query, then its 64 RoPE values;

@@ -5,16 +5,19 @@ Switching is a change of import::
     from mlakit.compat import flash_mla_with_kvcache, get_mla_metadata
     from mlakit.compat import flash_mla_with_kvcache_fp8, get_mla_metadata_dense_fp8
     from mlakit.compat import trtllm_batch_decode_with_kv_cache_mla
+    from mlakit.compat import BatchMLAPagedAttentionWrapper
 
-The signatures and return values follow the originals (FlashMLA's ``flash_mla_interface.py``, the
-fp8 entry points of vLLM's FlashMLA fork in ``vllm.attention.ops.flashmla``, and FlashInfer's
-``flashinfer.mla``); every argument is implemented, or raises (NotImplementedError where mlakit
-lacks the feature) with a message naming it. PyTorch tensors go through the ``mlakit::decode``
+The signatures and return values follow the originals (FlashMLA's ``flash_mla_interface.py`` of
+its main branch and the older form, the fp8 entry points of vLLM's FlashMLA fork in
+``vllm.attention.ops.flashmla``, and FlashInfer 0.6's ``flashinfer.mla``, in _flashinfer.py);
+every argument is implemented, or raises (NotImplementedError where mlakit lacks the feature) with
+a message naming it. PyTorch tensors go through the ``mlakit::decode``
 custom op (torch.compile and CUDA graphs work); other arrays through a cached ``mlakit.Decoder``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from typing import Any, List, Optional, Tuple, Union
@@ -23,6 +26,8 @@ from . import _arrays, _cache
 from ._decoder import dtype_name, host_scale
 
 __all__ = [
+    "FlashMLASchedMeta",
+    "BatchMLAPagedAttentionWrapper",
     "get_mla_metadata",
     "get_mla_metadata_dense_fp8",
     "flash_mla_with_kvcache",
@@ -66,6 +71,7 @@ def _decode(
     seq_lens: Any,
     *,
     out: Any = None,
+    lse: Any = None,
     return_lse: bool,
     softmax_scale: float,
     causal: bool,
@@ -83,7 +89,7 @@ def _decode(
         from . import torch as mlakit_torch
 
         result = mlakit_torch.decode(
-            q, kv_cache, block_table, seq_lens, out=out, return_lse=return_lse,
+            q, kv_cache, block_table, seq_lens, out=out, lse=lse, return_lse=return_lse,
             softmax_scale=softmax_scale, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
             indices=indices, topk_lens=topk_lens, causal=causal, max_seq_len=max_seq_len,
             pdl=pdl, backend=backend,
@@ -119,7 +125,7 @@ def _decode(
         backend="cpu" if host and backend == "auto" else backend,
     )
     result = decoder.run(
-        q, kv_cache, block_table, seq_lens, out=out, softmax_scale=softmax_scale,
+        q, kv_cache, block_table, seq_lens, out=out, lse=lse, softmax_scale=softmax_scale,
         q_scale=q_scale, k_scale=k_scale, sinks=sinks, indices=indices, topk_lens=topk_lens,
     )  # fmt: skip
     return result if return_lse else (result, None)
@@ -155,7 +161,62 @@ def _placeholder_metadata(
     return numpy.zeros((parts, 8), numpy.int32), numpy.zeros((batch + 1,), numpy.int32)
 
 
-def get_mla_metadata(
+@dataclasses.dataclass
+class FlashMLASchedMeta:
+    """FlashMLA's scheduling handle (upstream main): what ``get_mla_metadata()`` returns and
+    ``flash_mla_with_kvcache`` takes as ``tile_scheduler_metadata``.
+
+    FlashMLA fills it on the first call and checks later calls against it. mlakit plans its split
+    on the device inside each decode, so ``tile_scheduler_metadata`` and ``num_splits`` stay None;
+    ``config`` records the first call's shapes and flags as FlashMLA's does, and a later call that
+    disagrees raises ``ValueError`` naming the field (FlashMLA asserts), since a handle is valid
+    only for one configuration.
+    """
+
+    @dataclasses.dataclass
+    class Config:
+        b: int
+        s_q: int
+        h_q: int
+        page_block_size: int
+        h_k: int
+        causal: bool
+        is_fp8_kvcache: bool
+        topk: Optional[int]
+        extra_page_block_size: Optional[int]
+        extra_topk: Optional[int]
+
+    have_initialized: bool = False
+    config: Optional[Config] = None
+    tile_scheduler_metadata: Any = None
+    num_splits: Any = None
+
+
+def get_mla_metadata(*args: Any, **kwargs: Any) -> Tuple[Any, Any]:
+    """FlashMLA's ``get_mla_metadata``, in both of its forms.
+
+    * No arguments (FlashMLA's main branch): returns ``(FlashMLASchedMeta(), None)``.
+    * The older form ``get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k,
+      num_heads_q=None, is_fp8_kvcache=False, topk=None)`` (also vLLM's fork; the older keyword
+      ``num_heads_per_head_k`` is accepted for ``num_q_tokens_per_head_k``): returns zero-filled
+      placeholders of its shapes, ``tile_scheduler_metadata`` [num_sm_parts, 8] int32 and
+      ``num_splits`` [batch_size + 1] int32 on ``cache_seqlens``' device, so that code storing or
+      copying them (into CUDA-graph buffers, say) keeps working.
+
+    mlakit computes its split-KV partition on the device inside each decode: either result is
+    only passed back to ``flash_mla_with_kvcache``, which accepts both.
+    """
+    if not args and "cache_seqlens" not in kwargs:
+        if kwargs:
+            raise TypeError(
+                f"get_mla_metadata() got keyword arguments {sorted(kwargs)} without "
+                "cache_seqlens (the no-argument form takes none)"
+            )
+        return FlashMLASchedMeta(), None
+    return _old_metadata(*args, **kwargs)
+
+
+def _old_metadata(
     cache_seqlens: Any,
     num_q_tokens_per_head_k: Optional[int] = None,
     num_heads_k: int = 1,
@@ -164,17 +225,6 @@ def get_mla_metadata(
     topk: Optional[int] = None,
     **kwargs: Any,
 ) -> Tuple[Any, Any]:
-    """FlashMLA's ``get_mla_metadata``: placeholders of FlashMLA's shapes, ignored by mlakit.
-
-    mlakit computes its split-KV partition on the device inside each decode, so there is nothing
-    to prepare; this returns zero-filled ``tile_scheduler_metadata`` [num_sm_parts, 8] int32 and
-    ``num_splits`` [batch_size + 1] int32 on ``cache_seqlens``' device, so that code storing or
-    copying them (e.g. into CUDA-graph buffers) keeps working. The older keyword
-    ``num_heads_per_head_k`` is accepted for ``num_q_tokens_per_head_k``.
-
-    Returns:
-        (tile_scheduler_metadata, num_splits)
-    """
     if num_q_tokens_per_head_k is None:
         num_q_tokens_per_head_k = kwargs.pop("num_heads_per_head_k", None)
     if kwargs:
@@ -182,6 +232,69 @@ def get_mla_metadata(
     if num_q_tokens_per_head_k is None:
         raise TypeError("get_mla_metadata() missing argument 'num_q_tokens_per_head_k'")
     return _placeholder_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k)
+
+
+def _check_sched_meta(
+    sched_meta: Any,
+    num_splits: Any,
+    q: Any,
+    k_cache: Any,
+    causal: bool,
+    is_fp8_kvcache: bool,
+    indices: Any,
+    extra_k_cache: Any,
+    extra_indices_in_kvcache: Any,
+) -> None:
+    """The checks FlashMLA makes of its scheduling handle and of the call's shape, by name:
+    num_heads_k (one KV head), ``causal`` with sparse indices (FlashMLA's sparse decode has no
+    causal mask), and, with a FlashMLASchedMeta, ``num_splits`` None and the configuration of its
+    first call."""
+    # ([num_pages, 1, page_size, 576], FlashInfer's form, is taken too.)
+    if len(k_cache.shape) == 4 and int(k_cache.shape[2]) != 1 and int(k_cache.shape[1]) != 1:
+        raise _not_supported(
+            "k_cache", f"num_heads_k {int(k_cache.shape[2])} (shape {list(k_cache.shape)})",
+            "MLA has one KV head: [num_blocks, page_block_size, 1, head_dim]",
+        )  # fmt: skip
+    if indices is not None and causal:
+        raise ValueError(
+            "causal: expected False with sparse indices (sparse decode attends to the listed "
+            "tokens, there is no causal mask), given True"
+        )
+    if not isinstance(sched_meta, FlashMLASchedMeta):
+        return
+    if num_splits is not None:
+        raise ValueError(
+            "num_splits: expected None with a FlashMLASchedMeta (it stands in for both), given "
+            f"{type(num_splits).__name__}"
+        )
+    config = FlashMLASchedMeta.Config(
+        b=int(q.shape[0]),
+        s_q=int(q.shape[1]),
+        h_q=int(q.shape[2]),
+        page_block_size=int(k_cache.shape[1]),
+        h_k=int(k_cache.shape[2]) if len(k_cache.shape) == 4 else 1,
+        causal=bool(causal),
+        is_fp8_kvcache=bool(is_fp8_kvcache),
+        topk=int(indices.shape[-1]) if indices is not None else None,
+        extra_page_block_size=int(extra_k_cache.shape[1]) if extra_k_cache is not None else None,
+        extra_topk=(
+            int(extra_indices_in_kvcache.shape[-1])
+            if extra_indices_in_kvcache is not None
+            else None
+        ),
+    )
+    if not sched_meta.have_initialized:
+        sched_meta.have_initialized = True
+        sched_meta.config = config
+        return
+    for field in dataclasses.fields(config):
+        had, given = getattr(sched_meta.config, field.name), getattr(config, field.name)
+        if had != given:
+            raise ValueError(
+                f"tile_scheduler_metadata: a FlashMLASchedMeta made by a call with {field.name} "
+                f"{had}, given a call with {field.name} {given} (a handle serves one "
+                "configuration: get a new one from get_mla_metadata())"
+            )
 
 
 def get_mla_metadata_dense_fp8(
@@ -344,7 +457,6 @@ def _flash_mla_sparse(
     k_cache: Any,
     head_dim_v: int,
     softmax_scale: Optional[float],
-    causal: bool,
     is_fp8_kvcache: bool,
     indices: Any,
     attn_sink: Any,
@@ -356,12 +468,10 @@ def _flash_mla_sparse(
     descale_k: Any,
 ) -> Tuple[Any, Any]:
     """FlashMLA's sparse decode (``indices`` given): the V3.2 and V4 fp8 layouts, and mlakit's
-    dense caches with indices, with the optional extra cache attended in the same softmax."""
+    dense caches with indices, with the optional extra cache attended in the same softmax.
+    ``causal`` was refused by _check_sched_meta (the indices say what each query token sees)."""
     if head_dim_v != 512:
         raise ValueError(f"head_dim_v: expected 512, given {head_dim_v}")
-    if causal:
-        # FlashMLA asserts this: the indices already say what each query token sees.
-        raise ValueError("causal: expected False with indices (sparse attention), given True")
     if extra_k_cache is None:
         for name, value in (
             ("extra_indices_in_kvcache", extra_indices),
@@ -509,11 +619,13 @@ def flash_mla_with_kvcache(
         block_table: [batch_size, max_num_blocks_per_seq] int32 (unused when sparse).
         cache_seqlens: [batch_size] int32 (unused when sparse).
         head_dim_v: must be 512.
-        tile_scheduler_metadata, num_splits: from ``get_mla_metadata``; unused (mlakit plans
-            its split on the device inside each decode).
+        tile_scheduler_metadata, num_splits: from ``get_mla_metadata``: a FlashMLASchedMeta
+            and None (FlashMLA's main branch; the handle records the first call's configuration
+            and later calls must agree with it), or the older placeholder tensors. mlakit plans
+            its split on the device inside each decode, so neither carries a plan.
         softmax_scale: None: 1/sqrt(head dimension of q).
-        causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t; must be False
-            with indices (as FlashMLA asserts).
+        causal: with seq_len_q > 1, token t sees positions < L - seq_len_q + 1 + t; must be
+            False with sparse ``indices`` (as FlashMLA asserts).
         is_fp8_kvcache: True for an fp8 cache: the 656- and 584-byte layouts (required there) or
             e4m3 with ``descale_k`` (where vLLM's older form leaves it False); False for bf16 /
             fp16.
@@ -534,11 +646,12 @@ def flash_mla_with_kvcache(
         (out [batch_size, seq_len_q, num_heads_q, 512], softmax_lse [batch_size, num_heads_q,
         seq_len_q] float32, natural log, +inf for a query without visible tokens).
     """
+    _check_sched_meta(tile_scheduler_metadata, num_splits, q, k_cache, causal, is_fp8_kvcache,
+                      indices, extra_k_cache, extra_indices_in_kvcache)  # fmt: skip
     if indices is not None:
-        return _flash_mla_sparse(q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache,
-                                 indices, attn_sink, topk_length, extra_k_cache,
-                                 extra_indices_in_kvcache, extra_topk_length, descale_q,
-                                 descale_k)  # fmt: skip
+        return _flash_mla_sparse(q, k_cache, head_dim_v, softmax_scale, is_fp8_kvcache, indices,
+                                 attn_sink, topk_length, extra_k_cache, extra_indices_in_kvcache,
+                                 extra_topk_length, descale_q, descale_k)  # fmt: skip
     for name, value in (
         ("topk_length", topk_length),
         ("extra_k_cache", extra_k_cache),
@@ -595,177 +708,10 @@ def flash_mla_with_kvcache_fp8(
 
 
 # ---------------------------------------------------------------------------------------------
-# FlashInfer (TensorRT-LLM kernels)
+# FlashInfer: in _flashinfer.py, which uses the helpers above.
 # ---------------------------------------------------------------------------------------------
 
-
-def _trtllm_scales(
-    query: Any, kv_cache: Any, bmm1_scale: Any, bmm2_scale: Any
-) -> Tuple[Any, Any, Any]:
-    """FlashInfer's fused scales as mlakit's (softmax_scale, q_scale, k_scale).
-
-    FlashInfer computes softmax(bmm1_scale * q.k) . v * bmm2_scale on the stored values; mlakit
-    computes softmax(softmax_scale * (q_scale q).(k_scale k)) . (k_scale v), with q_scale only for
-    an fp8 query and k_scale (which scales K and V alike) only for an fp8 cache. So k_scale =
-    bmm2_scale, and softmax_scale * q_scale * bmm2_scale = bmm1_scale. A tensor scale stays on the
-    device (a pointer read at run time): bmm1_scale alone becomes q_scale with softmax_scale =
-    1 / bmm2_scale; a tensor bmm2_scale makes q_scale = bmm1_scale / bmm2_scale, one element-wise
-    division on the device (FlashInfer itself multiplies a tensor bmm1_scale by log2(e)). A case
-    that would need a tensor's value on the host (a softmax scale from a tensor with a 16-bit
-    query, whose scale mlakit takes as a host float only) is refused, never synchronized.
-    """
-    # The 656-byte blockwise cache's k_scale multiplies its 512 fp8 values but not its bf16 RoPE
-    # part, so it cannot carry an output scale: bmm2_scale is 1.0 there, as with a 16-bit cache.
-    blockwise = int(kv_cache.shape[-1]) == 656
-    fp8_cache = not blockwise and _array_dtype("kv_cache", kv_cache) == "fp8_e4m3"
-    cache_kind = "the 656-byte fp8 cache" if blockwise else "a 16-bit cache"
-    q_kind = _array_dtype("query", query)
-    fp8_query = q_kind == "fp8_e4m3"
-    tensors = {}
-    for name, value in (("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
-        if isinstance(value, bool):
-            raise TypeError(f"{name}: expected a float or a one-element float32 tensor, given bool")
-        if isinstance(value, (int, float)):
-            host_scale(name, value)
-        else:
-            _scale_array(name, value, query, "query")
-            tensors[name] = value
-    bmm1_tensor = "bmm1_scale" in tensors
-    bmm2_tensor = "bmm2_scale" in tensors
-
-    if not fp8_cache:
-        if bmm2_tensor:
-            raise _not_supported(
-                "bmm2_scale",
-                f"a tensor with {cache_kind}",
-                "mlakit scales the output only through a per-tensor fp8 cache's dequantization "
-                "scale: pass 1.0",
-            )
-        if float(bmm2_scale) != 1.0:
-            raise _not_supported("bmm2_scale", f"an output scale other than 1.0 with {cache_kind}")
-    if bmm1_tensor and not fp8_query:
-        raise _not_supported(
-            "bmm1_scale",
-            f"a tensor with a {q_kind} query",
-            "the softmax scale of a 16-bit query is a host float in mlakit, and reading the "
-            "tensor would synchronize; FlashInfer takes tensor scales for fp8 inputs only: pass "
-            "a float",
-        )
-    if bmm2_tensor and not fp8_query:
-        raise _not_supported(
-            "bmm2_scale",
-            f"a tensor with a {q_kind} query",
-            "the softmax scale would be bmm1_scale / bmm2_scale, a device value, and the scale of "
-            "a 16-bit query is a host float in mlakit; FlashInfer takes tensor scales for fp8 "
-            "inputs only: pass a float, or an fp8 query",
-        )
-
-    if not fp8_cache:
-        return float(bmm1_scale), (1.0 if fp8_query else None), None
-    if not fp8_query:
-        return float(bmm1_scale) / float(bmm2_scale), None, float(bmm2_scale)
-    if bmm2_tensor:
-        return 1.0, _divide(bmm1_scale, bmm2_scale), bmm2_scale
-    if bmm1_tensor:
-        return 1.0 / float(bmm2_scale), bmm1_scale, float(bmm2_scale)
-    return float(bmm1_scale) / float(bmm2_scale), 1.0, float(bmm2_scale)
-
-
-def _divide(numerator: Any, denominator: Any) -> Any:
-    """numerator / denominator as a one-element float32 array of the denominator's framework and
-    device, computed there (on a GPU: one kernel on the current stream, captured with a graph)."""
-    kind = _arrays.framework(denominator)
-    if kind == "torch":
-        return sys.modules["torch"].div(numerator, denominator)
-    if kind == "numpy":
-        np = sys.modules["numpy"]
-        return np.divide(numerator, denominator, dtype=np.float32)
-    return numerator / denominator
-
-
-def trtllm_batch_decode_with_kv_cache_mla(
-    query: Any,
-    kv_cache: Any,
-    workspace_buffer: Any,
-    qk_nope_head_dim: int,
-    kv_lora_rank: int,
-    qk_rope_head_dim: int,
-    block_tables: Any,
-    seq_lens: Any,
-    max_seq_len: int,
-    sparse_mla_top_k: int = 0,
-    out: Any = None,
-    bmm1_scale: Union[float, Any] = 1.0,
-    bmm2_scale: Union[float, Any] = 1.0,
-    sinks: Optional[List[Any]] = None,
-    skip_softmax_threshold_scale_factor: Optional[float] = None,
-    enable_pdl: Optional[bool] = None,
-    backend: str = "auto",
-) -> Any:
-    """FlashInfer's ``flashinfer.mla.trtllm_batch_decode_with_kv_cache_mla``, computed by mlakit.
-
-    Arguments:
-        query: [batch_size, q_len_per_request, num_heads, 576] (q_nope absorbed, then q_rope).
-        kv_cache: [num_pages, page_size, 576] or [num_pages, 1, page_size, 576] (ckv, then kpe).
-        workspace_buffer: FlashInfer's semaphores; unused (mlakit keeps its own workspace).
-        qk_nope_head_dim: unused (it only enters the caller's bmm1_scale).
-        kv_lora_rank: must be 512. qk_rope_head_dim: must be 64.
-        block_tables: [batch_size, max_num_pages] int32; with sparse_mla_top_k > 0, the sparse
-            indices [batch_size, q_len_per_request, sparse_mla_top_k] (page * page_size +
-            offset, -1 = empty).
-        seq_lens: [batch_size] int32 cached lengths.
-        max_seq_len: the longest cached length (sizes mlakit's workspace).
-        out: [batch_size, q_len_per_request, num_heads, 512] (or [batch_size, num_heads, 512]
-            when q_len_per_request is 1), written in place and returned.
-        bmm1_scale: q_scale * k_scale * softmax scale: a float, or a one-element float32
-            tensor where the query is, read at run time (with an fp8 query and cache only, as in
-            FlashInfer).
-        bmm2_scale: v_scale * o_scale: a float, or such a tensor (with an fp8 query and cache
-            only); it must be 1.0 with a 16-bit or 656-byte blockwise cache (mlakit has no
-            output scale).
-        sinks: [num_heads] float32 sink logits (a tensor, or a list holding one).
-        skip_softmax_threshold_scale_factor: not supported.
-        enable_pdl: programmatic dependent launch (None: off).
-        backend: "auto", FlashInfer's "trtllm-gen" / "xqa" (both mean mlakit's "auto"), or an
-            mlakit backend name.
-
-    Returns:
-        out [batch_size, q_len_per_request, num_heads, 512] (the given ``out`` when one was).
-    """
-    if kv_lora_rank != 512:
-        raise ValueError(f"kv_lora_rank: expected 512, given {kv_lora_rank}")
-    if qk_rope_head_dim != 64:
-        raise ValueError(f"qk_rope_head_dim: expected 64, given {qk_rope_head_dim}")
-    if skip_softmax_threshold_scale_factor is not None:
-        raise _not_supported("skip_softmax_threshold_scale_factor", "skip-softmax sparsity")
-    if isinstance(sinks, (list, tuple)):
-        if len(sinks) != 1:
-            raise ValueError(
-                f"sinks: expected one [num_heads] tensor, given a list of {len(sinks)}"
-            )
-        sinks = sinks[0]
-
-    softmax_scale, q_scale, k_scale = _trtllm_scales(query, kv_cache, bmm1_scale, bmm2_scale)
-
-    out4 = out
-    if out is not None and len(out.shape) == 3:
-        out4 = out.reshape(out.shape[0], 1, out.shape[1], out.shape[2])
-    sparse = sparse_mla_top_k > 0
-    result, _ = _decode(
-        query,
-        kv_cache,
-        None if sparse else block_tables,
-        None if sparse else seq_lens,
-        out=out4,
-        return_lse=False,
-        softmax_scale=softmax_scale,
-        causal=True,
-        q_scale=q_scale,
-        k_scale=k_scale,
-        sinks=sinks,
-        indices=block_tables if sparse else None,
-        max_seq_len=int(max_seq_len),
-        pdl=bool(enable_pdl),
-        backend="auto" if backend in ("trtllm-gen", "xqa") else backend,
-    )
-    return out if out is not None else result
+from ._flashinfer import (  # noqa: E402
+    BatchMLAPagedAttentionWrapper,
+    trtllm_batch_decode_with_kv_cache_mla,
+)

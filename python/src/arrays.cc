@@ -176,9 +176,37 @@ const Array& ArgReader::take(const char* name, nb::handle obj, Elem elem,
   return take_any_shape(name, obj, elem, {std::move(shape)}, dims);
 }
 
+void ArgReader::check_last_contiguous(const char* name, const Array& a) const {
+  const size_t last = a.ndim() - 1;
+  if (a.ndim() == 0 || a.shape(last) <= 1 || a.stride(last) == 1) return;
+  std::ostringstream strides;
+  for (size_t j = 0; j < a.ndim(); ++j) strides << (j ? ", " : "[") << a.stride(j);
+  strides << "]";
+  throw_value_error(std::string(name) +
+                    ": expected a view whose last dimension is contiguous (stride 1), given "
+                    "shape " +
+                    shape_string(a) + " with strides " + strides.str() + " (in elements)");
+}
+
 const Array& ArgReader::take_any_shape(const char* name, nb::handle obj, Elem elem,
                                        std::initializer_list<std::vector<int64_t>> shapes,
                                        const char* dims) {
+  const Array& a = take_shaped(name, obj, elem, shapes, dims);
+  check_contiguous(name, a);
+  return a;
+}
+
+const Array& ArgReader::take_view(const char* name, nb::handle obj, Elem elem,
+                                  std::initializer_list<std::vector<int64_t>> shapes,
+                                  const char* dims) {
+  const Array& a = take_shaped(name, obj, elem, shapes, dims);
+  check_last_contiguous(name, a);
+  return a;
+}
+
+const Array& ArgReader::take_shaped(const char* name, nb::handle obj, Elem elem,
+                                    std::initializer_list<std::vector<int64_t>> shapes,
+                                    const char* dims) {
   const Array& a = import(name, obj);
   check_elem(name, a, elem);
   bool matched = false;
@@ -192,7 +220,6 @@ const Array& ArgReader::take_any_shape(const char* name, nb::handle obj, Elem el
                       ", given " + shape_string(a));
   }
   check_placement(name, a);
-  check_contiguous(name, a);
   return a;
 }
 

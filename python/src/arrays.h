@@ -61,6 +61,11 @@ class ArgReader {
   const Array& take_any_shape(const char* name, nb::handle obj, Elem elem,
                               std::initializer_list<std::vector<int64_t>> shapes, const char* dims);
 
+  // Like take_any_shape, but for a view: only the last dimension must be contiguous (stride 1);
+  // the outer strides are the library's business (RunArgs, "Views").
+  const Array& take_view(const char* name, nb::handle obj, Elem elem,
+                         std::initializer_list<std::vector<int64_t>> shapes, const char* dims);
+
   // A cache in the DeepSeek V4 layout (1-byte elements), whose pages are `page_bytes` apart:
   // [num_pages, page_bytes] contiguous, or FlashMLA's view [num_pages, page_size, 584] (or
   // [num_pages, page_size, 1, 584]) with strides [page_bytes, 584, (584,) 1].
@@ -81,10 +86,19 @@ class ArgReader {
   void check_placement(const char* name, const Array& a) const;
   void check_elem(const char* name, const Array& a, Elem elem) const;
   void check_contiguous(const char* name, const Array& a) const;
+  void check_last_contiguous(const char* name, const Array& a) const;
+  const Array& take_shaped(const char* name, nb::handle obj, Elem elem,
+                           std::initializer_list<std::vector<int64_t>> shapes, const char* dims);
 
   Placement placement_;
   std::deque<Array> arrays_;  // a deque: references handed out stay valid
 };
+
+// Stride `dim` of a view, for RunArgs: 0 (the contiguous value) where the dimension has size 1,
+// whose stride means nothing (frameworks give such dimensions any stride).
+inline int64_t view_stride(const Array& a, size_t dim) {
+  return a.shape(dim) == 1 ? 0 : a.stride(dim);
+}
 
 // "[2, 1, 16, 576]"
 std::string shape_string(const Array& a);

@@ -154,9 +154,11 @@ class PyDecoder {
 
  private:
   // A cache of the decoder's layout with pages of `page_size` tokens: [num_pages, page_size, 576]
-  // of kv_dtype or [.., 656 bytes] (a 1 may stand before or after page_size); V4: [num_pages,
-  // page bytes], or [num_pages, page_size, (1,) 584 bytes] whose pages are page bytes apart.
-  const Array& take_cache(ArgReader& in, const char* name, nb::handle obj, int page_size) const {
+  // of kv_dtype or [.., 656 bytes] (a 1 may stand before or after page_size), a view of one when
+  // `view` (the main cache; the extra cache has no strides); V4: [num_pages, page bytes], or
+  // [num_pages, page_size, (1,) 584 bytes] whose pages are page bytes apart.
+  const Array& take_cache(ArgReader& in, const char* name, nb::handle obj, int page_size,
+                          bool view) const {
     const Problem& p = problem_;
     if (p.kv_layout == KvLayout::kFp8V4) {
       return in.take_v4_cache(
@@ -165,11 +167,14 @@ class PyDecoder {
     }
     const bool blockwise = p.kv_layout == KvLayout::kFp8Blockwise;
     const int64_t d = blockwise ? kBlockwiseBytes : kDqk;
-    return in.take_any_shape(
-        name, obj, blockwise ? Elem::kBytes : elem_of(p.kv_dtype),
-        {{-1, page_size, d}, {-1, page_size, 1, d}, {-1, 1, page_size, d}},
+    const char* dims =
         blockwise ? "[num_pages, page_size, 656 bytes] (or with a 1 before or after page_size)"
-                  : "[num_pages, page_size, 576] (or with a 1 before or after page_size)");
+                  : "[num_pages, page_size, 576] (or with a 1 before or after page_size)";
+    const Elem elem = blockwise ? Elem::kBytes : elem_of(p.kv_dtype);
+    const std::initializer_list<std::vector<int64_t>> shapes = {
+        {-1, page_size, d}, {-1, page_size, 1, d}, {-1, 1, page_size, d}};
+    return view ? in.take_view(name, obj, elem, shapes, dims)
+                : in.take_any_shape(name, obj, elem, shapes, dims);
   }
 
  public:
@@ -182,16 +187,27 @@ class PyDecoder {
     ArgReader in(placement_);
     RunArgs args;
 
+    // q, the cache and out may be views (a contiguous last dimension, any outer strides).
     const std::string q_dims = "[b, s_q, h_q, " + std::to_string(p.d_qk) + "]";
     const Array& aq =
-        in.take("q", q, elem_of(p.q_dtype), {-1, p.s_q, p.h_q, p.d_qk}, q_dims.c_str());
+        in.take_view("q", q, elem_of(p.q_dtype), {{-1, p.s_q, p.h_q, p.d_qk}}, q_dims.c_str());
     const int64_t b = static_cast<int64_t>(aq.shape(0));
     args.batch = static_cast<int32_t>(b);
     args.q = aq.data();
+    args.q_stride_b = view_stride(aq, 0);
+    args.q_stride_s = view_stride(aq, 1);
+    args.q_stride_h = view_stride(aq, 2);
 
-    const Array& akv = take_cache(in, "kv_cache", kv_cache, p.page_size);
+    const Array& akv = take_cache(in, "kv_cache", kv_cache, p.page_size, /*view=*/true);
     args.kv_cache = akv.data();
     args.num_pages = static_cast<int64_t>(akv.shape(0));
+    if (p.kv_layout != KvLayout::kFp8V4) {  // a V4 cache is whole pages (take_v4_cache)
+      args.kv_stride_page = view_stride(akv, 0);
+      // The token dimension: 1 in [n, page, d]; in the 4-D forms the one of size page_size (the
+      // other is 1), or 2 when page_size is 1 too.
+      const size_t token_dim = akv.ndim() == 3 ? 1 : akv.shape(1) == 1 ? 2 : 1;
+      args.kv_stride_token = view_stride(akv, token_dim);
+    }
 
     const std::string topk_why = "the decoder was made with topk=" + std::to_string(p.topk);
     if (p.sparse()) {
@@ -207,8 +223,8 @@ class PyDecoder {
       check_presence("extra_kv_cache", extra_kv_cache, p.has_extra(), extra_why);
       check_presence("extra_indices", extra_indices, p.has_extra(), extra_why);
       if (p.has_extra()) {
-        const Array& extra =
-            take_cache(in, "extra_kv_cache", extra_kv_cache, p.extra_page_size_or_default());
+        const Array& extra = take_cache(in, "extra_kv_cache", extra_kv_cache,
+                                        p.extra_page_size_or_default(), /*view=*/false);
         args.extra_kv_cache = extra.data();
         args.extra_num_pages = static_cast<int64_t>(extra.shape(0));
         args.extra_indices =
@@ -250,9 +266,12 @@ class PyDecoder {
       args.sinks =
           static_cast<const float*>(in.take("sinks", sinks, Elem::kFP32, {p.h_q}, "[h_q]").data());
     }
-    args.out = const_cast<void*>(
-        in.take("out", out, elem_of(p.out_dtype), {b, p.s_q, p.h_q, kDv}, "[b, s_q, h_q, 512]")
-            .data());
+    const Array& aout = in.take_view("out", out, elem_of(p.out_dtype), {{b, p.s_q, p.h_q, kDv}},
+                                     "[b, s_q, h_q, 512]");
+    args.out = const_cast<void*>(aout.data());
+    args.out_stride_b = view_stride(aout, 0);
+    args.out_stride_s = view_stride(aout, 1);
+    args.out_stride_h = view_stride(aout, 2);
     check_presence(
         "lse", lse, p.return_lse,
         std::string("the decoder was made with lse=") + (p.return_lse ? "True" : "False"));

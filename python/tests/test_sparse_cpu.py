@@ -236,7 +236,7 @@ def test_flash_mla_sparse_argument_errors():
     c = V4Case(4, b=1, s_q=1, h_q=4, page=4, topk=8, extra_page=4, extra_topk=4, lens=False)
     q, kv = wrap("numpy", c.q), v4_view(c.kv, 4)
     call = compat.flash_mla_with_kvcache
-    with pytest.raises(ValueError, match=r"^causal: expected False with indices"):
+    with pytest.raises(ValueError, match=r"^causal: expected False with sparse indices"):
         call(q, kv, None, None, 512, causal=True, is_fp8_kvcache=True, indices=c.indices)
     with pytest.raises(ValueError, match=r"^is_fp8_kvcache: expected True for the 584-byte"):
         call(q, kv, None, None, 512, is_fp8_kvcache=False, indices=c.indices)

@@ -82,13 +82,32 @@ def test_decoder_errors(kwargs, exception, message):
         make_decoder(**kwargs)
 
 
+def built_without_cuda(backend):
+    return "not in this build" in backend["unavailable_reason"]
+
+
 def test_gpu_backend_without_gpu_is_not_implemented():
     info = mlakit.info()
-    gpu = [b["name"] for b in info["backends"] if b["device_memory"]]
+    gpu = [b["name"] for b in info["backends"] if b["device_memory"] and not built_without_cuda(b)]
     if info["device"]["present"] or not gpu:
         pytest.skip("needs a build with a GPU backend, on a machine without a GPU")
     with pytest.raises(NotImplementedError, match="no CUDA device"):
         make_decoder(backend=gpu[0])
+
+
+def test_gpu_backends_of_a_build_without_cuda_say_why():
+    """Built without a CUDA compiler: the GPU backends are listed, unavailable, with the reason,
+    and asking for one raises it."""
+    info = mlakit.info()
+    absent = [b for b in info["backends"] if built_without_cuda(b)]
+    if not absent:
+        pytest.skip("a build with CUDA")
+    assert sorted(b["name"] for b in absent) == ["sm80", "sm90"]
+    assert not any(b["available"] for b in absent)
+    assert "mlakit was built without CUDA" in info["device"]["error"]
+    with pytest.raises(NotImplementedError, match="backend sm90 is not in this build"):
+        make_decoder(backend="sm90")
+    assert make_decoder(backend="auto").backend == "cpu"
 
 
 @pytest.mark.parametrize(
@@ -128,9 +147,15 @@ def test_q_errors(work):
     transposed = np.ascontiguousarray(work.q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
     with raises(
         ValueError,
-        "q: expected a C-contiguous (row-major, dense) array, given shape [2, 1, 4, 576]",
+        "q: expected a view whose last dimension is contiguous (stride 1), given shape "
+        "[2, 1, 4, 576] with strides [4608, 4608, 1152, 2]",
     ):
-        run(d, work, q=np.concatenate([work.q, work.q], axis=2)[:, :, ::2])
+        run(d, work, q=np.concatenate([work.q, work.q], axis=3)[..., ::2])
+    # Rows 577 elements apart: a view, but its rows would not be 16-byte aligned.
+    padded = np.zeros((2, 1, 4, 577), work.q.dtype)
+    padded[..., :576] = work.q
+    with raises(ValueError, "q_stride_h: expected a stride whose rows stay 16-byte aligned"):
+        run(d, work, q=padded[..., :576])
     run(d, work, q=transposed)  # s_q = 1: the stride of a size-1 dimension does not matter
     with raises(
         TypeError,
@@ -166,8 +191,8 @@ def test_kv_cache_errors(work):
         KV_SHAPES + ", given [2, 32, 576]",
     ):
         run(d, work, kv_cache=work.kv_cache[:4].reshape(-1, 32, 576))
-    with raises(ValueError, "kv_cache: expected a C-contiguous"):
-        run(d, work, kv_cache=np.concatenate([work.kv_cache] * 2)[::2])
+    with raises(ValueError, "kv_cache: expected a view whose last dimension is contiguous"):
+        run(d, work, kv_cache=np.concatenate([work.kv_cache] * 2, axis=2)[..., ::2])
 
 
 def test_blockwise_cache_errors():

@@ -73,6 +73,14 @@ mlakit::RunArgs to_cpp(const mlakit_run_args_t& a) {
       .k_scale = a.k_scale,
       .q_scale_ptr = a.q_scale_ptr,
       .k_scale_ptr = a.k_scale_ptr,
+      .q_stride_b = a.q_stride_b,
+      .q_stride_s = a.q_stride_s,
+      .q_stride_h = a.q_stride_h,
+      .kv_stride_page = a.kv_stride_page,
+      .kv_stride_token = a.kv_stride_token,
+      .out_stride_b = a.out_stride_b,
+      .out_stride_s = a.out_stride_s,
+      .out_stride_h = a.out_stride_h,
   };
 }
 

@@ -1,11 +1,15 @@
 // Validation of a Problem (once, at Decoder creation) and of RunArgs (each run: host-side checks
 // only, nothing is read from device memory).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <iterator>
+#include <utility>
 
 #include "core/check.h"
 #include "core/guard.h"
+#include "core/views.h"
 #include "mlakit/mlakit.h"
 
 namespace mlakit {
@@ -64,6 +68,88 @@ Span span(std::string_view name, const void* ptr, uint64_t bytes) {
   return {.name = name, .begin = reinterpret_cast<uintptr_t>(ptr), .bytes = ptr ? bytes : 0};
 }
 
+// Bytes from the first element of a strided tensor to one past its last: the sum of (size - 1) *
+// stride over its outer dimensions, plus its contiguous row; saturated at UINT64_MAX (2^31 pages
+// 2^39 elements apart overflow).
+uint64_t view_bytes(std::initializer_list<std::pair<int64_t, int64_t>> size_stride, int64_t row,
+                    size_t elem_bytes) {
+  uint64_t elems = row, term = 0;
+  for (const auto& [size, stride] : size_stride) {
+    if (size <= 0) return 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(size - 1), static_cast<uint64_t>(stride),
+                               &term) ||
+        __builtin_add_overflow(elems, term, &elems)) {
+      return UINT64_MAX;
+    }
+  }
+  return __builtin_mul_overflow(elems, elem_bytes, &term) ? UINT64_MAX : term;
+}
+
+// Strides given for views (RunArgs, "Views"): > 0, below 2^40 elements (so that extents cannot
+// overflow), rows 16-byte aligned; out's rows apart from each other (it is written).
+Status check_views(const Problem& p, const RunArgs& a) {
+  // A V4 page is every token's data, then every token's scale row, then padding: not a
+  // [page, token, elems] view, so its cache takes no strides.
+  if (p.kv_layout == KvLayout::kFp8V4 && (a.kv_stride_page != 0 || a.kv_stride_token != 0)) {
+    return invalid_argument(
+        "kv_stride_page, kv_stride_token",
+        str_cat("0, 0 (contiguous) with kv_layout ", to_string(p.kv_layout),
+                " (its pages hold the scale rows after the tokens' data: no view of them)"),
+        str_cat(a.kv_stride_page, ", ", a.kv_stride_token));
+  }
+  const size_t kv_elem = p.kv_layout == KvLayout::kFp8Blockwise ? 1 : dtype_bytes(p.kv_dtype);
+  struct Given {
+    std::string_view name;
+    int64_t stride;
+    size_t elem_bytes;
+  };
+  // Innermost first: a misaligned row stride makes the outer ones misaligned too.
+  const Given given[] = {
+      {"q_stride_h", a.q_stride_h, dtype_bytes(p.q_dtype)},
+      {"q_stride_s", a.q_stride_s, dtype_bytes(p.q_dtype)},
+      {"q_stride_b", a.q_stride_b, dtype_bytes(p.q_dtype)},
+      {"kv_stride_token", a.kv_stride_token, kv_elem},
+      {"kv_stride_page", a.kv_stride_page, kv_elem},
+      {"out_stride_h", a.out_stride_h, dtype_bytes(p.out_dtype)},
+      {"out_stride_s", a.out_stride_s, dtype_bytes(p.out_dtype)},
+      {"out_stride_b", a.out_stride_b, dtype_bytes(p.out_dtype)},
+  };
+
+  constexpr int64_t kMaxStride = int64_t{1} << 40;
+  for (const Given& g : given) {
+    if (g.stride == 0) continue;  // contiguous
+    if (g.stride < 0 || g.stride >= kMaxStride) {
+      return invalid_argument(g.name, str_cat("0 (contiguous) or 1..", kMaxStride - 1, " elements"),
+                              g.stride);
+    }
+    if (g.stride * g.elem_bytes % 16 != 0) {
+      return invalid_argument(g.name,
+                              str_cat("a stride whose rows stay 16-byte aligned (a multiple of ",
+                                      16 / g.elem_bytes, " elements of ", g.elem_bytes, " bytes)"),
+                              g.stride);
+    }
+  }
+  // out: with its dimensions ordered by stride, each stride at least the extent of the smaller
+  // ones, so that no two elements share an address.
+  const Views v = views_of(p, a);
+  std::pair<int64_t, int64_t> dims[] = {{v.out_h, p.h_q}, {v.out_s, p.s_q}, {v.out_b, a.batch}};
+  std::sort(std::begin(dims), std::end(dims));
+  int64_t extent = kDv;
+  for (const auto& [stride, size] : dims) {
+    if (size <= 1) continue;
+    if (stride < extent) {
+      return invalid_argument(
+          "out strides",
+          str_cat("rows that do not overlap (each stride >= ", extent,
+                  ", the extent of the dimensions with smaller strides)"),
+          str_cat("[", v.out_b, ", ", v.out_s, ", ", v.out_h, ", 1] for shape [", a.batch, ", ",
+                  p.s_q, ", ", p.h_q, ", ", kDv, "]"));
+    }
+    extent = stride * (size - 1) + extent;
+  }
+  return Status::Ok();
+}
+
 // out, lse and the workspace are written: one that overlaps any other argument is a data race
 // (and wrong results). From the addresses and the shapes the header gives the arguments (the block
 // table [b, block_table_stride], ...); nothing is read.
@@ -73,15 +159,25 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
   // A sparse run neither reads nor checks the block table and lengths.
   const int32_t* table = p.sparse() ? nullptr : a.block_table;
   const int32_t* lens = p.sparse() ? nullptr : a.seq_lens;
+  const Views v = views_of(p, a);
+  const size_t kv_elem = p.kv_layout == KvLayout::kFp8Blockwise ? 1 : dtype_bytes(p.kv_dtype);
   const Span spans[] = {
       // Written first: each is checked against all that follow it.
-      span("out", a.out, rows * kDv * dtype_bytes(p.out_dtype)),
+      span("out", a.out,
+           view_bytes({{a.batch, v.out_b}, {p.s_q, v.out_s}, {p.h_q, v.out_h}}, kDv,
+                      dtype_bytes(p.out_dtype))),
       span("lse", a.lse, rows * sizeof(float)),
       span("workspace", workspace, workspace_needed),
-      span("q", a.q, rows * p.d_qk * dtype_bytes(p.q_dtype)),
-      span(
-          "kv_cache", a.kv_cache,
-          static_cast<uint64_t>(a.num_pages) * kv_page_bytes(p.kv_dtype, p.kv_layout, p.page_size)),
+      span("q", a.q,
+           view_bytes({{a.batch, v.q_b}, {p.s_q, v.q_s}, {p.h_q, v.q_h}}, p.d_qk,
+                      dtype_bytes(p.q_dtype))),
+      // A V4 page holds the scale rows and padding after the tokens' data: whole pages.
+      span("kv_cache", a.kv_cache,
+           p.kv_layout == KvLayout::kFp8V4
+               ? static_cast<uint64_t>(a.num_pages) *
+                     kv_page_bytes(p.kv_dtype, p.kv_layout, p.page_size)
+               : view_bytes({{a.num_pages, v.kv_page}, {p.page_size, v.kv_token}},
+                            Views::token_elems(p), kv_elem)),
       span("block_table", table, b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
       span("seq_lens", lens, b * sizeof(int32_t)),
       span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
@@ -180,6 +276,7 @@ Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
   MLAKIT_RETURN_IF_ERROR(check_pointer("kv_cache", a.kv_cache, 16));
   MLAKIT_RETURN_IF_ERROR(check_pointer("out", a.out, 16));
   MLAKIT_RETURN_IF_ERROR(check_range("num_pages", a.num_pages, 1, INT32_MAX));
+  MLAKIT_RETURN_IF_ERROR(check_views(p, a));
   if (p.sparse()) {
     if (a.indices == nullptr) {
       return invalid_argument("indices", str_cat("[b, s_q, ", p.topk, "] int32 for sparse topk"),

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,44 @@ TEST_F(Cli, LayoutFlagsThatDisagreeAreRefused) {
   r = with({"--layout", "v5"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "--layout")) << r.output;
+}
+
+// info --json: one JSON document with the device, every backend and, with problem flags, each
+// backend's verdict on the problem.
+TEST_F(Cli, InfoJson) {
+  const Result r = run_mlakit({"info", "--json", "--heads", "16", "--page-size", "48"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc["mlakit_version"], std::string(mlakit::version()));
+  EXPECT_EQ(doc["device"]["present"], mlakit::current_device().present);
+  bool cpu = false;
+  for (const auto& b : doc["backends"]) {
+    if (b["name"] == "cpu") cpu = b["available"] == true && b["device_memory"] == false;
+    if (b["available"] == false) EXPECT_FALSE(b["unavailable_reason"].get<std::string>().empty());
+  }
+  EXPECT_TRUE(cpu) << r.output;
+  ASSERT_EQ(doc["problems"].size(), 1u) << r.output;
+  EXPECT_NE(doc["problems"][0]["problem"].get<std::string>().find("page 48"), std::string::npos);
+  for (const auto& v : doc["problems"][0]["backends"]) {
+    if (v["name"] == "cpu") EXPECT_EQ(v["can_run"], true) << r.output;
+    if (v["name"] == "sm90") EXPECT_EQ(v["can_run"], false) << r.output;  // page 48
+  }
+}
+
+// check --json: the results as JSON, the exit code as without it.
+TEST_F(Cli, CheckJson) {
+  const Result r =
+      run_mlakit({"check", "--json", "--backend", "cpu", "--heads", "4", "--s-q", "1,2", "--batch",
+                  "2", "--seq-len", "1,40", "--page-size", "16", "--var", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc["failures"], 0);
+  ASSERT_EQ(doc["results"].size(), 4u) << r.output;
+  for (const auto& row : doc["results"]) {
+    EXPECT_EQ(row["backend"], "cpu");
+    EXPECT_EQ(row["result"], "ok") << row.dump();
+    EXPECT_EQ(row["rel_l2_err"], 0.0) << "the cpu backend against itself";
+  }
 }
 
 }  // namespace

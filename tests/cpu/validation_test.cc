@@ -580,6 +580,17 @@ const ArgsRule kArgsRules[] = {
      [](RunArgs& a) { a.extra_num_pages = 3; },
      "extra_num_pages",
      {"0 because the problem has no extra cache", "given 3"}},
+    // A V4 page (data rows, then scale rows, then padding) has no [page, token] view.
+    {"v4_kv_stride_token",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.kv_stride_token = 640; },
+     "kv_stride_page, kv_stride_token",
+     {"expected 0, 0 (contiguous) with kv_layout fp8_v4", "given 0, 640"}},
+    {"v4_kv_stride_page",
+     Base::kV4Extra,
+     [](RunArgs& a) { a.kv_stride_page = 9792; },
+     "kv_stride_page, kv_stride_token",
+     {"with kv_layout fp8_v4", "scale rows", "given 9792, 0"}},
     {"blockwise_k_scale_host_and_pointer",
      Base::kBlockwise,
      [](RunArgs& a) {
@@ -665,6 +676,12 @@ TEST(ValidateArgs, WorkspaceNullOrMisaligned) {
   EXPECT_TRUE(mlakit::validate_args(call.in.problem, call.args, 0, nullptr, 0).ok());
 }
 
+// Room for the out of a ValidCall (b 2, h_q 4, 512 16-bit values a row) and nothing else.
+void* out_over() {
+  alignas(256) static uint8_t room[2 * 4 * 512 * 2];
+  return room;
+}
+
 // Copies `bytes` bytes of an argument into a region of their own, with nothing of the call within
 // 256 KiB of them, and returns the copy: a written buffer placed over it can overlap it alone,
 // whatever the heap put next to the original.
@@ -689,21 +706,20 @@ TEST(ValidateArgs, WrittenBuffersOverlappingAnotherArgumentAreRefused) {
       {Base::kDense, "out", "q", [](RunArgs& a) { a.out = const_cast<void*>(a.q); }},
       {Base::kDense, "out", "kv_cache",
        [](RunArgs& a) { a.out = const_cast<char*>(static_cast<const char*>(a.kv_cache)) + 4096; }},
+      // The small arguments out is placed over live in a buffer of out's size of their own
+      // (out_over), so that out reaches nothing else, wherever the heap put the test's inputs.
       {Base::kDense, "out", "block_table",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.block_table); }},
+       [](RunArgs& a) { a.block_table = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kDense, "out", "seq_lens",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.seq_lens); }},
+       [](RunArgs& a) { a.seq_lens = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kSinksLse, "out", "lse", [](RunArgs& a) { a.out = a.lse; }},
       {Base::kSinksLse, "out", "sinks",
-       [](RunArgs& a) {
-         char* sinks = isolate(a.sinks, 4 * sizeof(float));
-         a.sinks = reinterpret_cast<const float*>(sinks);
-         a.out = sinks;
-       }},
+       [](RunArgs& a) { a.sinks = static_cast<const float*>(a.out = out_over()); }},
       {Base::kSparse, "out", "indices",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.indices); }},
+       [](RunArgs& a) { a.indices = static_cast<const int32_t*>(a.out = out_over()); }},
       {Base::kSparse, "out", "topk_lens",
-       [](RunArgs& a) { a.out = const_cast<int32_t*>(a.topk_lens); }},
+       [](RunArgs& a) { a.topk_lens = static_cast<const int32_t*>(a.out = out_over()); }},
+      // The V4 caches and lists: copied to a region of their own (isolate), out over the copy.
       {Base::kV4Extra, "out", "kv_cache",
        [](RunArgs& a) {
          // In the last page's padding: a V4 page of 16 tokens is 9344 bytes, padded to 9792.

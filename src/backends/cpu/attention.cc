@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "core/numeric.h"
 #include "core/parallel.h"
+#include "core/views.h"
 
 namespace mlakit::cpu {
 namespace {
@@ -41,18 +42,30 @@ void store_scalar(void* base, int64_t index, DType dtype, float value) {
   }
 }
 
-// A cached token: its page and its place in the page (the main or the extra cache).
+// A cached token of the main or the extra cache: its row (576 elements, 656 bytes blockwise, or
+// V4's 576 data bytes) and, in the V4 layout, its scale row.
 struct TokenRef {
-  const uint8_t* page;
-  int32_t offset;
-  int32_t page_size;
+  const uint8_t* row;
+  const uint8_t* scales;  // kFp8V4 only
 };
 
-TokenRef token_ref(const Problem& p, const void* cache, int32_t page_size, int64_t slot) {
-  const size_t page_bytes = kv_page_bytes(p.kv_dtype, p.kv_layout, page_size);
-  return {.page = static_cast<const uint8_t*>(cache) + slot / page_size * page_bytes,
-          .offset = static_cast<int32_t>(slot % page_size),
-          .page_size = page_size};
+// Where a cache's tokens lie: pages page_bytes apart, tokens token_bytes apart in a page (a view
+// of the main cache; the extra cache and any V4 cache are contiguous).
+struct CacheView {
+  const uint8_t* base;
+  int32_t page_size;
+  int64_t page_bytes;
+  int64_t token_bytes;
+};
+
+TokenRef token_ref(const Problem& p, const CacheView& c, int64_t slot) {
+  const uint8_t* page = c.base + slot / c.page_size * c.page_bytes;
+  const int64_t offset = slot % c.page_size;
+  // V4: the page's data rows first, its scale rows after them.
+  const bool v4 = p.kv_layout == KvLayout::kFp8V4;
+  return {
+      .row = page + offset * c.token_bytes,
+      .scales = v4 ? page + int64_t{c.page_size} * kV4DataBytes + offset * kV4ScaleBytes : nullptr};
 }
 
 float load_bf16(const uint8_t* at) {
@@ -64,7 +77,7 @@ float load_bf16(const uint8_t* at) {
 // Dequantizes cached token `t` into dst[0:d_qk].
 void load_token(const Problem& p, float k_scale, const TokenRef& t, float* dst) {
   if (p.kv_layout == KvLayout::kFp8Blockwise) {
-    const uint8_t* row = t.page + static_cast<int64_t>(t.offset) * kBlockwiseBytes;
+    const uint8_t* row = t.row;
     float scales[kDv / kBlockwiseGroup];
     std::memcpy(scales, row + kDv, sizeof(scales));
     for (int d = 0; d < kDv; ++d) {
@@ -75,18 +88,14 @@ void load_token(const Problem& p, float k_scale, const TokenRef& t, float* dst) 
     return;
   }
   if (p.kv_layout == KvLayout::kFp8V4) {
-    // The page's data rows first, its scale rows after them (the pad byte is never read).
-    const uint8_t* row = t.page + static_cast<int64_t>(t.offset) * kV4DataBytes;
-    const uint8_t* scales =
-        t.page + static_cast<int64_t>(t.page_size) * kV4DataBytes + t.offset * kV4ScaleBytes;
+    const uint8_t* row = t.row;  // the scale row's pad byte is never read
     for (int d = 0; d < kV4Nope; ++d) {
-      dst[d] = e4m3_to_float(row[d]) * ue8m0_to_float(scales[d / kV4Group]) * k_scale;
+      dst[d] = e4m3_to_float(row[d]) * ue8m0_to_float(t.scales[d / kV4Group]) * k_scale;
     }
     for (int d = 0; d < kDRope; ++d) dst[kV4Nope + d] = load_bf16(row + kV4Nope + 2 * d);
     return;
   }
-  const int64_t first = static_cast<int64_t>(t.offset) * kDqk;
-  for (int d = 0; d < kDqk; ++d) dst[d] = load_scalar(t.page, first + d, p.kv_dtype) * k_scale;
+  for (int d = 0; d < kDqk; ++d) dst[d] = load_scalar(t.row, d, p.kv_dtype) * k_scale;
 }
 
 // Number of cached tokens token t of request i sees (dense mode).
@@ -102,23 +111,22 @@ int64_t listed(const int32_t* lens, int i, int64_t topk) {
 
 // Cache tokens token t of request i attends to, in order: the main cache's, then the extra
 // cache's (one softmax over both).
-void visible_tokens(const Problem& p, const RunArgs& a, int i, int t,
-                    std::vector<TokenRef>* tokens) {
+void visible_tokens(const Problem& p, const RunArgs& a, const CacheView& main,
+                    const CacheView& extra_cache, int i, int t, std::vector<TokenRef>* tokens) {
   tokens->clear();
   const int64_t row = static_cast<int64_t>(i) * p.s_q + t;
   if (p.sparse()) {
     const int32_t* idx = a.indices + row * p.topk;
     const int64_t n = listed(a.topk_lens, i, p.topk);
     for (int64_t k = 0; k < n; ++k) {
-      if (idx[k] >= 0) tokens->push_back(token_ref(p, a.kv_cache, p.page_size, idx[k]));
+      if (idx[k] >= 0) tokens->push_back(token_ref(p, main, idx[k]));
     }
     if (!p.has_extra()) return;
     const int32_t* extra = a.extra_indices + row * p.extra_topk;
     const int64_t m = listed(a.extra_topk_lens, i, p.extra_topk);
-    const int32_t extra_page_size = p.extra_page_size_or_default();
     for (int64_t k = 0; k < m; ++k) {
       if (extra[k] >= 0) {
-        tokens->push_back(token_ref(p, a.extra_kv_cache, extra_page_size, extra[k]));
+        tokens->push_back(token_ref(p, extra_cache, extra[k]));
       }
     }
     return;
@@ -126,9 +134,8 @@ void visible_tokens(const Problem& p, const RunArgs& a, int i, int t,
   const int64_t n = visible_dense(p, a.seq_lens[i], t);
   const int32_t* pages = a.block_table + i * a.block_table_stride;
   for (int64_t j = 0; j < n; ++j) {
-    tokens->push_back(
-        token_ref(p, a.kv_cache, p.page_size,
-                  static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size));
+    tokens->push_back(token_ref(
+        p, main, static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size));
   }
 }
 
@@ -217,6 +224,19 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
   const float k_scale = a.k_scale_ptr != nullptr ? *a.k_scale_ptr
                         : std::isnan(a.k_scale)  ? 1.0f
                                                  : a.k_scale;
+  const Views v = views_of(p, a);
+  // Bytes of a cache element: the blockwise and V4 strides count bytes.
+  const int64_t kv_elem = p.kv_layout == KvLayout::kDense ? dtype_bytes(p.kv_dtype) : 1;
+  const CacheView main{.base = static_cast<const uint8_t*>(a.kv_cache),
+                       .page_size = p.page_size,
+                       .page_bytes = v.kv_page * kv_elem,
+                       .token_bytes = v.kv_token * kv_elem};
+  const int32_t extra_page_size = p.extra_page_size_or_default();
+  const CacheView extra{
+      .base = static_cast<const uint8_t*>(a.extra_kv_cache),
+      .page_size = extra_page_size,
+      .page_bytes = static_cast<int64_t>(kv_page_bytes(p.kv_dtype, p.kv_layout, extra_page_size)),
+      .token_bytes = Views::token_elems(p) * kv_elem};
 
   // Block b holds heads h0..h1 of token t of request i, b = (i * s_q + t) * head_blocks +
   // h0 / kHeadBlock: computed, not listed (a list took 4 GB at batch 2^20, s_q 16, h_q 128).
@@ -230,15 +250,16 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
     const int nh = rb.h1 - rb.h0;
     const int d_qk = p.d_qk;
     std::vector<TokenRef> tokens;
-    visible_tokens(p, a, rb.i, rb.t, &tokens);
+    visible_tokens(p, a, main, extra, rb.i, rb.t, &tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
 
     // Queries of this block, dequantized and multiplied by the softmax scale.
     std::vector<float> q(static_cast<size_t>(nh) * d_qk);
     const int64_t q_row0 = (static_cast<int64_t>(rb.i) * p.s_q + rb.t) * p.h_q + rb.h0;
     for (int h = 0; h < nh; ++h) {
+      const int64_t q_at = v.q_row(rb.i, rb.t, rb.h0 + h);
       for (int d = 0; d < d_qk; ++d) {
-        q[h * d_qk + d] = load_scalar(a.q, (q_row0 + h) * d_qk + d, p.q_dtype) * q_scale;
+        q[h * d_qk + d] = load_scalar(a.q, q_at + d, p.q_dtype) * q_scale;
       }
     }
 
@@ -282,8 +303,9 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
           out_scale /= 1.0f + std::exp(a.sinks[rb.h0 + h] - lse);
         }
       }
+      const int64_t out_at = v.out_row(rb.i, rb.t, rb.h0 + h);
       for (int d = 0; d < kDv; ++d) {
-        store_scalar(a.out, row * kDv + d, p.out_dtype, acc[h * kDv + d] * out_scale);
+        store_scalar(a.out, out_at + d, p.out_dtype, acc[h * kDv + d] * out_scale);
       }
       if (p.return_lse) a.lse[row] = lse;
     }

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/views.h"
 #include "kernels/common/combine.h"
 
 namespace mlakit::sm80 {
@@ -154,6 +155,8 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
 Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream,
            unsigned launches) {
   const Problem& p = setup.problem;
+  // The kernel and the combine address q, the cache and out as dense rows.
+  MLAKIT_RETURN_IF_ERROR(check_backend_views(p, a, "sm80", {}));
   const plan::PlanShape& shape = setup.shape;
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;

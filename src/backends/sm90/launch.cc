@@ -13,6 +13,7 @@
 #include "backends/sm90/config.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/views.h"
 #include "kernels/common/combine.h"
 #include "plan/compact.h"
 
@@ -93,16 +94,17 @@ Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
   return Status::Ok();
 }
 
-// A 2-D map over rows of 576 elements of `dtype` (16-bit: 1152 bytes apart, e4m3: 576), boxes of
-// 64 columns x box_rows rows in the swizzle of their 128 or 64 bytes, zeros outside. promotion:
-// the L2 fetch size of the copies.
-Status encode_rows(const void* base, DType dtype, uint64_t rows, uint32_t box_rows,
-                   const char* what, CUtensorMapL2promotion promotion, CUtensorMap* map) {
+// A 2-D map over rows of 576 elements of `dtype`, `row_stride` elements apart (576 when dense;
+// a view's, a multiple of 16 bytes, otherwise), boxes of 64 columns x box_rows rows in the swizzle
+// of their 128 or 64 bytes, zeros outside. promotion: the L2 fetch size of the copies.
+Status encode_rows(const void* base, DType dtype, uint64_t rows, int64_t row_stride,
+                   uint32_t box_rows, const char* what, CUtensorMapL2promotion promotion,
+                   CUtensorMap* map) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   MLAKIT_RETURN_IF_ERROR(encode_fn(&encode));
   const bool fp8 = dtype == DType::kFP8E4M3;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kDqk) * dtype_bytes(dtype)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * dtype_bytes(dtype)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunkElems), box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r = encode(
@@ -210,9 +212,9 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                        device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
-  setup->workspace_bytes =
-      p.sparse() ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
-                 : setup->layout.bytes;
+  setup->workspace_bytes = p.sparse()
+                               ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
+                               : setup->layout.bytes;
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl;
   setup->sm_count = device.sm_count;
@@ -245,6 +247,21 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
         "q, kv_cache", "16-byte aligned addresses for backend sm90",
         reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned" : "kv_cache misaligned");
   }
+  // TMA reads q and the cache as 2-D maps of equally spaced rows, so a view with one row stride
+  // is plumbing here; out is written by address arithmetic in the epilogues: contiguous only.
+  MLAKIT_RETURN_IF_ERROR(
+      check_backend_views(p, a, "sm90", {.q_rows = true, .kv_rows = true, .out_rows = false}));
+  const Views views = views_of(p, a);
+  // A sparse problem's producer (gather.cuh) reads a listed token at slot * its row bytes (576 x 2
+  // or 656), not through the map: the cache must be contiguous.
+  if (sparse && !views.kv_contiguous(p)) {
+    return unsupported(
+        "kv_stride_token, kv_stride_page: backend sm90 reads the cache of a sparse "
+        "problem contiguous (tokens ",
+        Views::token_elems(p), " elements apart, pages ",
+        int64_t{p.page_size} * Views::token_elems(p), "), given ", views.kv_token, " and ",
+        views.kv_page);
+  }
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const bool cluster = shape.schedule == plan::Schedule::kCluster;
   int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
@@ -263,9 +280,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   params.kv_cache = static_cast<const uint8_t*>(a.kv_cache);
   params.fill = Fill::kPages;
   if (sparse) {
-    plan::CompactParams compact =
-        plan::compact_view(static_cast<uint8_t*>(workspace) + setup.compact_offset,
-                           setup.planned.max_batch, p.topk);
+    plan::CompactParams compact = plan::compact_view(
+        static_cast<uint8_t*>(workspace) + setup.compact_offset, setup.planned.max_batch, p.topk);
     compact.indices = args.indices;
     compact.topk_lens = args.topk_lens;
     compact.num_tokens = kv_rows;
@@ -278,8 +294,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
   }
   if (!setup.inline_plan && !cluster) {
-    MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len, stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
+                                             stream, setup.pdl));
   }
   // L2 promotion: 256 bytes for the wide tile, none for the narrow one. One call (H200,
   // 2026-11-21), wide / narrow tile, 256 B against none: h_q 16 b 128 L 8192 narrow 304 -> 280 us,
@@ -288,13 +304,13 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const CUtensorMapL2promotion promotion = setup.tile_rows == kRows
                                                ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
                                                : CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, p.q_dtype, std::max<int64_t>(q_rows, 1),
+  MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, p.q_dtype, std::max<int64_t>(q_rows, 1), views.q_h,
                                      static_cast<uint32_t>(setup.tile_rows), "q", promotion,
                                      &params.q_map));
   if (sparse) {
     params.kv_map = params.q_map;  // not read: the producer gathers (prefetched all the same)
   } else {
-    MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows,
+    MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows, views.kv_token,
                                        static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
                                        "kv_cache", promotion, &params.kv_map));
   }
