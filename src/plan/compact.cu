@@ -54,6 +54,16 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
 
 }  // namespace
 
+Problem rows_as_requests(const Problem& p) {
+  if (!p.sparse()) return p;
+  Problem d = p;
+  d.s_q = 1;
+  d.max_batch = p.max_batch * p.s_q;
+  d.max_seq_len = p.topk;
+  d.causal = false;
+  return d;
+}
+
 size_t compact_bytes(int64_t rows, int32_t topk) {
   return align_up(sizeof(int32_t) * static_cast<size_t>(rows)) +
          align_up(sizeof(int32_t) * static_cast<size_t>(rows) * static_cast<size_t>(topk));

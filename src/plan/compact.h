@@ -29,6 +29,11 @@ struct CompactParams {
   int32_t s_q;
 };
 
+// The dense problem the plan and the decode kernels see for a sparse one: its rows (request, query
+// token) as requests of one query token, each as long as its top-k; not causal. Other problems
+// unchanged.
+Problem rows_as_requests(const Problem& problem);
+
 // Workspace bytes of the compacted slots and counts for `rows` rows of `topk` (256-aligned parts).
 size_t compact_bytes(int64_t rows, int32_t topk);
 // The slots and counts inside such a region.

@@ -8,6 +8,7 @@
 #include "core/cuda_check.h"
 #include "core/views.h"
 #include "kernels/common/combine.h"
+#include "plan/compact.h"
 
 namespace mlakit::sm80 {
 namespace {
@@ -90,8 +91,15 @@ int stages_for(const DecodeKernel& kernel, size_t smem_optin) {
   return stages < kMinStages ? 0 : static_cast<int>(std::min<size_t>(stages, kMaxStages));
 }
 
-Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup* setup,
+Problem planned_problem(const Problem& problem) {
+  Problem d = plan::rows_as_requests(problem);
+  if (problem.sparse()) d.page_size = 1;
+  return d;
+}
+
+Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup,
                   const SetupOptions& options) {
+  const Problem p = planned_problem(problem);
   const TileKind tile = tile_for(p);
   const DecodeKernel* kernel = &select_kernel(p, tile);
   // The 16-row tile runs two CTAs per SM where each still gets kMinStages (sm_90: 2 stages each
@@ -135,7 +143,8 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   const int32_t rows = p.h_q * p.s_q;
   const int32_t m_tiles = plan::ceil_div(rows, kernel->rows);
   const PartitionConstants constants = partition_constants(tile);
-  setup->problem = p;
+  setup->problem = problem;
+  setup->planned = p;
   setup->kernel = kernel;
   setup->m_tiles = m_tiles;
   setup->stages = stages;
@@ -145,6 +154,10 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
       constants.fixed_cost_blocks, constants.min_chunk_blocks,
       int64_t{device.sm_count} * ctas_per_sm / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
+  setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
+  setup->workspace_bytes = p.sparse()
+                               ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
+                               : setup->layout.bytes;
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->speculate = tactic == 4 && !roles;
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
@@ -152,27 +165,47 @@ Status make_setup(const Problem& p, int tactic, const DeviceInfo& device, Setup*
   return Status::Ok();
 }
 
-Status run(const Setup& setup, const RunArgs& a, void* workspace, cudaStream_t stream,
+Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream,
            unsigned launches) {
   const Problem& p = setup.problem;
   // The kernel and the combine address q, the cache and out as dense rows.
-  MLAKIT_RETURN_IF_ERROR(check_backend_views(p, a, "sm80", {}));
+  MLAKIT_RETURN_IF_ERROR(check_backend_views(p, args, "sm80", {}));
+  const bool sparse = p.sparse();
+  // Sparse: the rows (request, query token) run as requests of one query token (Setup::planned).
+  RunArgs a = args;
+  a.batch = sparse ? args.batch * p.s_q : args.batch;
   const plan::PlanShape& shape = setup.shape;
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
   const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
   DecodeParams params{};
   static_cast<plan::DecodeParamsBase&>(params) =
-      plan::decode_params_base(p, a, shape, view, setup.inline_plan);
+      plan::decode_params_base(setup.planned, a, shape, view, setup.inline_plan);
   params.q = a.q;
   params.kv = a.kv_cache;
   params.stages = setup.stages;
   params.scale = a.softmax_scale;
   params.speculate = setup.speculate;
   params.q_fp8 = p.q_dtype == DType::kFP8E4M3;
+  if (sparse) {
+    // The compacted slots are the rows' page ids (pages of one token): never out of range.
+    plan::CompactParams compact = plan::compact_view(
+        static_cast<uint8_t*>(workspace) + setup.compact_offset, setup.planned.max_batch, p.topk);
+    compact.indices = args.indices;
+    compact.topk_lens = args.topk_lens;
+    compact.num_tokens = args.num_pages * p.page_size;
+    compact.s_q = p.s_q;
+    if (launches & kLaunchPlan) {
+      MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
+    }
+    params.block_table = compact.slots;
+    params.block_table_stride = p.topk;
+    params.seq_lens = compact.counts;
+    params.max_len = p.topk;
+  }
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
-    MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, a.seq_lens, a.batch, params.max_len, stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
+                                             stream, setup.pdl));
   }
   if (launches & kLaunchDecode) {
     const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;

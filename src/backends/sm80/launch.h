@@ -59,16 +59,21 @@ int stages_for(const DecodeKernel& kernel, size_t smem_optin);
 
 struct Setup {
   Problem problem;
+  // What the plan and kernel see: the problem, or a sparse one's rows as requests of one query
+  // token over pages of one token, the compacted slots (plan/compact.h).
+  Problem planned;
   const DecodeKernel* kernel = nullptr;
   int32_t m_tiles = 1;  // query tiles per request
   int32_t stages = kMinStages;
   bool roles = false;  // the 64-row tile's score-warp / output-warp loop (config.h, kRoles)
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
-  bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel (launch.cc)
-  bool speculate = false;    // tactic 4: each CTA plans its part before griddepcontrol.wait
-  bool pdl = false;          // programmatic dependent launch (enable_pdl on sm_90+)
-  int32_t sm_count = 1;      // sizes the combine kernel's grid
+  size_t compact_offset = 0;   // sparse: the compacted slots and counts in the workspace
+  size_t workspace_bytes = 0;  // layout.bytes, and the compacted slots when sparse
+  bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel (launch.cc)
+  bool speculate = false;      // tactic 4: each CTA plans its part before griddepcontrol.wait
+  bool pdl = false;            // programmatic dependent launch (enable_pdl on sm_90+)
+  int32_t sm_count = 1;        // sizes the combine kernel's grid
 };
 
 // smem_limit: when nonzero, the shared memory per block to plan for instead of the device's
@@ -76,6 +81,10 @@ struct Setup {
 struct SetupOptions {
   size_t smem_limit = 0;
 };
+
+// A sparse problem as the sm80 kernels run it: plan::rows_as_requests over pages of one token
+// (the compacted slots are its page ids). Other problems unchanged.
+Problem planned_problem(const Problem& problem);
 
 // Prepares the kernel (shared-memory limit, occupancy) and sizes plan and workspace for the
 // device's SM count. tactic: 0 persistent, 1 one-shot; 2 and 3 the same with the 64-row tile's

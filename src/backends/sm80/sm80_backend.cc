@@ -19,7 +19,7 @@ class Sm80Backend final : public Backend {
  public:
   explicit Sm80Backend(const sm80::Setup& setup) : setup_(setup) {}
   std::string_view name() const override { return "sm80"; }
-  size_t workspace_bytes() const override { return setup_.layout.bytes; }
+  size_t workspace_bytes() const override { return setup_.workspace_bytes; }
   Status run(const RunArgs& args, void* workspace, size_t, Stream stream) const override {
     return sm80::run(setup_, args, workspace, stream);
   }
@@ -37,11 +37,19 @@ Status available(const DeviceInfo& device) {
   return Status::Ok();
 }
 
-Status can_run(const Problem& p, const DeviceInfo& device) {
-  if (p.has_extra()) {
-    return unsupported("an extra cache (extra_topk ", p.extra_topk,
+Status can_run(const Problem& problem, const DeviceInfo& device) {
+  if (problem.has_extra()) {
+    return unsupported("an extra cache (extra_topk ", problem.extra_topk,
                        ") is not supported by backend sm80 (supported: none)");
   }
+  // Sparse: the dense kernels over the compacted slots as pages of one token (launch.h), so any
+  // page size and s_q, and every cache the dense kernels read; not the V3.2 or V4 layouts.
+  if (problem.sparse() && problem.kv_layout != KvLayout::kDense) {
+    return unsupported("kv_layout ", to_string(problem.kv_layout),
+                       " with sparse attention is not supported by backend sm80 (supported: dense "
+                       "caches of bf16, fp16 or e4m3 with one scale; sm90 runs fp8_blockwise)");
+  }
+  const Problem p = sm80::planned_problem(problem);
   if (p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
                        " is not supported by backend sm80 (supported: dense)");
@@ -50,10 +58,6 @@ Status can_run(const Problem& p, const DeviceInfo& device) {
   if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {
     return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
                        " is not supported by backend sm80 (supported: out_dtype = q_dtype)");
-  }
-  if (p.sparse()) {
-    return unsupported("sparse attention (topk ", p.topk,
-                       ") is not supported by backend sm80 (supported: dense)");
   }
   if (p.s_q > kMaxSq) {
     return unsupported("s_q ", p.s_q, " is not supported by backend sm80 (supported: 1..", kMaxSq,
@@ -93,7 +97,8 @@ Status can_run(const Problem& p, const DeviceInfo& device) {
 // Faster than 0 on every uniform case measured (h_q 16, L 4096; H100 b 1 12.2 -> 11.2 us, b 64
 // 116.0 -> 114.5; H200 b 1 12.3 -> 11.4, b 64 84.3 -> 83.0; docs/sm80-decode.md item 27).
 // With an fp8 cache the 64-row tile runs the plain loop only (tactics 0 and 1 are then plain).
-std::vector<Tactic> tactics(const Problem& p) {
+std::vector<Tactic> tactics(const Problem& problem) {
+  const Problem p = sm80::planned_problem(problem);
   if (sm80::tile_for(p) == sm80::TileKind::kM64 && p.kv_dtype == DType::kFP8E4M3) {
     return {{.id = 0, .name = "persistent"}, {.id = 1, .name = "one-shot"}};
   }
@@ -126,7 +131,8 @@ const BackendEntry& sm80_backend_entry() {
           "q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q (out alike) or "
           "e4m3 q (out bf16/fp16), widened to 16 bits in shared memory; page size 1, 16, 32, 64, "
           "128; h_q 1..128; s_q 1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA "
-          "graphs. Tactics: persistent, one-shot (and both with the plain loop for h_q * s_q > "
+          "graphs; sparse top-k over dense caches (the slots as pages of one token). Tactics: "
+          "persistent, one-shot (and both with the plain loop for h_q * s_q > "
           "32 and a 16-bit cache; persistent-speculative, the default for h_q * s_q <= 32)",
       .device_memory = true,
       .available = available,

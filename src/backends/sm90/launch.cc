@@ -155,15 +155,7 @@ const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
 
 }  // namespace
 
-Problem plan_problem(const Problem& p) {
-  if (!p.sparse()) return p;
-  Problem d = p;
-  d.s_q = 1;
-  d.max_batch = p.max_batch * p.s_q;
-  d.max_seq_len = p.topk;
-  d.causal = false;
-  return d;
-}
+Problem plan_problem(const Problem& p) { return plan::rows_as_requests(p); }
 
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup) {
   const Problem p = plan_problem(problem);

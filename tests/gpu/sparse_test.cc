@@ -1,8 +1,10 @@
-// GPU tests of sparse top-k decode on the sm90 backend (plan/compact.h, gather.cuh) against the cpu
-// reference, on sm_90 devices only: a bf16/fp16 q over a cache of q's type or the V3.2 blockwise
-// layout (656 bytes a token), page sizes 1..128, h_q 1..128 (narrow tiles of 16 and 32 rows, the
-// wide tile, several tiles per row), s_q 1..8, top-k from 1 to 4096 with per-request lengths, -1
-// slots, sinks, lse and every tactic; indices out of range skipped (never read); PDL bitwise.
+// GPU tests of sparse top-k decode against the cpu reference. sm90 (plan/compact.h, gather.cuh;
+// sm_90 devices only): a bf16/fp16 q over a cache of q's type or the V3.2 blockwise layout (656
+// bytes a token), page sizes 1..128, h_q 1..128 (narrow tiles of 16 and 32 rows, the wide tile,
+// several tiles per row), s_q 1..8, top-k from 1 to 16384 with per-request lengths, -1 slots,
+// sinks, lse and every tactic; indices out of range skipped (never read); PDL bitwise. sm80 (the
+// dense kernels over the compacted slots as pages of one token): caches of q's type and the e4m3
+// cache with one scale, the same features.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +22,7 @@ constexpr const char* kBackend = "sm90";
 
 struct SparseCase {
   DType q = DType::kBF16;
-  bool blockwise = false;  // the V3.2 layout; else a cache of q's type
+  bool blockwise = false;  // the V3.2 layout; else a cache of q's type (or e4m3: fp8)
   int page_size = 64;
   int h_q = 16;
   int s_q = 1;
@@ -31,12 +33,16 @@ struct SparseCase {
   bool topk_lens = false;
   bool sinks = false;
   bool lse = true;
+  bool fp8 = false;  // the dense e4m3 cache with one scale
 };
 
 std::string name(const SparseCase& c, int tactic) {
-  return str_cat(c.blockwise ? "v32" : "dense", " q ", to_string(c.q), " page ", c.page_size,
-                 " h_q ", c.h_q, " s_q ", c.s_q, " topk ", c.topk, " b ", c.batch, " L ", c.len,
-                 c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "", " tactic ", tactic);
+  return str_cat(c.blockwise ? "v32"
+                 : c.fp8     ? "e4m3"
+                             : "dense",
+                 " q ", to_string(c.q), " page ", c.page_size, " h_q ", c.h_q, " s_q ", c.s_q,
+                 " topk ", c.topk, " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "",
+                 c.sinks ? " sinks" : "", " tactic ", tactic);
 }
 
 Problem problem_of(const SparseCase& c) {
@@ -47,7 +53,7 @@ Problem problem_of(const SparseCase& c) {
   p.max_batch = c.batch;
   p.max_seq_len = static_cast<int32_t>(harness::longest_seq_len(c.len, c.variable));
   p.q_dtype = p.out_dtype = c.q;
-  p.kv_dtype = c.blockwise ? DType::kFP8E4M3 : c.q;
+  p.kv_dtype = c.blockwise || c.fp8 ? DType::kFP8E4M3 : c.q;
   p.kv_layout = c.blockwise ? KvLayout::kFp8Blockwise : KvLayout::kDense;
   p.topk = c.topk;
   p.has_sinks = c.sinks;
@@ -86,13 +92,14 @@ harness::HostInputs corrupted(const harness::HostInputs& in) {
   return bad;
 }
 
-void check(const SparseCase& c, uint64_t seed, int tactic, bool corrupt = false) {
+void check(const SparseCase& c, uint64_t seed, int tactic, bool corrupt = false,
+           const char* backend = kBackend) {
   SCOPED_TRACE(name(c, tactic));
   const harness::HostInputs in = inputs_of(c, seed);
   Output ref;
   MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
   std::unique_ptr<Decoder> decoder;
-  MLAKIT_ASSERT_OK(Decoder::create(in.problem, {.backend = kBackend, .tactic = tactic}, &decoder));
+  MLAKIT_ASSERT_OK(Decoder::create(in.problem, {.backend = backend, .tactic = tactic}, &decoder));
   const harness::HostInputs run_in = corrupt ? corrupted(in) : in;
   harness::DeviceInputs device;
   MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(run_in, &device));
@@ -105,8 +112,11 @@ void check(const SparseCase& c, uint64_t seed, int tactic, bool corrupt = false)
   std::printf("  %-70s %s\n", name(c, tactic).c_str(), result.message());
 }
 
-void check_each_tactic(const SparseCase& c, uint64_t* seed, bool corrupt = false) {
-  for (const int tactic : tactic_ids(kBackend, problem_of(c))) check(c, (*seed)++, tactic, corrupt);
+void check_each_tactic(const SparseCase& c, uint64_t* seed, bool corrupt = false,
+                       const char* backend = kBackend) {
+  for (const int tactic : tactic_ids(backend, problem_of(c))) {
+    check(c, (*seed)++, tactic, corrupt, backend);
+  }
 }
 
 // Head counts of each tile (16, 32 rows narrow; 64 wide; several tiles), both layouts and q types,
@@ -226,6 +236,36 @@ TEST(Sm90Sparse, RefusalsNameTheArgument) {
   p.out_dtype = DType::kFP16;
   EXPECT_NE(can_run(kBackend, p).message().find("out_dtype"), std::string::npos);
   EXPECT_TRUE(can_run(kBackend, problem_of({.blockwise = true, .page_size = 1})).ok());
+}
+
+// sm80: the dense kernels over the compacted slots, for every tile, dense cache kind and
+// schedule; out-of-range indices skipped.
+TEST(Sm80Sparse, EveryTacticAgainstReference) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const SparseCase cases[] = {
+      {.h_q = 16, .topk = 128, .topk_lens = true},
+      {.q = DType::kFP16, .page_size = 1, .h_q = 3, .s_q = 4, .topk = 100, .sinks = true},
+      {.h_q = 32, .s_q = 2, .topk = 700, .fp8 = true},
+      {.q = DType::kFP16, .page_size = 16, .h_q = 64, .topk = 65, .batch = 4, .fp8 = true},
+      {.h_q = 128,
+       .s_q = 2,
+       .topk = 2048,
+       .batch = 2,
+       .len = 4000,
+       .topk_lens = true,
+       .sinks = true},
+  };
+  uint64_t seed = 7600;
+  for (const SparseCase& c : cases) check_each_tactic(c, &seed, false, "sm80");
+  check_each_tactic({.h_q = 64, .topk = 300, .topk_lens = true, .fp8 = true}, &seed, true, "sm80");
+  check_each_tactic({.h_q = 8, .s_q = 2, .topk = 64, .batch = 5}, &seed, true, "sm80");
+}
+
+TEST(Sm80Sparse, BlockwiseLayoutRefusedByName) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Status st = can_run("sm80", problem_of({.blockwise = true}));
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("fp8_blockwise"), std::string::npos) << st.message();
 }
 
 }  // namespace
