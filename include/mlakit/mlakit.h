@@ -297,6 +297,15 @@ class Decoder {
   // runs asynchronously on `stream`. `workspace` must hold workspace_bytes() bytes, 256-aligned.
   Status run(const RunArgs& args, void* workspace, size_t workspace_size, Stream stream) const;
 
+  // A debugging aid, not for the hot path: reads the data of `args` that no run checks (the
+  // lengths, the block-table entries a run would use, sparse indices and their lengths, sinks,
+  // scales behind pointers), synchronizing with `stream` first for a GPU backend, and returns
+  // the first value out of range as kInvalidArgument naming it ("block_table[3, 17]: expected a
+  // page id in 0..4095, given 70000"). The cpu backend refuses such runs; the GPU backends never
+  // read through such an entry (a page id out of range reads as zeros, an index out of range is
+  // skipped) and never report it: this says where it is.
+  Status check_data(const RunArgs& args, Stream stream) const;
+
  private:
   struct Route {
     std::unique_ptr<Backend> backend;

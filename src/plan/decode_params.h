@@ -15,6 +15,12 @@
 
 namespace mlakit::plan {
 
+// A block-table entry as the kernels use it: the page id when it names a page of the cache, else -1
+// (nothing of it is read).
+__host__ __device__ inline int32_t valid_page(int32_t id, int32_t num_pages) {
+  return id >= 0 && id < num_pages ? id : -1;
+}
+
 struct DecodeParamsBase {
   const int32_t* block_table;  // [b, block_table_stride] page ids
   int64_t block_table_stride;  // elements between rows of block_table
@@ -33,8 +39,11 @@ struct DecodeParamsBase {
   int32_t s_q;
   int32_t rows;        // s_q * h_q
   int32_t page_shift;  // log2(page_size): page sizes are powers of two
-  int32_t causal;      // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
-  float scale_log2;    // softmax_scale * log2(e)
+  // Pages in the cache (at most INT32_MAX): a block-table id outside [0, num_pages) is never read
+  // (its tokens' K and V read as zeros; valid_page).
+  int32_t num_pages;
+  int32_t causal;    // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
+  float scale_log2;  // softmax_scale * log2(e)
   // fp8 dequantization scales (fp8/read_scales): a device pointer to one float, read at run time,
   // or else the host value (1 for 16-bit inputs).
   const float* q_scale_ptr;
@@ -66,6 +75,7 @@ inline DecodeParamsBase decode_params_base(const Problem& p, const RunArgs& a,
       .s_q = p.s_q,
       .rows = shape.rows,
       .page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size)),
+      .num_pages = static_cast<int32_t>(std::min<int64_t>(a.num_pages, INT32_MAX)),
       .causal = p.causal && p.s_q > 1 ? 1 : 0,
       .scale_log2 = a.softmax_scale * 1.4426950408889634f,
       .q_scale_ptr = p.q_dtype == DType::kFP8E4M3 ? a.q_scale_ptr : nullptr,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/data_check.h"
 #include "core/numeric.h"
 #include "core/parallel.h"
 #include "core/views.h"
@@ -143,23 +144,6 @@ struct RowBlock {
   int i, t, h0, h1;
 };
 
-// Request i's lengths (lens[i], when given) and its index rows [s_q, topk] of one cache.
-Status check_listed(std::string_view lens_name, std::string_view indices_name, const int32_t* lens,
-                    const int32_t* indices, int64_t topk, int64_t cache_tokens, const Problem& p,
-                    int i) {
-  if (lens != nullptr && (lens[i] < 0 || lens[i] > topk)) {
-    return invalid_argument(str_cat(lens_name, "[", i, "]"), str_cat("0..", topk), lens[i]);
-  }
-  const int32_t* idx = indices + static_cast<int64_t>(i) * p.s_q * topk;
-  for (int64_t k = 0; k < p.s_q * topk; ++k) {
-    if (idx[k] < -1 || idx[k] >= cache_tokens) {
-      return invalid_argument(str_cat(indices_name, "[", i, ", ", k / topk, ", ", k % topk, "]"),
-                              str_cat("-1 or a cache slot in 0..", cache_tokens - 1), idx[k]);
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 uint64_t scratch_bytes(const Problem& p) {
@@ -167,54 +151,6 @@ uint64_t scratch_bytes(const Problem& p) {
   return n * (sizeof(TokenRef) + kHeadBlock * sizeof(float)) +
          kHeadBlock * (kDqk + kDv) * sizeof(float) + kDqk * sizeof(float) +
          kHeadBlock * (sizeof(double) + sizeof(float));
-}
-
-Status check_host_data(const Problem& p, const RunArgs& a) {
-  // Scales by pointer: validate_args checks host values but cannot read pointers; here they are
-  // host memory too.
-  for (const auto& [name, ptr] :
-       {std::pair("q_scale_ptr[0]", a.q_scale_ptr), std::pair("k_scale_ptr[0]", a.k_scale_ptr)}) {
-    if (ptr != nullptr && (!std::isfinite(*ptr) || *ptr <= 0.0f)) {
-      return invalid_argument(name, "a finite value > 0", *ptr);
-    }
-  }
-  if (p.has_sinks) {
-    for (int h = 0; h < p.h_q; ++h) {
-      if (std::isnan(a.sinks[h])) {
-        return invalid_argument(str_cat("sinks[", h, "]"), "a logit, not NaN (-inf: no sink)",
-                                a.sinks[h]);
-      }
-    }
-  }
-  const int64_t cache_tokens = a.num_pages * p.page_size;
-  const int64_t extra_tokens = a.extra_num_pages * p.extra_page_size_or_default();
-  for (int i = 0; i < a.batch; ++i) {
-    if (p.sparse()) {
-      MLAKIT_RETURN_IF_ERROR(
-          check_listed("topk_lens", "indices", a.topk_lens, a.indices, p.topk, cache_tokens, p, i));
-      if (p.has_extra()) {
-        MLAKIT_RETURN_IF_ERROR(check_listed("extra_topk_lens", "extra_indices", a.extra_topk_lens,
-                                            a.extra_indices, p.extra_topk, extra_tokens, p, i));
-      }
-      continue;
-    }
-    const int64_t len = a.seq_lens[i];
-    const int64_t table_len = a.block_table_stride * p.page_size;
-    if (len < 0 || len > table_len || len > p.max_seq_len) {
-      return invalid_argument(str_cat("seq_lens[", i, "]"),
-                              str_cat("0..", std::min<int64_t>(table_len, p.max_seq_len),
-                                      " (min of block_table_stride * page_size and max_seq_len)"),
-                              len);
-    }
-    const int32_t* pages = a.block_table + i * a.block_table_stride;
-    for (int64_t page = 0; page * p.page_size < len; ++page) {
-      if (pages[page] < 0 || pages[page] >= a.num_pages) {
-        return invalid_argument(str_cat("block_table[", i, ", ", page, "]"),
-                                str_cat("a page id in 0..", a.num_pages - 1), pages[page]);
-      }
-    }
-  }
-  return Status::Ok();
 }
 
 void attention(const Problem& p, const RunArgs& a, int threads) {

@@ -7,18 +7,12 @@
 
 namespace mlakit::cpu {
 
-// Checks the data-dependent parts of `args` that only host memory lets us read: sequence lengths
-// against the block table, page ids against num_pages, sparse indices (and extra indices) against
-// their cache, top-k lengths against topk, sinks (not NaN) and scales passed by pointer (finite,
-// > 0).
-Status check_host_data(const Problem& problem, const RunArgs& args);
-
 // Host memory one thread of attention() holds at most: the slots and scores of a block of query
 // rows over the longest visible sequence (max_seq_len, or topk + extra_topk), plus its fixed rows.
 uint64_t scratch_bytes(const Problem& problem);
 
 // Computes out (and lse) for every request, token and head on at most `threads` threads. `args`
-// passed check_host_data.
+// passed check_host_data (core/data_check.h).
 void attention(const Problem& problem, const RunArgs& args, int threads);
 
 }  // namespace mlakit::cpu

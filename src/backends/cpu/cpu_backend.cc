@@ -5,6 +5,7 @@
 #include "backends/cpu/attention.h"
 #include "core/backend.h"
 #include "core/check.h"
+#include "core/data_check.h"
 #include "core/host_memory.h"
 #include "core/parallel.h"
 
@@ -17,7 +18,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   size_t workspace_bytes() const override { return 0; }
   Status run(const RunArgs& args, void*, size_t, Stream) const override {
-    MLAKIT_RETURN_IF_ERROR(cpu::check_host_data(problem_, args));
+    MLAKIT_RETURN_IF_ERROR(check_host_data(problem_, args));
     cpu::attention(problem_, args, threads_);
     return Status::Ok();
   }

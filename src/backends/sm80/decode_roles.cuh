@@ -196,7 +196,9 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   const int32_t* g_pages = p.block_table + c.request * p.block_table_stride;
   const auto page_of = [&](int tile) {
     const int pos = c.token_begin + tile * kBlockN + lane;
-    return tile < n_tiles && pos < c.token_end ? g_pages[pos >> p.page_shift] : 0;
+    return tile < n_tiles && pos < c.token_end
+               ? plan::valid_page(g_pages[pos >> p.page_shift], p.num_pages)
+               : 0;
   };
   int32_t page = pages_lane ? page_of(stages) : 0;
   ScoreState<Cfg> st;

@@ -202,6 +202,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.block_table_stride = p.topk;
     params.seq_lens = compact.counts;
     params.max_len = p.topk;
+    params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.num_tokens, INT32_MAX));
   }
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
     MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,

@@ -58,6 +58,7 @@ class KvLoader {
       : g_kv_(static_cast<const T*>(p.kv)),
         g_pages_(p.block_table + c.request * p.block_table_stride),
         page_shift_(p.page_shift),
+        num_pages_(p.num_pages),
         token_end_(c.token_end),
         tid_(tid) {}
 
@@ -72,7 +73,9 @@ class KvLoader {
 #pragma unroll
     for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
       const int pos = tile_start + token(pass);
-      pages.page[pass] = loads() && pos < token_end_ ? g_pages_[pos >> page_shift_] : 0;
+      pages.page[pass] = loads() && pos < token_end_
+                             ? plan::valid_page(g_pages_[pos >> page_shift_], num_pages_)
+                             : 0;
     }
     return pages;
   }
@@ -85,8 +88,9 @@ class KvLoader {
     for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
       const int row = token(pass);
       const int pos = tile_start + row;
-      const bool valid = pos < token_end_;
-      const int64_t slot = (static_cast<int64_t>(pages.page[pass]) << page_shift_) |
+      // A page id out of range is -1 (fetch_pages): its tokens read as zeros, nothing is read.
+      const bool valid = pos < token_end_ && pages.page[pass] >= 0;
+      const int64_t slot = (static_cast<int64_t>(max(pages.page[pass], 0)) << page_shift_) |
                            (pos & ((1 << page_shift_) - 1));
       // Past the end the page id is 0 (fetch_pages): the address stays inside the cache, and
       // src_bytes 0 reads nothing.
@@ -110,6 +114,7 @@ class KvLoader {
   const T* g_kv_;
   const int32_t* g_pages_;
   int page_shift_;
+  int32_t num_pages_;
   int token_end_;
   int tid_;
 };

@@ -88,6 +88,7 @@ class Fp8KvLoader {
       : g_kv_(static_cast<const uint8_t*>(p.kv)),
         g_pages_(p.block_table + c.request * p.block_table_stride),
         page_shift_(p.page_shift),
+        num_pages_(p.num_pages),
         token_end_(c.token_end) {}
 
   // The tile starting at token `tile_start` into registers (zeros past the chunk's end).
@@ -99,9 +100,12 @@ class Fp8KvLoader {
       const int pos = tile_start + row;
 #pragma unroll
       for (int i = 0; i < Pieces::kWords; ++i) r.w[k][i] = 0;
-      if (pos < token_end_) {
-        const int64_t slot = (static_cast<int64_t>(g_pages_[pos >> page_shift_]) << page_shift_) |
-                             (pos & ((1 << page_shift_) - 1));
+      // A page id out of range reads nothing: its tokens are zeros.
+      const int32_t page =
+          pos < token_end_ ? plan::valid_page(g_pages_[pos >> page_shift_], num_pages_) : -1;
+      if (page >= 0) {
+        const int64_t slot =
+            (static_cast<int64_t>(page) << page_shift_) | (pos & ((1 << page_shift_) - 1));
         load_words<Pieces::kWords>(g_kv_ + slot * kDqk + idx % Pieces::kPerToken * Pieces::kBytes,
                                    r.w[k]);
       }
@@ -122,6 +126,7 @@ class Fp8KvLoader {
   const uint8_t* g_kv_;
   const int32_t* g_pages_;
   int page_shift_;
+  int32_t num_pages_;
   int token_end_;
 };
 

@@ -75,7 +75,8 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       if (page / 32 != window) {
         window = page / 32;
         const int32_t at = first_page + window * 32 + lane;
-        ids = at <= last_page ? table[at] : 0;
+        // An id out of range becomes -1: its TMA rows lie before the cache and read as zeros.
+        ids = at <= last_page ? plan::valid_page(table[at], p.num_pages) : 0;
       }
       const int32_t id0 = __shfl_sync(0xffffffffu, ids, page % 32);
       const int32_t id1 = __shfl_sync(0xffffffffu, ids, (page + 1) % 32);
