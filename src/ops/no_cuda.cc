@@ -1,0 +1,22 @@
+// The CUDA launchers of the ops in a build without CUDA: never reached (ops.cc refuses
+// Device::kCuda first), defined so that the library links.
+#include "core/check.h"
+#include "ops/append/append.h"
+#include "ops/topk/topk.h"
+
+namespace mlakit::ops {
+namespace {
+
+Status no_cuda(std::string_view op) {
+  return unsupported(op, " on device cuda: mlakit was built without CUDA");
+}
+
+}  // namespace
+
+Status append_kv_cuda(const AppendKvArgs&, int64_t, Stream) { return no_cuda("append_kv"); }
+Status append_indexer_cuda(const AppendIndexerArgs&, int64_t, Stream) {
+  return no_cuda("append_indexer");
+}
+Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+
+}  // namespace mlakit::ops

@@ -1,0 +1,151 @@
+// Top-k selection on the GPU, written directly as sparse-decode indices; equal to the cpu
+// reference (topk_cpu.cc) bit for bit.
+//
+// Schedule: one 512-thread block per row. A row of length n <= k keeps every position. Otherwise
+// a radix select on the 32-bit order keys (topk.h) finds the k-th largest key T in four passes of
+// 8 bits over the row (a 256-bin shared-memory histogram of the keys that match the digits found
+// so far; integer counts, so the result does not depend on the order of the atomics). A last
+// pass walks the row in position order, one element a thread, and keeps the keys above T and
+// the first `remaining` keys equal to T (ties by the lower position); two block scans give each
+// kept element its place, so the output is in increasing position order and deterministic.
+// Five reads of the row (L2-resident for rows up to tens of MB across the grid); no tuning yet,
+// a correct baseline for issue 36's faster tactics.
+// Graph-capturable: the grid is batch * next_n blocks; lengths and page ids are read on the device.
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "ops/topk/topk.h"
+
+namespace mlakit::ops {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kBits = 8;
+constexpr int kBins = 1 << kBits;
+static_assert(kBins <= kThreads, "the histogram is cleared one bin a thread");
+
+struct TopkParams {
+  const float* logits;  // [b * next_n, ld]
+  int64_t ld;
+  const int32_t* seq_lens;     // [b]
+  const int32_t* block_table;  // [b, block_table_stride]
+  int64_t block_table_stride;
+  int64_t max_len;
+  int32_t next_n;
+  int32_t k;
+  int32_t page_size;
+  int32_t* indices;    // [b * next_n, k]
+  int32_t* positions;  // [b * next_n, k] or null
+};
+
+using BlockScan = cub::BlockScan<int, kThreads>;
+
+struct Shared {
+  int hist[kBins];
+  int digit;
+  int remaining;
+  typename BlockScan::TempStorage scan;
+};
+
+// Writes output m of row r: position p (-1 = none) and its cache slot.
+__device__ __forceinline__ void emit(const TopkParams& p, const int32_t* pages, int64_t r,
+                                     int64_t m, int64_t pos) {
+  int32_t slot = -1;
+  if (pos >= 0) {
+    const int32_t page = pages[pos / p.page_size];
+    if (page >= 0) slot = static_cast<int32_t>(int64_t{page} * p.page_size + pos % p.page_size);
+  }
+  p.indices[r * p.k + m] = slot;
+  if (p.positions != nullptr) p.positions[r * p.k + m] = static_cast<int32_t>(pos);
+}
+
+__global__ void __launch_bounds__(kThreads) topk_kernel(const __grid_constant__ TopkParams p) {
+  __shared__ Shared s;
+  const int tid = threadIdx.x;
+  const int64_t r = blockIdx.x;
+  const int i = static_cast<int>(r / p.next_n);
+  const int64_t len = min(max(int64_t{p.seq_lens[i]}, int64_t{0}), p.max_len);
+  const int64_t n = topk_row_length(len, p.next_n, static_cast<int>(r % p.next_n));
+  const int32_t* pages = p.block_table + i * p.block_table_stride;
+
+  if (n <= p.k) {
+    for (int64_t m = tid; m < p.k; m += kThreads) emit(p, pages, r, m, m < n ? m : -1);
+    return;
+  }
+
+  const float* row = p.logits + r * p.ld;
+  uint32_t prefix = 0;
+  uint32_t mask = 0;
+  int remaining = p.k;  // keys still to take at or below the digits found so far
+  for (int shift = 32 - kBits; shift >= 0; shift -= kBits) {
+    if (tid < kBins) s.hist[tid] = 0;
+    __syncthreads();
+    for (int64_t j = tid; j < n; j += kThreads) {
+      const uint32_t key = order_key(row[j]);
+      if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & (kBins - 1)], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      // The largest digit d with (count above d) < remaining <= (count at or above d).
+      int above = 0;
+      int d = kBins - 1;
+      for (; d > 0 && above + s.hist[d] < remaining; --d) above += s.hist[d];
+      s.digit = d;
+      s.remaining = remaining - above;
+    }
+    __syncthreads();
+    prefix |= static_cast<uint32_t>(s.digit) << shift;
+    mask |= static_cast<uint32_t>(kBins - 1) << shift;
+    remaining = s.remaining;
+    __syncthreads();  // s.digit and s.remaining are rewritten by the next pass
+  }
+
+  // prefix is the k-th largest key T: keep every key > T and the first `remaining` keys == T.
+  const uint32_t threshold = prefix;
+  int64_t taken = 0;
+  int64_t equal_seen = 0;
+  for (int64_t base = 0; base < n && taken < p.k; base += kThreads) {
+    const int64_t j = base + tid;
+    const uint32_t key = j < n ? order_key(row[j]) : 0;
+    const int above = j < n && key > threshold;
+    const int equal = j < n && key == threshold;
+    int equal_rank, equal_total;
+    BlockScan(s.scan).ExclusiveSum(equal, equal_rank, equal_total);
+    __syncthreads();
+    const int keep = above || (equal && equal_seen + equal_rank < remaining);
+    int keep_rank, keep_total;
+    BlockScan(s.scan).ExclusiveSum(keep, keep_rank, keep_total);
+    __syncthreads();
+    if (keep) emit(p, pages, r, taken + keep_rank, j);
+    taken += keep_total;
+    equal_seen += equal_total;
+  }
+}
+
+}  // namespace
+
+Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
+  const int64_t rows = int64_t{a.batch} * a.next_n;
+  if (rows == 0) return Status::Ok();
+  const TopkParams p = {
+      .logits = a.logits,
+      .ld = ld,
+      .seq_lens = a.seq_lens,
+      .block_table = a.block_table,
+      .block_table_stride = a.block_table_stride,
+      .max_len = a.max_len,
+      .next_n = a.next_n,
+      .k = a.k,
+      .page_size = a.page_size,
+      .indices = a.indices,
+      .positions = a.positions,
+  };
+  topk_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p);
+  MLAKIT_CUDA_RETURN_LAUNCH("topk_kernel");
+  return Status::Ok();
+}
+
+}  // namespace mlakit::ops

@@ -1,0 +1,372 @@
+// GPU tests of the ops' CUDA kernels (src/ops/append/append.cu, src/ops/topk/topk.cu) against
+// their cpu references, which tests/cpu/ops_test.cc checks: equal bit for bit. Cache append in
+// every layout (dense bf16/fp16/e4m3 with the scale by value and by pointer, V3.2 blockwise, V4,
+// the indexer cache with both scale rules), page sizes 1..128, -1 slots and slots out of range
+// (skipped); top-k for k 1..2048 and rows from 0 to 128K long (lengths 0, 1, k-1, k, k+1, ties,
+// next_n 1..4), NaN-poisoned logits past each row's length and outputs poisoned before each run;
+// both ops captured in a CUDA graph and replayed with new lengths and slot mappings.
+#include "mlakit/ops.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/check.h"
+#include "core/numeric.h"
+#include "sm80_test_util.h"
+
+namespace mlakit::testing {
+namespace {
+
+using ops::Device;
+
+constexpr uint8_t kPattern = 0x5a;
+
+// A device copy of a host vector, freed with it.
+template <typename T>
+struct DeviceVec {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceVec(const std::vector<T>& host) : n(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(n, 1) * sizeof(T)),
+              cudaSuccess);
+    upload(host);
+  }
+  ~DeviceVec() { cudaFree(ptr); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  void upload(const std::vector<T>& host) {
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+};
+
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  float normal() { return std::normal_distribution<float>(0.0f, 1.0f)(gen); }
+  int64_t below(int64_t n) { return std::uniform_int_distribution<int64_t>(0, n - 1)(gen); }
+};
+
+std::vector<uint16_t> random_rows(Rng& rng, int64_t n, int64_t width, DType dtype) {
+  std::vector<uint16_t> v(n * width);
+  const float magnitudes[] = {1.0f, 1e-3f, 37.0f, 1e-6f, 300.0f};
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t d = 0; d < width; ++d) {
+      const float x = t % 7 == 3 && d < 64 ? 0.0f : rng.normal() * magnitudes[t % 5];
+      v[t * width + d] = dtype == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
+    }
+  }
+  return v;
+}
+
+// n slots: distinct random ones, every fourth -1, every ninth out of range (the kernel skips it;
+// the cpu reference, which refuses it, is given -1 there).
+void random_slots(Rng& rng, int64_t n, int64_t tokens, std::vector<int64_t>* gpu,
+                  std::vector<int64_t>* cpu) {
+  std::vector<int64_t> all(tokens);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng.gen);
+  gpu->assign(all.begin(), all.begin() + n);
+  for (int64_t t = 3; t < n; t += 4) (*gpu)[t] = -1;
+  *cpu = *gpu;
+  for (int64_t t = 5; t < n; t += 9) {
+    (*gpu)[t] = t % 2 ? tokens + t : -2 - t;
+    (*cpu)[t] = -1;
+  }
+}
+
+struct Layout {
+  DType cache_dtype;
+  KvLayout layout;
+  DType input;
+  bool scale_ptr;
+};
+
+TEST(OpsGpu, AppendKvEqualsCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(101);
+  const Layout layouts[] = {
+      {DType::kBF16, KvLayout::kDense, DType::kBF16, false},
+      {DType::kFP16, KvLayout::kDense, DType::kFP16, false},
+      {DType::kFP16, KvLayout::kDense, DType::kBF16, false},
+      {DType::kFP8E4M3, KvLayout::kDense, DType::kBF16, false},
+      {DType::kFP8E4M3, KvLayout::kDense, DType::kFP16, true},
+      {DType::kFP8E4M3, KvLayout::kFp8Blockwise, DType::kBF16, false},
+      {DType::kFP8E4M3, KvLayout::kFp8Blockwise, DType::kFP16, false},
+      {DType::kFP8E4M3, KvLayout::kFp8V4, DType::kBF16, false},
+  };
+  for (const Layout& l : layouts) {
+    for (const int page_size : {1, 16, 64, 128}) {
+      for (const int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{300}}) {
+        const int d_qk = layout_d_qk(l.layout);
+        ops::AppendKvArgs a;
+        a.page_size = page_size;
+        a.num_pages = 600 / page_size + 2;
+        a.n_tokens = n_tokens;
+        a.kv_dtype = l.input;
+        a.cache_dtype = l.cache_dtype;
+        a.cache_layout = l.layout;
+        a.kv_stride = d_qk + 64;
+        const bool fp8_dense = l.cache_dtype == DType::kFP8E4M3 && l.layout == KvLayout::kDense;
+        const float k_scale = 0.75f;  // saturates the largest tokens: the clamp is checked too
+        const auto kv = random_rows(rng, n_tokens, a.kv_stride, l.input);
+        std::vector<int64_t> gpu_slots, cpu_slots;
+        random_slots(rng, n_tokens, a.num_pages * page_size, &gpu_slots, &cpu_slots);
+        const size_t bytes = a.num_pages * kv_page_bytes(l.cache_dtype, l.layout, page_size);
+        std::vector<uint8_t> cpu_cache(bytes, kPattern);
+
+        a.kv = kv.data();
+        a.slot_mapping = cpu_slots.data();
+        a.kv_cache = cpu_cache.data();
+        if (fp8_dense) a.k_scale = k_scale;
+        MLAKIT_ASSERT_OK(ops::append_kv(Device::kCpu, a));
+
+        DeviceVec<uint16_t> d_kv(kv);
+        DeviceVec<int64_t> d_slots(gpu_slots);
+        DeviceVec<uint8_t> d_cache(std::vector<uint8_t>(bytes, kPattern));
+        DeviceVec<float> d_scale(std::vector<float>{k_scale});
+        a.kv = d_kv.ptr;
+        a.slot_mapping = d_slots.ptr;
+        a.kv_cache = d_cache.ptr;
+        if (fp8_dense && l.scale_ptr) {
+          a.k_scale = NAN;
+          a.k_scale_ptr = d_scale.ptr;
+        }
+        MLAKIT_ASSERT_OK(ops::append_kv(Device::kCuda, a));
+        MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+        const std::vector<uint8_t> got = d_cache.download();
+        size_t first = bytes;
+        for (size_t e = 0; e < bytes && first == bytes; ++e) {
+          if (got[e] != cpu_cache[e]) first = e;
+        }
+        EXPECT_EQ(first, bytes) << to_string(l.layout) << " " << to_string(l.cache_dtype)
+                                << " from " << to_string(l.input) << " page " << page_size << " n "
+                                << n_tokens << ": first differing byte";
+      }
+    }
+  }
+}
+
+TEST(OpsGpu, AppendIndexerEqualsCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(102);
+  for (const auto mode : {ops::IndexerScale::kAmax, ops::IndexerScale::kPowerOfTwo}) {
+    for (const int page_size : {1, 64}) {
+      for (const DType input : {DType::kBF16, DType::kFP16}) {
+        ops::AppendIndexerArgs a;
+        a.page_size = page_size;
+        a.num_pages = 512 / page_size + 1;
+        a.n_tokens = 333;
+        a.k_dtype = input;
+        a.scale = mode;
+        const auto k = random_rows(rng, a.n_tokens, 128, input);
+        std::vector<int64_t> gpu_slots, cpu_slots;
+        random_slots(rng, a.n_tokens, a.num_pages * page_size, &gpu_slots, &cpu_slots);
+        const size_t bytes = a.num_pages * ops::indexer_page_bytes(page_size);
+        std::vector<uint8_t> cpu_cache(bytes, kPattern);
+        a.k = k.data();
+        a.slot_mapping = cpu_slots.data();
+        a.index_cache = cpu_cache.data();
+        MLAKIT_ASSERT_OK(ops::append_indexer(Device::kCpu, a));
+        DeviceVec<uint16_t> d_k(k);
+        DeviceVec<int64_t> d_slots(gpu_slots);
+        DeviceVec<uint8_t> d_cache(std::vector<uint8_t>(bytes, kPattern));
+        a.k = d_k.ptr;
+        a.slot_mapping = d_slots.ptr;
+        a.index_cache = d_cache.ptr;
+        MLAKIT_ASSERT_OK(ops::append_indexer(Device::kCuda, a));
+        MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+        EXPECT_TRUE(d_cache.download() == cpu_cache)
+            << "scale " << static_cast<int>(mode) << " page " << page_size << " "
+            << to_string(input);
+      }
+    }
+  }
+}
+
+// Top-k inputs: logits random (or from 5 levels: ties) up to each row's length and NaN past it
+// (a kernel that reads past the length selects a NaN: the largest key); block-table entries past
+// a request's pages out of range.
+struct TopkInputs {
+  int batch, next_n, k, page_size;
+  int64_t max_len, ld, bt_stride;
+  std::vector<int32_t> lens, table;
+  std::vector<float> logits;
+};
+
+TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vector<int32_t> lens,
+                     bool ties) {
+  TopkInputs in{
+      .batch = static_cast<int>(lens.size()), .next_n = next_n, .k = k, .page_size = page_size};
+  in.lens = std::move(lens);
+  in.max_len = std::max<int64_t>(1, *std::max_element(in.lens.begin(), in.lens.end()));
+  in.ld = in.max_len + 5;
+  in.bt_stride = (in.max_len + page_size - 1) / page_size + 1;
+  in.table.assign(in.batch * in.bt_stride, 1 << 29);
+  for (int i = 0; i < in.batch; ++i) {
+    for (int64_t pg = 0; pg * page_size < in.lens[i]; ++pg) {
+      in.table[i * in.bt_stride + pg] = static_cast<int32_t>(rng.below(100000 / page_size + 1));
+    }
+  }
+  in.logits.assign(int64_t{in.batch} * next_n * in.ld, NAN);
+  for (int i = 0; i < in.batch; ++i) {
+    for (int t = 0; t < next_n; ++t) {
+      const int64_t r = int64_t{i} * next_n + t;
+      const int64_t n = std::clamp<int64_t>(int64_t{in.lens[i]} - next_n + 1 + t, 0, in.lens[i]);
+      for (int64_t j = 0; j < n; ++j) {
+        in.logits[r * in.ld + j] = ties ? static_cast<float>(rng.below(5)) : rng.normal();
+      }
+    }
+  }
+  return in;
+}
+
+ops::TopkArgs topk_args(const TopkInputs& in, const float* logits, const int32_t* lens,
+                        const int32_t* table, int32_t* indices, int32_t* positions) {
+  ops::TopkArgs a;
+  a.batch = in.batch;
+  a.next_n = in.next_n;
+  a.k = in.k;
+  a.logits = logits;
+  a.max_len = in.max_len;
+  a.logits_stride = in.ld;
+  a.seq_lens = lens;
+  a.block_table = table;
+  a.block_table_stride = in.bt_stride;
+  a.page_size = in.page_size;
+  a.indices = indices;
+  a.positions = positions;
+  return a;
+}
+
+void expect_topk_equal(const TopkInputs& in) {
+  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
+  std::vector<int32_t> cpu_idx(out), cpu_pos(out);
+  MLAKIT_ASSERT_OK(
+      ops::topk_indices(Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(),
+                                                in.table.data(), cpu_idx.data(), cpu_pos.data())));
+  DeviceVec<float> d_logits(in.logits);
+  DeviceVec<int32_t> d_lens(in.lens), d_table(in.table);
+  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, 0x7eadbeef));
+  DeviceVec<int32_t> d_pos(std::vector<int32_t>(out, 0x7eadbeef));
+  MLAKIT_ASSERT_OK(ops::topk_indices(
+      Device::kCuda, topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr)));
+  MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_idx.download() == cpu_idx) << "k " << in.k << " max_len " << in.max_len;
+  EXPECT_TRUE(d_pos.download() == cpu_pos) << "k " << in.k << " max_len " << in.max_len;
+}
+
+TEST(OpsGpu, TopkEqualsCpuEdges) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(103);
+  for (const int k : {1, 64, 512, 2048}) {
+    for (const bool ties : {false, true}) {
+      expect_topk_equal(make_topk(rng, k, 1, 64, {0, 1, k - 1, k, k + 1, 3 * k + 5, 8191}, ties));
+    }
+  }
+}
+
+TEST(OpsGpu, TopkEqualsCpuLongAndCausal) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(104);
+  // One 128K row among short ones; page sizes 1 and 64; MTP rows.
+  expect_topk_equal(make_topk(rng, 2048, 1, 64, {131072, 100, 2049, 70000}, false));
+  expect_topk_equal(make_topk(rng, 2048, 1, 1, {131072, 5000}, true));
+  for (const int next_n : {2, 4}) {
+    expect_topk_equal(make_topk(rng, 512, next_n, 16, {0, 1, 513, 514, 515, 40000}, false));
+  }
+}
+
+TEST(OpsGpu, GraphReplayWithNewLengthsAndSlots) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(105);
+  StreamHolder stream;
+  // Top-k: captured once with the longest lengths' shapes, replayed with new lengths.
+  TopkInputs in = make_topk(rng, 256, 2, 64, {5000, 300, 4000}, false);
+  for (float& x : in.logits) {
+    if (std::isnan(x)) x = rng.normal();  // every column valid for any length below max_len
+  }
+  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
+  DeviceVec<float> d_logits(in.logits);
+  DeviceVec<int32_t> d_lens(in.lens), d_table(std::vector<int32_t>(in.table.size()));
+  for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
+  d_table.upload(in.table);
+  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, -7)), d_pos(std::vector<int32_t>(out, -7));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
+  const Status captured = ops::topk_indices(
+      Device::kCuda, topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr),
+      stream.stream);
+  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.stream, &graph));
+  MLAKIT_ASSERT_OK(captured);
+  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (const std::vector<int32_t>& lens :
+       {std::vector<int32_t>{5000, 300, 4000}, {0, 257, 4999}, {256, 1, 1000}}) {
+    in.lens = lens;
+    d_lens.upload(lens);
+    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.stream));
+    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.stream));
+    std::vector<int32_t> cpu_idx(out), cpu_pos(out);
+    MLAKIT_ASSERT_OK(ops::topk_indices(
+        Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(), in.table.data(),
+                                cpu_idx.data(), cpu_pos.data())));
+    EXPECT_TRUE(d_idx.download() == cpu_idx) << lens[0] << " " << lens[1] << " " << lens[2];
+    EXPECT_TRUE(d_pos.download() == cpu_pos);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+
+  // Append: captured once, replayed with a new slot mapping.
+  ops::AppendKvArgs a;
+  a.page_size = 64;
+  a.num_pages = 4;
+  a.n_tokens = 16;
+  a.cache_dtype = DType::kFP8E4M3;
+  a.cache_layout = KvLayout::kFp8Blockwise;
+  const auto kv = random_rows(rng, a.n_tokens, 576, DType::kBF16);
+  const size_t bytes = a.num_pages * kv_page_bytes(a.cache_dtype, a.cache_layout, a.page_size);
+  DeviceVec<uint16_t> d_kv(kv);
+  DeviceVec<int64_t> d_slots(std::vector<int64_t>(a.n_tokens, -1));
+  DeviceVec<uint8_t> d_cache(std::vector<uint8_t>(bytes, kPattern));
+  ops::AppendKvArgs dev = a;
+  dev.kv = d_kv.ptr;
+  dev.slot_mapping = d_slots.ptr;
+  dev.kv_cache = d_cache.ptr;
+  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
+  const Status appended = ops::append_kv(Device::kCuda, dev, stream.stream);
+  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.stream, &graph));
+  MLAKIT_ASSERT_OK(appended);
+  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<uint8_t> cpu_cache(bytes, kPattern);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int64_t> gpu_slots, cpu_slots;
+    random_slots(rng, a.n_tokens, a.num_pages * a.page_size, &gpu_slots, &cpu_slots);
+    d_slots.upload(gpu_slots);
+    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.stream));
+    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.stream));
+    ops::AppendKvArgs host = a;
+    host.kv = kv.data();
+    host.slot_mapping = cpu_slots.data();
+    host.kv_cache = cpu_cache.data();
+    MLAKIT_ASSERT_OK(ops::append_kv(Device::kCpu, host));
+    EXPECT_TRUE(d_cache.download() == cpu_cache) << "replay " << step;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace mlakit::testing
