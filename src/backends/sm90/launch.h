@@ -77,7 +77,7 @@ struct Setup {
   plan::WorkspaceLayout layout;
   size_t compact_offset = 0;   // sparse: the compacted slots and counts in the workspace
   size_t workspace_bytes = 0;  // layout.bytes, and the compacted slots when sparse
-  bool inline_plan = false;  // persistent: the decode kernel plans, no plan kernel
+  bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel
   bool pdl = false;
   int32_t sm_count = 1;
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's
