@@ -69,13 +69,18 @@ size_t compact_bytes(int64_t rows, int32_t topk) {
          align_up(sizeof(int32_t) * static_cast<size_t>(rows) * static_cast<size_t>(topk));
 }
 
-CompactParams compact_view(void* region, int64_t rows, int32_t topk) {
+CompactParams compact_params(const Problem& problem, const RunArgs& args, void* region) {
+  const int64_t rows = int64_t{problem.max_batch} * problem.s_q;
   auto* base = static_cast<uint8_t*>(region);
   CompactParams p{};
+  p.indices = args.indices;
+  p.topk_lens = args.topk_lens;
   p.counts = reinterpret_cast<int32_t*>(base);
   p.slots =
       reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * static_cast<size_t>(rows)));
-  p.topk = topk;
+  p.num_tokens = args.num_pages * problem.page_size;
+  p.topk = problem.topk;
+  p.s_q = problem.s_q;
   return p;
 }
 

@@ -36,8 +36,9 @@ Problem rows_as_requests(const Problem& problem);
 
 // Workspace bytes of the compacted slots and counts for `rows` rows of `topk` (256-aligned parts).
 size_t compact_bytes(int64_t rows, int32_t topk);
-// The slots and counts inside such a region.
-CompactParams compact_view(void* region, int64_t rows, int32_t topk);
+// The compaction of a sparse problem's run: its indices and lengths, its cache's tokens, and the
+// slots and counts in `region` (compact_bytes(max_batch * s_q, topk) bytes).
+CompactParams compact_params(const Problem& problem, const RunArgs& args, void* region);
 
 // Launches the compaction of `rows` rows (one CTA each). With pdl it waits for the previous
 // kernel before reading the indices (they may come from a top-k kernel).

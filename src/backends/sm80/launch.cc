@@ -189,12 +189,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   params.q_fp8 = p.q_dtype == DType::kFP8E4M3;
   if (sparse) {
     // The compacted slots are the rows' page ids (pages of one token): never out of range.
-    plan::CompactParams compact = plan::compact_view(
-        static_cast<uint8_t*>(workspace) + setup.compact_offset, setup.planned.max_batch, p.topk);
-    compact.indices = args.indices;
-    compact.topk_lens = args.topk_lens;
-    compact.num_tokens = args.num_pages * p.page_size;
-    compact.s_q = p.s_q;
+    const plan::CompactParams compact =
+        plan::compact_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
     if (launches & kLaunchPlan) {
       MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
     }

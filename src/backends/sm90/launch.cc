@@ -272,12 +272,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   params.kv_cache = static_cast<const uint8_t*>(a.kv_cache);
   params.fill = Fill::kPages;
   if (sparse) {
-    plan::CompactParams compact = plan::compact_view(
-        static_cast<uint8_t*>(workspace) + setup.compact_offset, setup.planned.max_batch, p.topk);
-    compact.indices = args.indices;
-    compact.topk_lens = args.topk_lens;
-    compact.num_tokens = kv_rows;
-    compact.s_q = p.s_q;
+    const plan::CompactParams compact =
+        plan::compact_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
     MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
     params.block_table = compact.slots;
     params.block_table_stride = p.topk;
