@@ -340,6 +340,7 @@ TEST(CpValidate, GlobalLengthWhoseShareOverflowsTheLocalTable) {
 }
 
 TEST(CpValidate, GpuBackendsRefuseContextParallelismByName) {
+  int checked = 0;
   for (const char* name : {"sm80", "sm90"}) {
     const mlakit::BackendEntry* entry = mlakit::find_backend(name);
     ASSERT_NE(entry, nullptr) << name;
@@ -347,7 +348,9 @@ TEST(CpValidate, GpuBackendsRefuseContextParallelismByName) {
     if (s.message().find("not in this build") != std::string::npos) continue;
     EXPECT_TRUE(is_error(s, StatusCode::kUnsupported, "cp_world 4",
                          {"context parallelism", std::string("backend ") + name}));
+    ++checked;
   }
+  if (checked == 0) GTEST_SKIP() << "a build without the GPU backends";
 }
 
 // ---------------------------------------------------------------------------------------------
