@@ -104,6 +104,7 @@ inline constexpr int kMaxHeads = 128;
 inline constexpr int kMaxSq = 16;
 inline constexpr int kMaxBatch = 1 << 20;   // Problem::max_batch
 inline constexpr int kMaxSeqLen = 1 << 24;  // Problem::max_seq_len
+inline constexpr int kMaxCpWorld = 64;      // Problem::cp_world
 
 std::string_view to_string(DType dtype);
 std::string_view to_string(KvLayout layout);
@@ -145,7 +146,25 @@ struct Problem {
   bool return_lse = false;  // RunArgs::lse [b, s_q, h_q] is written
   bool enable_pdl = false;  // launch with programmatic dependent launch
 
+  // Decode context parallelism (docs/context-parallel.md): each request's cache is sharded over
+  // cp_world ranks in blocks of cp_interleave tokens. Global position g of a request lives on rank
+  // (g / I) % N at local position (g / (I * N)) * I + g % I (N = cp_world, I = cp_interleave;
+  // vLLM's DCP uses I = 1, SGLang / TensorRT-LLM Helix also blocks of 64). A rank passes its LOCAL
+  // block table (local position j at block_table[i, j / page_size], offset j % page_size) and the
+  // GLOBAL lengths in seq_lens; it attends the global positions < L on this rank (its local
+  // length: cp_local_len), with MTP causal bounds taken from global positions (token t sees global
+  // positions < L - s_q + 1 + t). A row with no visible token on this rank is the neutral state
+  // (out 0, lse -inf). The N partial (out, lse) are then combined by merge_partials
+  // (mlakit/cp.h). With cp_world > 1: return_lse must be true (the merge needs every rank's LSE)
+  // and has_sinks false (a sink applied in each partial is wrong after the merge: the merge applies
+  // it, MergeArgs::sinks). Sparse mode: the caller passes indices already localized to this rank's
+  // cache; the cp fields change nothing there. max_seq_len stays the global maximum.
+  int32_t cp_world = 1;       // N, 1..kMaxCpWorld; 1 = no context parallelism
+  int32_t cp_rank = 0;        // this rank, 0..cp_world - 1
+  int32_t cp_interleave = 1;  // I, tokens per shard block, 1..kMaxSeqLen
+
   bool sparse() const { return topk > 0; }
+  bool context_parallel() const { return cp_world > 1; }
   bool has_extra() const { return extra_topk > 0; }
   int32_t extra_page_size_or_default() const {
     return extra_page_size > 0 ? extra_page_size : page_size;

@@ -18,7 +18,8 @@ typedef struct mlakit_problem {
   int32_t h_q, s_q, d_qk, d_v, page_size, max_batch, max_seq_len;
   int32_t q_dtype, kv_dtype, out_dtype, kv_layout;
   int32_t causal, has_sinks, topk, return_lse, enable_pdl;
-  int32_t extra_topk, extra_page_size; /* extra cache (sparse): 0 = none / page_size */
+  int32_t extra_topk, extra_page_size;      /* extra cache (sparse): 0 = none / page_size */
+  int32_t cp_world, cp_rank, cp_interleave; /* context parallelism (mlakit.h): 1, 0, 1 = off */
 } mlakit_problem_t;
 
 typedef struct mlakit_run_args {

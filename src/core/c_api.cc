@@ -47,6 +47,9 @@ mlakit::Problem to_cpp(const mlakit_problem_t& p) {
       .extra_page_size = p.extra_page_size,
       .return_lse = p.return_lse != 0,
       .enable_pdl = p.enable_pdl != 0,
+      .cp_world = p.cp_world,
+      .cp_rank = p.cp_rank,
+      .cp_interleave = p.cp_interleave,
   };
 }
 
@@ -110,6 +113,9 @@ void mlakit_problem_init(mlakit_problem_t* p) {
       .enable_pdl = d.enable_pdl,
       .extra_topk = d.extra_topk,
       .extra_page_size = d.extra_page_size,
+      .cp_world = d.cp_world,
+      .cp_rank = d.cp_rank,
+      .cp_interleave = d.cp_interleave,
   };
 }
 

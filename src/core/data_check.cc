@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "mlakit/cp.h"
 
 namespace mlakit {
 namespace {
@@ -76,14 +77,24 @@ Status check_host_data(const Problem& p, const RunArgs& a) {
     }
     const int64_t len = a.seq_lens[i];
     const int64_t table_len = a.block_table_stride * p.page_size;
-    if (len < 0 || len > table_len || len > p.max_seq_len) {
+    // With context parallelism len is global and the block table holds this rank's share.
+    const int64_t local_len =
+        len < 0 ? len : cp_local_len(len, p.cp_world, p.cp_rank, p.cp_interleave);
+    if (len < 0 || local_len > table_len || len > p.max_seq_len) {
+      if (p.context_parallel() && len >= 0 && len <= p.max_seq_len) {
+        return invalid_argument(
+            str_cat("seq_lens[", i, "]"),
+            str_cat("a global length whose share on cp_rank ", p.cp_rank, " fits the ", table_len,
+                    " slots of the local block table (block_table_stride * page_size)"),
+            str_cat(len, " (", local_len, " local tokens)"));
+      }
       return invalid_argument(str_cat("seq_lens[", i, "]"),
                               str_cat("0..", std::min<int64_t>(table_len, p.max_seq_len),
                                       " (min of block_table_stride * page_size and max_seq_len)"),
                               len);
     }
     const int32_t* pages = a.block_table + i * a.block_table_stride;
-    for (int64_t page = 0; page * p.page_size < len; ++page) {
+    for (int64_t page = 0; page * p.page_size < local_len; ++page) {
       if (pages[page] < 0 || pages[page] >= a.num_pages) {
         return invalid_argument(str_cat("block_table[", i, ", ", page, "]"),
                                 str_cat("a page id in 0..", a.num_pages - 1), pages[page]);

@@ -206,6 +206,30 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
   return Status::Ok();
 }
 
+// Context parallelism (Problem::cp_*): the ranges, and what a rank's partial must be for the
+// merge (mlakit/cp.h): with its LSE, and without sinks (the merge applies them).
+Status check_context_parallel(const Problem& p) {
+  MLAKIT_RETURN_IF_ERROR(check_range("cp_world", p.cp_world, 1, kMaxCpWorld));
+  MLAKIT_RETURN_IF_ERROR(check_range("cp_rank", p.cp_rank, 0, p.cp_world - 1));
+  MLAKIT_RETURN_IF_ERROR(check_range("cp_interleave", p.cp_interleave, 1, kMaxSeqLen));
+  if (!p.context_parallel()) return Status::Ok();
+  if (!p.return_lse) {
+    return invalid_argument(
+        "return_lse",
+        str_cat("true with cp_world ", p.cp_world, " (merge_partials needs every rank's LSE)"),
+        "false");
+  }
+  if (p.has_sinks) {
+    return invalid_argument(
+        "has_sinks",
+        str_cat("false with cp_world ", p.cp_world,
+                " (a sink applied to each partial is wrong after the merge: pass the sinks to "
+                "merge_partials, MergeArgs::sinks)"),
+        "true");
+  }
+  return Status::Ok();
+}
+
 Status validate_problem(const Problem& p) {
   MLAKIT_RETURN_IF_ERROR(check_range("heads (h_q)", p.h_q, 1, kMaxHeads));
   MLAKIT_RETURN_IF_ERROR(check_range("s_q", p.s_q, 1, kMaxSq));
@@ -237,6 +261,8 @@ Status validate_problem(const Problem& p) {
     return invalid_argument("extra_page_size", "0 without an extra cache (extra_topk 0)",
                             p.extra_page_size);
   }
+
+  MLAKIT_RETURN_IF_ERROR(check_context_parallel(p));
 
   if (!is_16bit(p.out_dtype)) {
     return invalid_argument("out_dtype", "bf16 or fp16", to_string(p.out_dtype));
@@ -376,6 +402,9 @@ std::string describe(const Problem& p) try {
   if (p.sparse()) s += str_cat(", sparse topk ", p.topk);
   if (p.has_extra()) {
     s += str_cat(", extra topk ", p.extra_topk, " page ", p.extra_page_size_or_default());
+  }
+  if (p.context_parallel()) {
+    s += str_cat(", cp rank ", p.cp_rank, "/", p.cp_world, " interleave ", p.cp_interleave);
   }
   if (p.has_sinks) s += ", sinks";
   if (p.return_lse) s += ", lse";

@@ -58,6 +58,17 @@ struct HostInputs {
 HostInputs make_inputs(const Problem& problem, std::span<const int32_t> seq_lens,
                        const WorkloadOptions& options = {});
 
+// Context parallelism: the inputs of `rank` of `world` ranks sharding `global` (a dense problem
+// without context parallelism) in blocks of `interleave` tokens, as a server would lay them out:
+// the same q, the GLOBAL seq_lens, and a local cache holding the rank's tokens (global position
+// g at local position cp_local_position(g)) on pages of its own, listed by a local block table.
+// Unused pages and page tails are NaN, unused block-table slots out of range, plus
+// options.extra_pages NaN pages and options.extra_block_slots unused slots. The problem gets the
+// cp fields, return_lse true and has_sinks false (the merge applies the sinks: mlakit/cp.h);
+// the sinks stay in `global`.
+HostInputs shard_inputs(const HostInputs& global, int32_t world, int32_t rank, int32_t interleave,
+                        const WorkloadOptions& options = {});
+
 // Sequence lengths: all equal to `len`, or uniform in [len/8, 2*len) when `variable`. Their
 // longest possible (longest_seq_len) must fit an int32.
 std::vector<int32_t> make_seq_lens(int batch, int len, bool variable, uint64_t seed);

@@ -2,6 +2,7 @@
 // Device::kCuda first), defined so that the library links.
 #include "core/check.h"
 #include "ops/append/append.h"
+#include "ops/merge/merge.h"
 #include "ops/topk/topk.h"
 
 namespace mlakit::ops {
@@ -20,3 +21,11 @@ Status append_indexer_cuda(const AppendIndexerArgs&, int64_t, Stream) {
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
 
 }  // namespace mlakit::ops
+
+namespace mlakit::cp {
+
+Status merge_partials_cuda(const MergeArgs&, Stream) {
+  return unsupported("merge_partials on device cuda: mlakit was built without CUDA");
+}
+
+}  // namespace mlakit::cp

@@ -31,6 +31,7 @@ mlakit_problem_t to_c(const Problem& p) {
   c.kv_layout = static_cast<int32_t>(p.kv_layout), c.causal = p.causal;
   c.has_sinks = p.has_sinks, c.topk = p.topk, c.return_lse = p.return_lse;
   c.d_qk = p.d_qk, c.extra_topk = p.extra_topk, c.extra_page_size = p.extra_page_size;
+  c.cp_world = p.cp_world, c.cp_rank = p.cp_rank, c.cp_interleave = p.cp_interleave;
   return c;
 }
 
@@ -48,6 +49,9 @@ TEST(CApi, InitGivesTheCppDefaults) {
   EXPECT_EQ(c.causal, 1);
   EXPECT_EQ(c.extra_topk, 0);
   EXPECT_EQ(c.extra_page_size, 0);
+  EXPECT_EQ(c.cp_world, 1);
+  EXPECT_EQ(c.cp_rank, 0);
+  EXPECT_EQ(c.cp_interleave, 1);
   mlakit_run_args_t a;
   mlakit_run_args_init(&a);
   EXPECT_EQ(a.softmax_scale, mlakit::kDefaultSoftmaxScale);
@@ -107,6 +111,16 @@ TEST_P(CApiTest, RunMatchesCppApi) {
 
 // Outside the macro, which would split the braced lists at their commas.
 const CApiCase kCApiCases[] = {
+    {"context_parallel_rank",
+     {.h_q = 8,
+      .s_q = 2,
+      .page_size = 16,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .return_lse = true,
+      .cp_world = 3,
+      .cp_rank = 1,
+      .cp_interleave = 2}},
     {"bf16_sinks_lse",
      {.h_q = 8,
       .s_q = 2,

@@ -19,6 +19,7 @@
 #include "core/numeric.h"
 #include "core/parallel.h"
 #include "core/views.h"
+#include "mlakit/cp.h"
 
 namespace mlakit::cpu {
 namespace {
@@ -99,10 +100,13 @@ void load_token(const Problem& p, float k_scale, const TokenRef& t, float* dst) 
   for (int d = 0; d < kDqk; ++d) dst[d] = load_scalar(t.row, d, p.kv_dtype) * k_scale;
 }
 
-// Number of cached tokens token t of request i sees (dense mode).
+// Number of cached tokens token t of request i sees in this rank's cache (dense mode). seq_len
+// is the global length; with context parallelism the bound is on global positions, and the
+// visible ones of this rank are its first cp_local_len local positions (mlakit/cp.h).
 int64_t visible_dense(const Problem& p, int64_t seq_len, int t) {
-  if (p.s_q == 1 || !p.causal) return seq_len;
-  return std::clamp<int64_t>(seq_len - p.s_q + 1 + t, 0, seq_len);
+  const int64_t global =
+      p.s_q == 1 || !p.causal ? seq_len : std::clamp<int64_t>(seq_len - p.s_q + 1 + t, 0, seq_len);
+  return cp_local_len(global, p.cp_world, p.cp_rank, p.cp_interleave);
 }
 
 int64_t listed(const int32_t* lens, int i, int64_t topk) {
@@ -147,7 +151,8 @@ struct RowBlock {
 }  // namespace
 
 uint64_t scratch_bytes(const Problem& p) {
-  const uint64_t n = p.sparse() ? uint64_t{0} + p.topk + p.extra_topk : p.max_seq_len;
+  const uint64_t n =
+      p.sparse() ? uint64_t{0} + p.topk + p.extra_topk : uint64_t(cp_local_max_seq_len(p));
   return n * (sizeof(TokenRef) + kHeadBlock * sizeof(float)) +
          kHeadBlock * (kDqk + kDv) * sizeof(float) + kDqk * sizeof(float) +
          kHeadBlock * (sizeof(double) + sizeof(float));

@@ -8,6 +8,7 @@
 #include "core/data_check.h"
 #include "core/host_memory.h"
 #include "core/parallel.h"
+#include "mlakit/cp.h"
 
 namespace mlakit {
 namespace {
@@ -44,8 +45,10 @@ Status can_run(const Problem& problem, const DeviceInfo&) {
   return unsupported(
       "cpu backend: a run needs ", scratch,
       " bytes of host memory for each thread (its block of heads over ",
-      problem.sparse() ? problem.topk + problem.extra_topk : problem.max_seq_len,
-      problem.sparse() ? " top-k slots (extra ones included)" : " tokens of max_seq_len",
+      problem.sparse() ? problem.topk + problem.extra_topk : cp_local_max_seq_len(problem),
+      problem.sparse()             ? " top-k slots (extra ones included)"
+      : problem.context_parallel() ? " local tokens of max_seq_len on this cp_rank"
+                                   : " tokens of max_seq_len",
       "), more than the ", host, " bytes this process can have");
 }
 

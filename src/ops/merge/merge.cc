@@ -1,0 +1,100 @@
+// merge_partials (mlakit/cp.h): the host-visible checks of its arguments, then the cpu reference
+// or the CUDA launcher.
+#include "ops/merge/merge.h"
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/check.h"
+#include "core/guard.h"
+
+namespace mlakit {
+namespace {
+
+Status check_range(std::string_view name, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) return invalid_argument(name, str_cat(lo, "..", hi), value);
+  return Status::Ok();
+}
+
+Status check_pointer(std::string_view name, const void* ptr, size_t align) {
+  if (ptr == nullptr) return invalid_argument(name, "a pointer", "nullptr");
+  if (reinterpret_cast<uintptr_t>(ptr) % align != 0) {
+    return invalid_argument(name, str_cat("a ", align, "-byte aligned address"), ptr);
+  }
+  return Status::Ok();
+}
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (null or empty: no).
+bool overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+Status validate(ops::Device device, const MergeArgs& a) {
+  if (device != ops::Device::kCpu && device != ops::Device::kCuda) {
+    return invalid_argument("device", "kCpu (0) or kCuda (1)", static_cast<int32_t>(device));
+  }
+  MLAKIT_RETURN_IF_ERROR(check_range("world", a.world, 1, kMaxCpWorld));
+  MLAKIT_RETURN_IF_ERROR(check_range("batch", a.batch, 0, kMaxBatch));
+  MLAKIT_RETURN_IF_ERROR(check_range("s_q", a.s_q, 1, kMaxSq));
+  MLAKIT_RETURN_IF_ERROR(check_range("h_q", a.h_q, 1, kMaxHeads));
+  if (a.dtype != DType::kBF16 && a.dtype != DType::kFP16 && a.dtype != DType::kFP32) {
+    return invalid_argument("dtype", "bf16, fp16 or fp32", to_string(a.dtype));
+  }
+  if (a.batch == 0) return Status::Ok();
+  MLAKIT_RETURN_IF_ERROR(check_pointer("partial_out", a.partial_out, 16));
+  MLAKIT_RETURN_IF_ERROR(check_pointer("partial_lse", a.partial_lse, alignof(float)));
+  MLAKIT_RETURN_IF_ERROR(check_pointer("out", a.out, 16));
+  if (a.sinks != nullptr) {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("sinks", a.sinks, alignof(float)));
+  }
+  if (a.lse != nullptr) MLAKIT_RETURN_IF_ERROR(check_pointer("lse", a.lse, alignof(float)));
+
+  const uint64_t rows = uint64_t(a.batch) * a.s_q * a.h_q;
+  const uint64_t out_bytes = rows * kDv * dtype_bytes(a.dtype);
+  struct Input {
+    std::string_view name;
+    const void* ptr;
+    uint64_t bytes;
+  };
+  const Input inputs[] = {
+      {"partial_out", a.partial_out, out_bytes * a.world},
+      {"partial_lse", a.partial_lse, rows * a.world * sizeof(float)},
+      {"sinks", a.sinks, a.h_q * sizeof(float)},
+  };
+  for (const auto& [name, ptr, bytes] :
+       {Input{"out", a.out, out_bytes}, Input{"lse", a.lse, rows * sizeof(float)}}) {
+    for (const Input& in : inputs) {
+      if (overlap(ptr, bytes, in.ptr, in.bytes)) {
+        return invalid_argument(name, "memory apart from the inputs",
+                                str_cat(bytes, " bytes that overlap ", in.name));
+      }
+    }
+  }
+  if (overlap(a.out, out_bytes, a.lse, rows * sizeof(float))) {
+    return invalid_argument("lse", "memory apart from out", "an overlap with out");
+  }
+  if (device == ops::Device::kCuda) {
+#if !defined(MLAKIT_OPS_CUDA)
+    return unsupported("merge_partials on device cuda: mlakit was built without CUDA");
+#endif
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status merge_partials(ops::Device device, const MergeArgs& args, Stream stream) {
+  return guarded("merge_partials", [&]() -> Status {
+    MLAKIT_RETURN_IF_ERROR(validate(device, args));
+    if (args.batch == 0) return Status::Ok();
+    if (device == ops::Device::kCpu) {
+      cp::merge_partials_cpu(args);
+      return Status::Ok();
+    }
+    return cp::merge_partials_cuda(args, stream);
+  });
+}
+
+}  // namespace mlakit
