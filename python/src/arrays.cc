@@ -33,6 +33,7 @@ const char* elem_expected(Elem elem) {
     case Elem::kBytes: return "a 1-byte type (uint8, int8 or float8_e4m3fn)";
     case Elem::kFP32: return "float32";
     case Elem::kInt32: return "int32";
+    case Elem::kInt64: return "int64";
     case Elem::kAnyType: return "any type";
   }
   return "?";
@@ -47,6 +48,7 @@ bool elem_accepts(Elem elem, nb::dlpack::dtype t) {
       return is(t, kCodeFloat8E4M3FN, 8) || is(t, kCodeUInt, 8) || is(t, kCodeInt, 8);
     case Elem::kFP32: return is(t, kCodeFloat, 32);
     case Elem::kInt32: return is(t, kCodeInt, 32);
+    case Elem::kInt64: return is(t, kCodeInt, 64);
     case Elem::kAnyType: return t.lanes == 1 && t.bits % 8 == 0 && t.bits > 0;
   }
   return false;

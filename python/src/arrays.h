@@ -34,6 +34,7 @@ enum class Elem {
   kBytes,  // any 1-byte type (the 656-byte fp8 blockwise tokens, the V4 pages)
   kFP32,
   kInt32,
+  kInt64,
   kAnyType,  // the workspace: only its size in bytes matters
 };
 
