@@ -323,3 +323,36 @@ def test_torch_ops_compile_and_fake():
     for name in ("append_kv", "append_indexer"):
         schema = getattr(torch.ops.mlakit, name).default._schema
         assert any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def test_torch_opcheck():
+    """torch.library.opcheck on each op: the schema's mutation declarations, the fake
+    implementations and dispatch (uint8 bits for the fp8 q, which the schema test multiplies)."""
+    torch = pytest.importorskip("torch")
+    import mlakit.torch  # noqa: F401  (registers the ops)
+
+    rng = np.random.default_rng(50)
+    kv, _ = random_tokens(rng, 6, 576, "bf16")
+    tkv = torch.from_numpy(kv.view(np.int16)).view(torch.bfloat16)
+    slots = torch.from_numpy(slot_mapping(rng, 6, 2))
+    cache = torch.zeros(2, PAGE, 656, dtype=torch.uint8)
+    ops = torch.ops.mlakit
+    torch.library.opcheck(ops.append_kv.default, (tkv, slots, cache, None, None, "fp8_blockwise", 0))
+    dense = torch.zeros(2, PAGE, 576, dtype=torch.bfloat16)
+    torch.library.opcheck(ops.append_kv.default, (tkv, slots, dense, None, None, "dense", 0))
+    index = torch.zeros(mlakit.ops.indexer_cache_shape(2, PAGE), dtype=torch.uint8)
+    torch.library.opcheck(ops.append_indexer.default, (tkv[:, :128].contiguous(), slots, index,
+                                                       "amax"))  # fmt: skip
+    q = torch.from_numpy(random_e4m3(rng, (2, 1, 4, 128)))
+    w = torch.randn(2, 4)
+    table = torch.tensor([[1, 0], [0, 1]], dtype=torch.int32)
+    lens = torch.tensor([5, 20], dtype=torch.int32)
+    logits = torch.empty(2, 2 * PAGE)
+    torch.library.opcheck(ops.indexer_logits.default, (q, w, index, table, lens, logits))
+    logits = torch.randn(2, 2 * PAGE)
+    indices = torch.empty(2, 1, 8, dtype=torch.int32)
+    positions = torch.empty(2, 1, 8, dtype=torch.int32)
+    torch.library.opcheck(ops.topk_indices.default,
+                          (logits, lens, table, indices, positions, PAGE, 1, 2 * PAGE))  # fmt: skip
+    torch.library.opcheck(ops.topk_indices.default,
+                          (logits, lens, table, indices, None, PAGE, 1, 2 * PAGE))  # fmt: skip
