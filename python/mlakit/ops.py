@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple, Union
 
 from . import _arrays, _mlakit
+from ._decoder import host_scale
 
 __all__ = [
     "append_kv",
@@ -87,10 +88,14 @@ def _shape(name: str, x: Any) -> Tuple[int, ...]:
 
 
 def _scale(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float)):
+    """k_scale as the extension takes it: a host number checked here (the library reads NaN as
+    "not given", so NaN, 0, negative and infinite values are refused by name), or an array."""
+    if value is None or isinstance(value, bool):
         return value  # a bool is refused by the extension, by name
-    if _arrays.framework(value) == "numpy" and type(value).__name__ != "ndarray":
-        return float(value)
+    if isinstance(value, (int, float)) or (
+        _arrays.framework(value) == "numpy" and type(value).__name__ != "ndarray"
+    ):
+        return host_scale("k_scale", value)
     return _arrays.export("k_scale", value)
 
 

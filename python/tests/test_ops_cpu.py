@@ -194,6 +194,11 @@ def test_argument_errors_name_the_argument():
     expect(ValueError, r"^k_scale", ops.append_kv, kv, slots, cache, k_scale=0.5)
     fp8, _ = new_cache(rng, "dense", "fp8_e4m3", 2)
     expect(ValueError, r"k_scale", ops.append_kv, kv, slots, fp8)
+    for bad in (float("nan"), 0.0, -1.0, float("inf")):
+        expect(ValueError, r"^k_scale: expected a finite value > 0", ops.append_kv, kv, slots, fp8,
+               k_scale=bad)  # fmt: skip
+    expect(TypeError, r"^k_scale: expected None, a float", ops.append_kv, kv, slots, fp8,
+           k_scale=True)  # fmt: skip
     expect(ValueError, r"^kv_layout: expected", ops.append_kv, kv, slots, cache, kv_layout="x")
 
     index = np.zeros(ops.indexer_cache_shape(2, PAGE), np.uint8)
