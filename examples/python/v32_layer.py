@@ -66,8 +66,9 @@ def main(seed=0):
     q = rng.standard_normal((b, 1, H_Q, 576)).astype(BF16)
     index_q = rng.standard_normal((b, 1, INDEX_HEADS, 128)).astype(E4M3)
     weights = (rng.standard_normal((b, INDEX_HEADS)) / INDEX_HEADS).astype(np.float32)
-    out, seq_lens, logits, indices = decode_step(decoder, kv_cache, index_cache, block_table,
-                                                 context_lens, new, q, index_q, weights)  # fmt: skip
+    out, seq_lens, logits, indices = decode_step(
+        decoder, kv_cache, index_cache, block_table, context_lens, new, q, index_q, weights
+    )
     return dict(out=out, seq_lens=seq_lens, logits=logits, indices=indices, q=q,
                 kv_cache=kv_cache, block_table=block_table, new=new)  # fmt: skip
 

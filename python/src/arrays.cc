@@ -139,15 +139,19 @@ void ArgReader::check_placement(const char* name, const Array& a) const {
     const bool ok =
         (type == kDLCUDA || type == kDLCUDAManaged) && a.device_id() == placement_.device;
     if (ok) return;
-    throw_value_error(std::string(name) + ": expected an array on cuda:" +
-                      std::to_string(placement_.device) + " (backend " + placement_.backend +
-                      " reads the memory of the decoder's device), given an array in " +
-                      device_string(type, a.device_id()));
+    const std::string why = placement_.why.empty() ? "backend " + placement_.backend +
+                                                         " reads the memory of the decoder's device"
+                                                   : placement_.why;
+    throw_value_error(std::string(name) +
+                      ": expected an array on cuda:" + std::to_string(placement_.device) + " (" +
+                      why + "), given an array in " + device_string(type, a.device_id()));
   }
   if (type == kDLCPU || type == kDLCUDAHost || type == kDLCUDAManaged) return;
-  throw_value_error(std::string(name) + ": expected an array in host memory (backend " +
-                    placement_.backend + " runs on the host), given an array on " +
-                    device_string(type, a.device_id()));
+  const std::string why = placement_.why.empty()
+                              ? "backend " + placement_.backend + " runs on the host"
+                              : placement_.why;
+  throw_value_error(std::string(name) + ": expected an array in host memory (" + why +
+                    "), given an array on " + device_string(type, a.device_id()));
 }
 
 void ArgReader::check_elem(const char* name, const Array& a, Elem elem) const {

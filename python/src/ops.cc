@@ -23,8 +23,10 @@ DType input_dtype(const char* arg, const std::string& name) {
 }
 
 Placement placement_of(int device) {
-  return Placement{
-      .device_memory = device >= 0, .device = device, .backend = device >= 0 ? "cuda" : "cpu"};
+  return Placement{.device_memory = device >= 0,
+                   .device = device,
+                   .backend = device >= 0 ? "cuda" : "cpu",
+                   .why = "the op runs where its first array is"};
 }
 
 ops::Device op_device(int device) { return device >= 0 ? ops::Device::kCuda : ops::Device::kCpu; }

@@ -73,7 +73,8 @@ def quantize_kv_token(x: np.ndarray, layout: str, cache_dtype: str = "bf16",
 
 
 def append_kv(cache_bytes: np.ndarray, x: np.ndarray, slots: np.ndarray, page_size: int,
-              layout: str, cache_dtype: str = "bf16", k_scale: float = 1.0) -> np.ndarray:  # fmt: skip
+              layout: str, cache_dtype: str = "bf16",
+              k_scale: float = 1.0) -> np.ndarray:  # fmt: skip
     """The cache (as [num_pages, page bytes] uint8) after appending float32 tokens x."""
     out = cache_bytes.copy()
     for t, slot in enumerate(slots):
@@ -156,7 +157,8 @@ def topk(logits, seq_lens, block_table, page_size, k, next_n=1):
                 order = np.argsort(-logits[r, :n].astype(np.float64), kind="stable")
                 kept = np.sort(order[:k])
             positions[r, : kept.size] = kept
-            indices[r, : kept.size] = block_table[i, kept // page_size] * page_size + kept % page_size
+            pages = block_table[i, kept // page_size]
+            indices[r, : kept.size] = pages * page_size + kept % page_size
     return indices, positions
 
 

@@ -342,7 +342,8 @@ def test_torch_opcheck():
     slots = torch.from_numpy(slot_mapping(rng, 6, 2))
     cache = torch.zeros(2, PAGE, 656, dtype=torch.uint8)
     ops = torch.ops.mlakit
-    torch.library.opcheck(ops.append_kv.default, (tkv, slots, cache, None, None, "fp8_blockwise", 0))
+    blockwise = (tkv, slots, cache, None, None, "fp8_blockwise", 0)
+    torch.library.opcheck(ops.append_kv.default, blockwise)
     dense = torch.zeros(2, PAGE, 576, dtype=torch.bfloat16)
     torch.library.opcheck(ops.append_kv.default, (tkv, slots, dense, None, None, "dense", 0))
     index = torch.zeros(mlakit.ops.indexer_cache_shape(2, PAGE), dtype=torch.uint8)
