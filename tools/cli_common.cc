@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 
 #include "core/check.h"
 #include "core/host_memory.h"
@@ -346,6 +350,20 @@ Status verify_host(const Decoder& decoder, const harness::HostInputs& in, const 
   MLAKIT_RETURN_IF_ERROR(decoder.run(in.args(out.data(), lse.data()), nullptr, 0, nullptr));
   *v = judge(in, ref, out, lse);
   return Status::Ok();
+}
+
+// Whether `path` can be written, checked before the first case runs so that a long sweep does not
+// end with nowhere to write; a file that did not exist is not left behind.
+Status check_writable(const std::string& flag, const std::string& path) {
+  std::error_code ignored;
+  const bool existed = std::filesystem::exists(path, ignored);
+  errno = 0;
+  const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
+  const int error = errno;
+  if (ok && !existed) std::filesystem::remove(path, ignored);
+  if (ok) return Status::Ok();
+  return invalid_argument(flag, "a file that can be written",
+                          str_cat(path, " (", error ? std::strerror(error) : "cannot open", ")"));
 }
 
 }  // namespace mlakit::tools

@@ -75,6 +75,11 @@ void progress(size_t done, size_t total);
 
 std::string iso_date();
 
+// Whether `path` can be written, checked before the first case runs so that a long sweep does not
+// end with nowhere to write (`flag` names it in the error); a file that did not exist is not left
+// behind.
+Status check_writable(const std::string& flag, const std::string& path);
+
 // Output of the first `k` requests from the cpu backend: the reference for verification.
 struct Reference {
   int k = 0;

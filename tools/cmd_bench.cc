@@ -179,20 +179,6 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
   if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
 }
 
-// Whether `path` can be written, checked before the first case runs so that a long sweep does not
-// end with nowhere to write; a file that did not exist is not left behind.
-Status check_writable(const std::string& flag, const std::string& path) {
-  std::error_code ignored;
-  const bool existed = std::filesystem::exists(path, ignored);
-  errno = 0;
-  const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
-  const int error = errno;
-  if (ok && !existed) std::filesystem::remove(path, ignored);
-  if (ok) return Status::Ok();
-  return invalid_argument(flag, "a file that can be written",
-                          str_cat(path, " (", error ? std::strerror(error) : "cannot open", ")"));
-}
-
 int run_bench(BenchFlags& f, bool defaults, bool run) {
   const DeviceInfo device = current_device();
   if (f.sweep.batch.empty() && f.sweep.grid.empty()) {

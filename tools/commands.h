@@ -17,6 +17,7 @@ void add_info_command(CLI::App& app, const CommandContext& context);
 void add_bench_command(CLI::App& app, const CommandContext& context);
 void add_check_command(CLI::App& app, const CommandContext& context);
 void add_tune_command(CLI::App& app, const CommandContext& context);
+void add_bench_op_command(CLI::App& app, const CommandContext& context);
 
 // The mlakit program: every subcommand on one CLI::App, parsed from argv; the exit code.
 int run_program(int argc, const char* const* argv, bool run = true);

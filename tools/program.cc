@@ -15,6 +15,7 @@ int run_program(int argc, const char* const* argv, bool run) {
   add_bench_command(app, context);
   add_check_command(app, context);
   add_tune_command(app, context);
+  add_bench_op_command(app, context);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,7 +4,8 @@
     decoder = mlakit.Decoder(h_q=128, page_size=64, max_batch=64, max_seq_len=32768)
     out = decoder.run(q, kv_cache, block_table, seq_lens)   # arrays of any framework
 
-``mlakit.torch`` (PyTorch 2.4+) adds the ``mlakit::decode`` custom op for torch.compile and CUDA
+``mlakit.ops`` has the other steps of a V3.2 decode layer (cache append, indexer logits,
+top-k). ``mlakit.torch`` (PyTorch 2.4+) adds the ``mlakit::decode`` custom op (and the ops') for torch.compile and CUDA
 graphs; ``mlakit.compat`` has drop-in replacements for FlashMLA's and FlashInfer's MLA decode.
 See docs/python.md.
 """
@@ -14,12 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict
 
-from . import _mlakit, compat
+from . import _mlakit, compat, ops
 from ._decoder import Decoder
 
 __version__: str = _mlakit.__version__
 
-__all__ = ["Decoder", "compat", "info", "__version__"]
+__all__ = ["Decoder", "compat", "info", "ops", "__version__"]
 
 
 def info() -> Dict[str, Any]:

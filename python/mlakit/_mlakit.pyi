@@ -8,6 +8,24 @@ def current_device() -> Dict[str, Any]: ...
 def list_backends() -> List[Dict[str, Any]]: ...
 def _raise_status(code: int, message: str) -> None: ...
 
+# mlakit::ops (src/ops.cc); device -1 is host memory, else a CUDA device id.
+def append_kv(
+    kv: Any, kv_dtype: str, slot_mapping: Any, kv_cache: Any, cache_dtype: str, kv_layout: str,
+    page_size: int, k_scale: Any, device: int, stream: int,
+) -> None: ...
+def append_indexer(
+    k: Any, k_dtype: str, slot_mapping: Any, index_cache: Any, page_size: int, scale: str,
+    device: int, stream: int,
+) -> None: ...
+def indexer_logits(
+    q: Any, weights: Any, index_cache: Any, page_size: int, block_table: Any, seq_lens: Any,
+    logits: Any, device: int, stream: int,
+) -> None: ...
+def topk_indices(
+    logits: Any, seq_lens: Any, block_table: Any, page_size: int, next_n: int, max_len: int,
+    indices: Any, positions: Any, device: int, stream: int,
+) -> None: ...
+
 class Decoder:
     def __init__(
         self,

@@ -1,4 +1,6 @@
-"""PyTorch integration: the ``mlakit::decode`` custom op and ``mlakit.torch.decode``.
+"""PyTorch integration: the ``mlakit::decode`` custom op and ``mlakit.torch.decode``, and the
+ops of ``mlakit.ops`` as custom ops (``mlakit::append_kv``, ``append_indexer``,
+``indexer_logits``, ``topk_indices``; see ``mlakit/_torch_ops.py``).
 
 ``torch.ops.mlakit.decode`` writes into ``out`` (and ``lse``) in place and returns nothing. It
 has a fake (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces through it
@@ -21,7 +23,10 @@ from ._decoder import host_scale
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"mlakit.torch needs PyTorch 2.4 or newer, found {torch.__version__}")
 
-__all__ = ["decode"]
+# The other steps of a V3.2 decode layer as custom ops (mlakit/_torch_ops.py).
+from ._torch_ops import append_indexer, append_kv, indexer_logits, topk_indices  # noqa: E402
+
+__all__ = ["decode", "append_kv", "append_indexer", "indexer_logits", "topk_indices"]
 
 
 _DTYPES = {

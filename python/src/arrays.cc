@@ -33,6 +33,7 @@ const char* elem_expected(Elem elem) {
     case Elem::kBytes: return "a 1-byte type (uint8, int8 or float8_e4m3fn)";
     case Elem::kFP32: return "float32";
     case Elem::kInt32: return "int32";
+    case Elem::kInt64: return "int64";
     case Elem::kAnyType: return "any type";
   }
   return "?";
@@ -47,6 +48,7 @@ bool elem_accepts(Elem elem, nb::dlpack::dtype t) {
       return is(t, kCodeFloat8E4M3FN, 8) || is(t, kCodeUInt, 8) || is(t, kCodeInt, 8);
     case Elem::kFP32: return is(t, kCodeFloat, 32);
     case Elem::kInt32: return is(t, kCodeInt, 32);
+    case Elem::kInt64: return is(t, kCodeInt, 64);
     case Elem::kAnyType: return t.lanes == 1 && t.bits % 8 == 0 && t.bits > 0;
   }
   return false;
@@ -137,15 +139,19 @@ void ArgReader::check_placement(const char* name, const Array& a) const {
     const bool ok =
         (type == kDLCUDA || type == kDLCUDAManaged) && a.device_id() == placement_.device;
     if (ok) return;
-    throw_value_error(std::string(name) + ": expected an array on cuda:" +
-                      std::to_string(placement_.device) + " (backend " + placement_.backend +
-                      " reads the memory of the decoder's device), given an array in " +
-                      device_string(type, a.device_id()));
+    const std::string why = placement_.why.empty() ? "backend " + placement_.backend +
+                                                         " reads the memory of the decoder's device"
+                                                   : placement_.why;
+    throw_value_error(std::string(name) +
+                      ": expected an array on cuda:" + std::to_string(placement_.device) + " (" +
+                      why + "), given an array in " + device_string(type, a.device_id()));
   }
   if (type == kDLCPU || type == kDLCUDAHost || type == kDLCUDAManaged) return;
-  throw_value_error(std::string(name) + ": expected an array in host memory (backend " +
-                    placement_.backend + " runs on the host), given an array on " +
-                    device_string(type, a.device_id()));
+  const std::string why = placement_.why.empty()
+                              ? "backend " + placement_.backend + " runs on the host"
+                              : placement_.why;
+  throw_value_error(std::string(name) + ": expected an array in host memory (" + why +
+                    "), given an array on " + device_string(type, a.device_id()));
 }
 
 void ArgReader::check_elem(const char* name, const Array& a, Elem elem) const {

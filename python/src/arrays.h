@@ -34,6 +34,7 @@ enum class Elem {
   kBytes,  // any 1-byte type (the 656-byte fp8 blockwise tokens, the V4 pages)
   kFP32,
   kInt32,
+  kInt64,
   kAnyType,  // the workspace: only its size in bytes matters
 };
 
@@ -44,6 +45,8 @@ struct Placement {
   bool device_memory = false;
   int device = -1;  // CUDA device id when device_memory
   std::string backend;
+  // Why the arrays must be there, for messages; empty: the decoder's backend reads them.
+  std::string why;
 };
 
 // Imports and checks the arguments of one run. Holds the imported arrays so that their memory

@@ -1,4 +1,5 @@
-// The _mlakit extension module: mlakit::Decoder, list_backends and current_device for Python.
+// The _mlakit extension module: mlakit::Decoder, list_backends, current_device and the ops
+// (ops.cc) for Python.
 //
 // The public Python API (mlakit/__init__.py, mlakit/_decoder.py) is a thin layer over this: it
 // normalizes dtype names, allocates outputs and workspaces with the caller's framework and finds
@@ -15,21 +16,11 @@
 
 #include "arrays.h"
 #include "mlakit/mlakit.h"
+#include "ops.h"
+#include "status.h"
 
 namespace mlakit::python {
 namespace {
-
-[[noreturn]] void raise_status(const Status& status) {
-  PyObject* type = PyExc_RuntimeError;
-  if (status.code() == StatusCode::kInvalidArgument) type = PyExc_ValueError;
-  if (status.code() == StatusCode::kUnsupported) type = PyExc_NotImplementedError;
-  PyErr_SetString(type, status.message().c_str());
-  throw nb::python_error();
-}
-
-void check_ok(const Status& status) {
-  if (!status.ok()) raise_status(status);
-}
 
 DType parse_dtype(const char* arg, const std::string& name) {
   if (name == "bf16") return DType::kBF16;
@@ -77,29 +68,6 @@ void check_lengths_fit(const int32_t* seq_lens, int64_t b, int64_t width, int pa
                       "), given " + std::to_string(seq_lens[i]));
   }
 }
-
-// Makes the decoder's device current for the duration of a run, and restores the caller's.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (device < 0) return;
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  static void check_cuda(cudaError_t err, const char* call) {
-    if (err == cudaSuccess) return;
-    raise_status(
-        Status(StatusCode::kCudaError, std::string(call) + " failed: " + cudaGetErrorString(err)));
-  }
-  int previous_ = -1;
-};
 
 class PyDecoder {
  public:
@@ -381,6 +349,8 @@ NB_MODULE(_mlakit, m) {
     const mlakit::Status status(static_cast<mlakit::StatusCode>(code), message);
     if (!status.ok()) raise_status(status);
   });
+
+  register_ops(m);
 
   nb::class_<PyDecoder>(m, "Decoder")
       .def(nb::init<int, int, int, int, int, const std::string&, const std::string&,

@@ -55,27 +55,22 @@ Status upload_cold_copies(const HostInputs& host, size_t l2_bytes, size_t max_to
   return Status::Ok();
 }
 
-Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
-                const TimingOptions& options, Timing* timing) {
+Status time_gpu_launches(const std::function<Status(int k, Stream stream)>& launch, int copies,
+                         const TimingOptions& options, Timing* timing) {
   GraphRun g;
   MLAKIT_CUDA_RETURN(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
   MLAKIT_CUDA_RETURN(cudaEventCreate(&g.start));
   MLAKIT_CUDA_RETURN(cudaEventCreate(&g.stop));
-  const size_t ws_bytes = decoder.workspace_bytes();
-  DeviceBuffer workspace(std::max<size_t>(ws_bytes, 256));
-  if (workspace.get() == nullptr) return Status(StatusCode::kCudaError, "workspace cudaMalloc");
 
   // One uncaptured run first: module load and first-launch costs, and a clean error if it fails.
-  MLAKIT_RETURN_IF_ERROR(decoder.run(copies[0].args, workspace.get(), ws_bytes, g.stream));
+  MLAKIT_RETURN_IF_ERROR(launch(0, g.stream));
   MLAKIT_CUDA_RETURN(cudaStreamSynchronize(g.stream));
 
-  const int n = static_cast<int>(copies.size());
+  const int n = std::max(1, copies);
   const int launches = std::max(options.min_launches, n);
   MLAKIT_CUDA_RETURN(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeThreadLocal));
   Status run_status;
-  for (int k = 0; k < launches && run_status.ok(); ++k) {
-    run_status = decoder.run(copies[k % n].args, workspace.get(), ws_bytes, g.stream);
-  }
+  for (int k = 0; k < launches && run_status.ok(); ++k) run_status = launch(k % n, g.stream);
   const cudaError_t end = cudaStreamEndCapture(g.stream, &g.graph);
   MLAKIT_RETURN_IF_ERROR(run_status);
   MLAKIT_CUDA_RETURN(end);
@@ -113,18 +108,34 @@ Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
   return Status::Ok();
 }
 
-Status time_cpu(const Decoder& decoder, const HostInputs& inputs, void* out, float* lse,
-                int replays, Timing* timing) {
-  const RunArgs args = inputs.args(out, lse);
+Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
+                const TimingOptions& options, Timing* timing) {
+  const size_t ws_bytes = decoder.workspace_bytes();
+  DeviceBuffer workspace(std::max<size_t>(ws_bytes, 256));
+  if (workspace.get() == nullptr) return Status(StatusCode::kCudaError, "workspace cudaMalloc");
+  return time_gpu_launches(
+      [&](int k, Stream stream) {
+        return decoder.run(copies[k].args, workspace.get(), ws_bytes, stream);
+      },
+      static_cast<int>(copies.size()), options, timing);
+}
+
+Status time_cpu_calls(const std::function<Status()>& call, int replays, Timing* timing) {
   std::vector<double> per_call;
   for (int k = 0; k < std::max(1, replays); ++k) {
     const auto t0 = std::chrono::steady_clock::now();
-    MLAKIT_RETURN_IF_ERROR(decoder.run(args, nullptr, 0, nullptr));
+    MLAKIT_RETURN_IF_ERROR(call());
     const auto t1 = std::chrono::steady_clock::now();
     per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   *timing = summarize(std::move(per_call));
   return Status::Ok();
+}
+
+Status time_cpu(const Decoder& decoder, const HostInputs& inputs, void* out, float* lse,
+                int replays, Timing* timing) {
+  const RunArgs args = inputs.args(out, lse);
+  return time_cpu_calls([&] { return decoder.run(args, nullptr, 0, nullptr); }, replays, timing);
 }
 
 }  // namespace mlakit::harness

@@ -2,6 +2,7 @@
 // launches over rotating input copies (cold L2), median over replays. CPU backends: wall clock.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "harness/power.h"
@@ -39,6 +40,15 @@ Status upload_cold_copies(const HostInputs& host, size_t l2_bytes, size_t max_to
 // Times decoder.run over `copies` (each a full set of device inputs) on a fresh stream.
 Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
                 const TimingOptions& options, Timing* timing);
+
+// The same machinery for any launch (the ops of mlakit::ops, `mlakit bench-op`): one uncaptured
+// call, then a graph of max(min_launches, copies) calls launch(k, stream), k = 0, 1, ... (the
+// caller rotates its `copies` input copies by k), replayed as time_gpu does; per-call times.
+Status time_gpu_launches(const std::function<Status(int k, Stream stream)>& launch, int copies,
+                         const TimingOptions& options, Timing* timing);
+
+// Median of `replays` wall-clock calls of `call` (host work).
+Status time_cpu_calls(const std::function<Status()>& call, int replays, Timing* timing);
 
 // Times decoder.run on host inputs (cpu backend): median of `replays` wall-clock runs.
 Status time_cpu(const Decoder& decoder, const HostInputs& inputs, void* out, float* lse,

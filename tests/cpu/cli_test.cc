@@ -239,5 +239,65 @@ TEST_F(Cli, CheckJson) {
   }
 }
 
+// bench-op times an op on the cpu device without a GPU (the reference itself: check
+// "reference"); every append layout and top-k with MTP rows run.
+TEST_F(Cli, BenchOpRunsOnTheCpu) {
+  if (mlakit::current_device().present) GTEST_SKIP() << "a GPU is present: the cuda path runs";
+  for (const std::string layout : {"bf16", "fp16", "fp8", "v32", "v4", "indexer"}) {
+    const Result r = run_mlakit({"bench-op", "append", "--layout", layout, "--batch", "3", "--len",
+                                 "63", "--next-n", "2", "--replays", "1"});
+    EXPECT_EQ(r.exit_code, 0) << layout << "\n" << r.output;
+    EXPECT_TRUE(has(r, "append  " + layout)) << r.output;
+    EXPECT_TRUE(has(r, "reference")) << r.output;
+  }
+  const Result r = run_mlakit({"bench-op", "topk", "--batch", "2", "--len", "0,1,300", "--k", "64",
+                               "--next-n", "1,3", "--page-size", "16", "--replays", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "topk    k=64")) << r.output;
+  EXPECT_FALSE(has(r, "ERROR")) << r.output;
+}
+
+// --json: one row per case (the comma lists multiply out), with the op's fields.
+TEST_F(Cli, BenchOpJson) {
+  const std::string json = ::testing::TempDir() + "mlakit-cli-bench-op.json";
+  const Result r = run_mlakit({"bench-op", "topk", "--batch", "1,2", "--len", "100", "--k", "8",
+                               "--replays", "1", "--device", "cpu", "--json", json});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc["results"].size(), 2u) << doc.dump();
+  for (const auto& row : doc["results"]) {
+    EXPECT_EQ(row["op"], "topk");
+    EXPECT_EQ(row["k"], 8);
+    EXPECT_EQ(row["device"], "cpu");
+    EXPECT_GT(row["time_us"].get<double>(), 0.0);
+    EXPECT_EQ(row["check"], "reference");
+  }
+  EXPECT_EQ(doc["results"][1]["batch"], 2);
+  std::filesystem::remove(json);
+}
+
+// Bad flags are refused by name before anything is allocated.
+TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
+  auto refused = [](std::vector<std::string> args, const std::string& message) {
+    args.insert(args.begin(), "bench-op");
+    const Result r = run_mlakit(args, uint64_t{1} << 30);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(has(r, message)) << r.output;
+  };
+  refused({"append", "--layout", "v5"},
+          "--layout: expected bf16, fp16, fp8, v32, v4 or indexer, given v5");
+  refused({"topk", "--k", "0"}, "--k: expected 1..65536, given 0");
+  refused({"topk", "--batch", "0"}, "--batch: expected 1..1048576, given 0");
+  refused({"topk", "--next-n", "1,17"}, "--next-n: expected 1..16, given 17");
+  refused({"topk", "--len", "-1"}, "--len: expected 0..16777216, given -1");
+  refused({"append", "--page-size", "0"}, "--page-size: expected 1..4096, given 0");
+  refused({"topk", "--batch", "1000000", "--len", "16000000"}, "bytes of host memory");
+  refused({"topk", "--json", "/nonexistent-dir/x.json"}, "--json");
+  const Result r = run_mlakit({"bench-op", "sort"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "append,topk")) << r.output;
+}
+
 }  // namespace
 #endif  // MLAKIT_PROGRAM

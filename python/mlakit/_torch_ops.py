@@ -1,0 +1,247 @@
+"""The ops of ``mlakit.ops`` as PyTorch custom ops (imported by ``mlakit.torch``).
+
+``torch.ops.mlakit.append_kv`` and ``append_indexer`` write their cache in place;
+``indexer_logits`` and ``topk_indices`` write their outputs (``logits``; ``indices`` and
+``positions``) in place. Each declares what it mutates and has a fake implementation that runs
+the checks tensor metadata decides, so that torch.compile(fullgraph=True) traces through them.
+CUDA tensors run on the current stream without host synchronization, so a captured CUDA graph
+replays them with new slot mappings, lengths and block tables. The functional wrappers below
+allocate outputs through PyTorch (the graph's pool during capture).
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import ops
+
+_INDEXER_TOKEN_BYTES = ops.INDEXER_DIM + 4
+_16BIT = (torch.bfloat16, torch.float16)
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+_BYTES = tuple(t for t in (torch.uint8, torch.int8, _FP8) if t is not None)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _need(name: str, t: torch.Tensor, dtypes, words: str, ndim: Optional[int] = None) -> None:
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name}: expected dtype {words}, given {_name(t.dtype)}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D tensor, given shape {list(t.shape)}")
+
+
+def _same_device(first: torch.Tensor, **others: Optional[torch.Tensor]) -> None:
+    for name, t in others.items():
+        if t is not None and t.device != first.device:
+            raise ValueError(
+                f"{name}: expected a tensor on {first.device} (where the op runs), given one on "
+                f"{t.device}"
+            )
+
+
+def _check_append_kv(kv, slot_mapping, kv_cache, k_scale_tensor, kv_layout) -> None:
+    _need("kv", kv, _16BIT, "bfloat16 or float16", 2)
+    _need("slot_mapping", slot_mapping, (torch.int64,), "int64", 1)
+    if kv_layout == "dense":
+        _need("kv_cache", kv_cache, _16BIT + _BYTES, "bfloat16, float16 or float8_e4m3fn")
+    else:
+        _need("kv_cache", kv_cache, _BYTES, "a 1-byte type (uint8, int8 or float8_e4m3fn)")
+    if k_scale_tensor is not None:
+        _need("k_scale", k_scale_tensor, (torch.float32,), "float32")
+    _same_device(kv, slot_mapping=slot_mapping, kv_cache=kv_cache, k_scale=k_scale_tensor)
+
+
+@torch.library.custom_op("mlakit::append_kv", mutates_args=("kv_cache",))
+def _append_kv_op(
+    kv: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache: torch.Tensor,
+    k_scale_tensor: Optional[torch.Tensor],
+    k_scale: Optional[float],
+    kv_layout: str,
+    page_size: int,
+) -> None:
+    _check_append_kv(kv, slot_mapping, kv_cache, k_scale_tensor, kv_layout)
+    ops.append_kv(kv, slot_mapping, kv_cache, kv_layout=kv_layout,
+                  page_size=page_size if page_size > 0 else None,
+                  k_scale=k_scale_tensor if k_scale_tensor is not None else k_scale)  # fmt: skip
+
+
+@_append_kv_op.register_fake
+def _append_kv_fake(kv, slot_mapping, kv_cache, k_scale_tensor, k_scale, kv_layout, page_size):
+    _check_append_kv(kv, slot_mapping, kv_cache, k_scale_tensor, kv_layout)
+
+
+@torch.library.custom_op("mlakit::append_indexer", mutates_args=("index_cache",))
+def _append_indexer_op(
+    k: torch.Tensor, slot_mapping: torch.Tensor, index_cache: torch.Tensor, scale: str
+) -> None:
+    _check_append_indexer(k, slot_mapping, index_cache)
+    ops.append_indexer(k, slot_mapping, index_cache, scale=scale)
+
+
+def _check_append_indexer(k, slot_mapping, index_cache) -> None:
+    _need("k", k, _16BIT, "bfloat16 or float16", 2)
+    _need("slot_mapping", slot_mapping, (torch.int64,), "int64", 1)
+    _need("index_cache", index_cache, _BYTES, "uint8", 2)
+    _same_device(k, slot_mapping=slot_mapping, index_cache=index_cache)
+
+
+@_append_indexer_op.register_fake
+def _append_indexer_fake(k, slot_mapping, index_cache, scale):
+    _check_append_indexer(k, slot_mapping, index_cache)
+
+
+def _check_logits(q, weights, index_cache, block_table, seq_lens, logits) -> None:
+    _need("q", q, _BYTES, "float8_e4m3fn (or its bits as uint8)", 4)
+    _need("weights", weights, (torch.float32,), "float32")
+    _need("index_cache", index_cache, _BYTES, "uint8", 2)
+    _need("block_table", block_table, (torch.int32,), "int32", 2)
+    _need("seq_lens", seq_lens, (torch.int32,), "int32", 1)
+    _need("logits", logits, (torch.float32,), "float32", 2)
+    _same_device(q, weights=weights, index_cache=index_cache, block_table=block_table,
+                 seq_lens=seq_lens, logits=logits)  # fmt: skip
+
+
+@torch.library.custom_op("mlakit::indexer_logits", mutates_args=("logits",))
+def _indexer_logits_op(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    index_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    logits: torch.Tensor,
+) -> None:
+    _check_logits(q, weights, index_cache, block_table, seq_lens, logits)
+    ops.indexer_logits(q, weights, index_cache, block_table, seq_lens, logits=logits)
+
+
+@_indexer_logits_op.register_fake
+def _indexer_logits_fake(q, weights, index_cache, block_table, seq_lens, logits):
+    _check_logits(q, weights, index_cache, block_table, seq_lens, logits)
+
+
+def _check_topk(logits, seq_lens, block_table, indices, positions) -> None:
+    _need("logits", logits, (torch.float32,), "float32", 2)
+    _need("seq_lens", seq_lens, (torch.int32,), "int32", 1)
+    _need("block_table", block_table, (torch.int32,), "int32", 2)
+    _need("indices", indices, (torch.int32,), "int32")
+    if positions is not None:
+        _need("positions", positions, (torch.int32,), "int32")
+    _same_device(logits, seq_lens=seq_lens, block_table=block_table, indices=indices,
+                 positions=positions)  # fmt: skip
+
+
+@torch.library.custom_op("mlakit::topk_indices", mutates_args=("indices", "positions"))
+def _topk_op(
+    logits: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    indices: torch.Tensor,
+    positions: Optional[torch.Tensor],
+    page_size: int,
+    next_n: int,
+    max_len: int,
+) -> None:
+    _check_topk(logits, seq_lens, block_table, indices, positions)
+    ops.topk_indices(logits, seq_lens, block_table, page_size=page_size, next_n=next_n,
+                     max_len=max_len, indices=indices, positions=positions)  # fmt: skip
+
+
+@_topk_op.register_fake
+def _topk_fake(logits, seq_lens, block_table, indices, positions, page_size, next_n, max_len):
+    _check_topk(logits, seq_lens, block_table, indices, positions)
+
+
+# --- functional wrappers -------------------------------------------------------------------------
+
+
+def append_kv(
+    kv: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    kv_layout: str = "dense",
+    page_size: Optional[int] = None,
+    k_scale: Union[None, float, torch.Tensor] = None,
+) -> torch.Tensor:
+    """``mlakit.ops.append_kv`` through ``torch.ops.mlakit.append_kv``: writes ``kv_cache`` in
+    place and returns it. ``k_scale``: a float or a one-element float32 tensor on kv's device."""
+    layout = ops._LAYOUTS.get(str(kv_layout).lower())
+    if layout is None:
+        raise ValueError(
+            f"kv_layout: expected dense, fp8_blockwise (v32) or fp8_v4 (v4), given {kv_layout}"
+        )
+    tensor = k_scale if isinstance(k_scale, torch.Tensor) else None
+    value = None if k_scale is None or tensor is not None else float(k_scale)
+    torch.ops.mlakit.append_kv(kv, slot_mapping, kv_cache, tensor, value, layout,
+                               0 if page_size is None else int(page_size))  # fmt: skip
+    return kv_cache
+
+
+def append_indexer(
+    k: torch.Tensor, slot_mapping: torch.Tensor, index_cache: torch.Tensor, *, scale: str = "amax"
+) -> torch.Tensor:
+    """``mlakit.ops.append_indexer`` through ``torch.ops.mlakit.append_indexer`` (in place)."""
+    torch.ops.mlakit.append_indexer(k, slot_mapping, index_cache, scale)
+    return index_cache
+
+
+def indexer_logits(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    index_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    max_len: Optional[int] = None,
+    logits: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """``mlakit.ops.indexer_logits`` through ``torch.ops.mlakit.indexer_logits``; a new
+    ``logits`` [b * next_n, max_len] float32 unless given (max_len: None is what the block table
+    addresses). Host tensors only for now."""
+    if logits is None:
+        if q.dim() != 4 or index_cache.dim() != 2:
+            raise ValueError(
+                f"q: expected shape [b, next_n, heads, 128] and index_cache [num_pages, "
+                f"page_size * 132], given {list(q.shape)} and {list(index_cache.shape)}"
+            )
+        if max_len is None:
+            page_size = int(index_cache.shape[1]) // _INDEXER_TOKEN_BYTES
+            max_len = int(block_table.shape[-1]) * page_size
+        rows = int(q.shape[0]) * int(q.shape[1])
+        logits = torch.empty((rows, int(max_len)), dtype=torch.float32, device=q.device)
+    torch.ops.mlakit.indexer_logits(q, weights, index_cache, block_table, seq_lens, logits)
+    return logits
+
+
+def topk_indices(
+    logits: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    *,
+    k: Optional[int] = None,
+    page_size: int,
+    next_n: int = 1,
+    max_len: Optional[int] = None,
+    indices: Optional[torch.Tensor] = None,
+    positions: Optional[torch.Tensor] = None,
+    return_positions: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """``mlakit.ops.topk_indices`` through ``torch.ops.mlakit.topk_indices``: new ``indices``
+    [b, next_n, k] int32 (the sparse decode's) unless given; ``(indices, positions)`` when
+    positions are given or asked for."""
+    if indices is None:
+        if k is None:
+            raise ValueError("k: expected a value 1..65536 (or indices=), given None")
+        shape = (int(seq_lens.shape[0]), int(next_n), int(k))
+        indices = torch.empty(shape, dtype=torch.int32, device=logits.device)
+    if positions is None and return_positions:
+        positions = torch.empty_like(indices)
+    if max_len is None:
+        max_len = int(logits.shape[-1])
+    torch.ops.mlakit.topk_indices(logits, seq_lens, block_table, indices, positions,
+                                  int(page_size), int(next_n), int(max_len))  # fmt: skip
+    return (indices, positions) if positions is not None else indices

@@ -1,0 +1,63 @@
+"""The V3.2 decode layer of examples/python/v32_layer.py (append, indexer logits, top-k, sparse
+decode on the cpu device) runs, and each step agrees with the NumPy references."""
+
+import pathlib
+import runpy
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("ml_dtypes")
+
+import ops_reference as ref  # noqa: E402
+from numpy_reference import (  # noqa: E402
+    E4M3,
+    assert_close_to_reference,
+    bf16_value,
+    sparse_reference,
+)
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python" / "v32_layer.py"
+
+
+def blockwise_values(cache):
+    """[num_pages * page_size, 576] float64 of a 656-byte-token cache."""
+    tokens = cache.reshape(-1, 656)
+    scales = tokens[:, 512:528].copy().view(np.float32).astype(np.float64)
+    nope = E4M3[tokens[:, :512]] * np.repeat(scales, 128, axis=1)
+    rope = bf16_value(tokens[:, 528:].copy().view(np.uint16))
+    return np.concatenate([nope, rope], axis=1)
+
+
+def test_v32_layer_example():
+    example = runpy.run_path(str(EXAMPLE))
+    r = example["main"]()
+    page, topk = example["PAGE_SIZE"], example["TOPK"]
+    seq_lens, table = r["seq_lens"], r["block_table"]
+    np.testing.assert_array_equal(seq_lens, [91, 301])
+
+    # 1. The new token of each request sits at its last position, quantized as the rules say.
+    for i, n in enumerate(seq_lens):
+        slot = int(table[i, (n - 1) // page]) * page + (n - 1) % page
+        x = r["new"]["kv"][i].astype(np.float32)
+        want = ref.quantize_kv_token(x, "fp8_blockwise")
+        np.testing.assert_array_equal(r["kv_cache"].reshape(-1, 656)[slot], want)
+
+    # 2-3. Top-k of the logits: every position of the short request, the top TOPK of the long.
+    logits, indices = r["logits"], r["indices"]
+    for row, n in enumerate(seq_lens):
+        assert np.isfinite(logits[row, :n]).all() and np.isneginf(logits[row, n:]).all()
+    want_idx, _ = ref.topk(logits, seq_lens, table, page, topk)
+    np.testing.assert_array_equal(indices.reshape(-1, topk), want_idx)
+    assert (indices[0, 0] >= 0).sum() == seq_lens[0] and (indices[1, 0] >= 0).all()
+
+    # 4. The sparse decode over those slots, against float64 attention over the dequantized cache.
+    values = blockwise_values(r["kv_cache"])
+    want, _ = sparse_reference(r["q"].astype(np.float64), [(values, indices, None)],
+                               softmax_scale=576**-0.5)  # fmt: skip
+    assert_close_to_reference(r["out"].astype(np.float64), want, "bf16")
+
+
+def test_v32_layer_example_runs_as_a_script(capsys):
+    runpy.run_path(str(EXAMPLE), run_name="__main__")
+    assert capsys.readouterr().out.startswith("out (2, 1, 16, 512)")

@@ -1,0 +1,426 @@
+// mlakit bench-op: times one of mlakit::ops, a cache append or the top-k selection, on the GPU
+// when one is present (graph replay, median; harness/timing) and on the cpu device otherwise, and
+// checks the GPU's result against the cpu reference bit for bit (both ops are exact). Prints a
+// table like `mlakit bench`, and --json writes the rows.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/host_memory.h"
+#include "core/numeric.h"
+#include "harness/timing.h"
+#include "mlakit/ops.h"
+
+namespace mlakit::tools {
+namespace {
+
+struct OpFlags {
+  std::string op;               // append | topk
+  std::vector<int> batch, len;  // defaults by device (run_bench_op)
+  std::vector<int> next_n{1};   // tokens per request
+  std::string layout = "v32";   // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
+  int k = 2048;                 // topk
+  int page_size = 64;
+  std::string device = "auto";  // auto | cpu | cuda
+  int replays = 15, warmup = 3;
+  bool no_verify = false;
+  uint64_t seed = 1;
+  std::string json_path;
+};
+
+struct OpCase {
+  int batch = 0, len = 0, next_n = 1;
+};
+
+// The cache an append writes: its layout and dtype, or the indexer cache.
+struct AppendKind {
+  bool indexer = false;
+  KvLayout layout = KvLayout::kDense;
+  DType dtype = DType::kBF16;
+  int d = kDqk;  // values a token
+};
+
+Status append_kind(const std::string& name, AppendKind* kind) {
+  if (name == "bf16" || name == "dense")
+    *kind = {};
+  else if (name == "fp16")
+    *kind = {.dtype = DType::kFP16};
+  else if (name == "fp8")
+    *kind = {.dtype = DType::kFP8E4M3};
+  else if (name == "v32")
+    *kind = {.layout = KvLayout::kFp8Blockwise, .dtype = DType::kFP8E4M3};
+  else if (name == "v4") {
+    *kind = {
+        .layout = KvLayout::kFp8V4, .dtype = DType::kFP8E4M3, .d = layout_d_qk(KvLayout::kFp8V4)};
+  } else if (name == "indexer") {
+    *kind = {.indexer = true, .d = ops::kIndexerDim};
+  } else {
+    return invalid_argument("--layout", "bf16, fp16, fp8, v32, v4 or indexer", name);
+  }
+  return Status::Ok();
+}
+
+constexpr float kDenseFp8Scale = 0.05f;
+
+// Every value of a comma list in lo..hi; the error names the flag.
+Status check_list(const char* flag, const std::vector<int>& values, int lo, int hi) {
+  for (int v : values) {
+    if (v < lo || v > hi) return invalid_argument(flag, str_cat(lo, "..", hi), v);
+  }
+  return Status::Ok();
+}
+
+std::string fixed(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), x < 100 ? "%.2f" : "%.1f", x);
+  return buf;
+}
+
+// One timed, checked case: what both ops fill in.
+struct OpRow {
+  OpCase c;
+  std::string device, check = "-", note;
+  harness::Timing timing;
+  double bytes = 0;  // read + written per call
+  bool ok = true;
+};
+
+// Device memory for a host vector's bytes, uploaded.
+Status upload(const void* host, size_t bytes, harness::DeviceBuffer* dev) {
+  *dev = harness::DeviceBuffer(std::max<size_t>(bytes, 16));
+  if (dev->get() == nullptr) return Status(StatusCode::kCudaError, "cudaMalloc failed");
+  MLAKIT_CUDA_RETURN(cudaMemcpy(dev->get(), host, bytes, cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+template <typename T>
+Status download(const harness::DeviceBuffer& dev, std::vector<T>* host) {
+  MLAKIT_CUDA_RETURN(
+      cudaMemcpy(host->data(), dev.get(), host->size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return Status::Ok();
+}
+
+template <typename T>
+std::string compare_exact(const std::vector<T>& got, const std::vector<T>& want, bool* ok) {
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(T)) != 0;
+  *ok = differ == 0;
+  return differ == 0 ? "exact" : str_cat("FAIL ", differ, " differ");
+}
+
+std::vector<uint16_t> random_bf16(std::mt19937_64& gen, size_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) x = float_to_bf16(normal(gen) * 2.0f);
+  return v;
+}
+
+// Pages of each request shuffled over the cache: [batch, pages_per] page ids.
+std::vector<int32_t> shuffled_table(std::mt19937_64& gen, int64_t batch, int64_t pages_per) {
+  std::vector<int32_t> table(batch * pages_per);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), gen);
+  return table;
+}
+
+// Appends next_n new tokens per request at positions len..len+next_n-1: the cache holds each
+// request's pages for those positions only (the earlier pages are never touched).
+Status bench_append(const OpFlags& f, const AppendKind& kind, bool gpu, OpRow* row) {
+  const OpCase& c = row->c;
+  const int ps = f.page_size;
+  const int64_t n = int64_t{c.batch} * c.next_n;
+  const int64_t first_page = c.len / ps, last_page = (int64_t{c.len} + c.next_n - 1) / ps;
+  const int64_t pages_per = last_page - first_page + 1;
+  const int64_t num_pages = c.batch * pages_per;
+  const size_t page_bytes =
+      kind.indexer ? ops::indexer_page_bytes(ps) : kv_page_bytes(kind.dtype, kind.layout, ps);
+  std::mt19937_64 gen(f.seed);
+  const std::vector<uint16_t> kv = random_bf16(gen, n * kind.d);
+  const std::vector<int32_t> table = shuffled_table(gen, c.batch, pages_per);
+  std::vector<int64_t> slots(n);
+  for (int64_t i = 0; i < c.batch; ++i) {
+    for (int t = 0; t < c.next_n; ++t) {
+      const int64_t pos = int64_t{c.len} + t;
+      slots[i * c.next_n + t] =
+          int64_t{table[i * pages_per + pos / ps - first_page]} * ps + pos % ps;
+    }
+  }
+  const size_t token_bytes = kind.indexer                      ? ops::kIndexerDim + sizeof(float)
+                             : kind.layout == KvLayout::kDense ? kDqk * dtype_bytes(kind.dtype)
+                             : kind.layout == KvLayout::kFp8Blockwise ? kBlockwiseBytes
+                                                                      : kV4TokenBytes;
+  row->bytes = static_cast<double>(n) * (kind.d * 2 + token_bytes + sizeof(int64_t));
+
+  auto run = [&](ops::Device device, const void* x, const int64_t* s, void* cache, Stream st) {
+    if (kind.indexer) {
+      return ops::append_indexer(device,
+                                 {.n_tokens = n,
+                                  .k = x,
+                                  .slot_mapping = s,
+                                  .index_cache = cache,
+                                  .num_pages = num_pages,
+                                  .page_size = ps},
+                                 st);
+    }
+    const bool scaled = kind.layout == KvLayout::kDense && kind.dtype == DType::kFP8E4M3;
+    return ops::append_kv(device,
+                          {.n_tokens = n,
+                           .kv = x,
+                           .slot_mapping = s,
+                           .kv_cache = cache,
+                           .num_pages = num_pages,
+                           .page_size = ps,
+                           .cache_dtype = kind.dtype,
+                           .cache_layout = kind.layout,
+                           .k_scale = scaled ? kDenseFp8Scale : NAN},
+                          st);
+  };
+  std::vector<uint8_t> want(num_pages * page_bytes, 0x5a);
+  MLAKIT_RETURN_IF_ERROR(run(ops::Device::kCpu, kv.data(), slots.data(), want.data(), nullptr));
+  if (!gpu) {
+    row->check = "reference";
+    std::vector<uint8_t> cache = want;
+    return harness::time_cpu_calls(
+        [&] { return run(ops::Device::kCpu, kv.data(), slots.data(), cache.data(), nullptr); },
+        std::min(f.replays, 3), &row->timing);
+  }
+  harness::DeviceBuffer dkv, dslots, dcache;
+  const std::vector<uint8_t> poison(want.size(), 0x5a);
+  MLAKIT_RETURN_IF_ERROR(upload(kv.data(), kv.size() * sizeof(uint16_t), &dkv));
+  MLAKIT_RETURN_IF_ERROR(upload(slots.data(), slots.size() * sizeof(int64_t), &dslots));
+  MLAKIT_RETURN_IF_ERROR(upload(poison.data(), poison.size(), &dcache));
+  auto launch = [&](int, Stream st) {
+    return run(ops::Device::kCuda, dkv.get(), dslots.as<int64_t>(), dcache.get(), st);
+  };
+  if (!f.no_verify) {
+    MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
+    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
+    std::vector<uint8_t> got(want.size());
+    MLAKIT_RETURN_IF_ERROR(download(dcache, &got));
+    row->check = compare_exact(got, want, &row->ok);
+  }
+  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
+  return harness::time_gpu_launches(launch, 1, topt, &row->timing);
+}
+
+Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
+  const OpCase& c = row->c;
+  const int ps = f.page_size;
+  const int64_t rows = int64_t{c.batch} * c.next_n;
+  const int64_t pages_per = std::max<int64_t>(1, (int64_t{c.len} + ps - 1) / ps);
+  std::mt19937_64 gen(f.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> logits(rows * std::max(c.len, 1));
+  for (float& x : logits) x = normal(gen);
+  const std::vector<int32_t> lens(c.batch, c.len);
+  const std::vector<int32_t> table = shuffled_table(gen, c.batch, pages_per);
+  row->bytes = static_cast<double>(rows) * (int64_t{c.len} + f.k) * sizeof(float);
+
+  auto run = [&](ops::Device device, const float* l, const int32_t* n, const int32_t* t,
+                 int32_t* out, Stream st) {
+    return ops::topk_indices(device,
+                             {.batch = c.batch,
+                              .next_n = c.next_n,
+                              .k = f.k,
+                              .logits = l,
+                              .max_len = c.len,
+                              .logits_stride = std::max(c.len, 1),
+                              .seq_lens = n,
+                              .block_table = t,
+                              .block_table_stride = pages_per,
+                              .page_size = ps,
+                              .indices = out},
+                             st);
+  };
+  std::vector<int32_t> want(rows * f.k);
+  MLAKIT_RETURN_IF_ERROR(
+      run(ops::Device::kCpu, logits.data(), lens.data(), table.data(), want.data(), nullptr));
+  if (!gpu) {
+    row->check = "reference";
+    std::vector<int32_t> out(want.size());
+    return harness::time_cpu_calls(
+        [&] {
+          return run(ops::Device::kCpu, logits.data(), lens.data(), table.data(), out.data(),
+                     nullptr);
+        },
+        std::min(f.replays, 3), &row->timing);
+  }
+  harness::DeviceBuffer dlogits, dlens, dtable, dout;
+  const std::vector<int32_t> poison(want.size(), -7);
+  MLAKIT_RETURN_IF_ERROR(upload(logits.data(), logits.size() * sizeof(float), &dlogits));
+  MLAKIT_RETURN_IF_ERROR(upload(lens.data(), lens.size() * sizeof(int32_t), &dlens));
+  MLAKIT_RETURN_IF_ERROR(upload(table.data(), table.size() * sizeof(int32_t), &dtable));
+  MLAKIT_RETURN_IF_ERROR(upload(poison.data(), poison.size() * sizeof(int32_t), &dout));
+  auto launch = [&](int, Stream st) {
+    return run(ops::Device::kCuda, dlogits.as<float>(), dlens.as<int32_t>(), dtable.as<int32_t>(),
+               dout.as<int32_t>(), st);
+  };
+  if (!f.no_verify) {
+    MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
+    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
+    std::vector<int32_t> got(want.size());
+    MLAKIT_RETURN_IF_ERROR(download(dout, &got));
+    row->check = compare_exact(got, want, &row->ok);
+  }
+  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
+  return harness::time_gpu_launches(launch, 1, topt, &row->timing);
+}
+
+// Flags checked, and each case's host memory bounded, before anything is allocated.
+Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>* cases) {
+  MLAKIT_RETURN_IF_ERROR(check_list("--batch", f.batch, 1, 1 << 20));
+  MLAKIT_RETURN_IF_ERROR(check_list("--len", f.len, 0, kMaxSeqLen));
+  MLAKIT_RETURN_IF_ERROR(check_list("--next-n", f.next_n, 1, kMaxSq));
+  if (f.page_size < 1 || f.page_size > 4096) {
+    return invalid_argument("--page-size", "1..4096", f.page_size);
+  }
+  if (f.k < 1 || f.k > ops::kTopkMax) {
+    return invalid_argument("--k", str_cat("1..", ops::kTopkMax), f.k);
+  }
+  const uint64_t host = host_memory_bytes();
+  for (int b : f.batch) {
+    for (int l : f.len) {
+      for (int t : f.next_n) {
+        const uint64_t rows = uint64_t(b) * t;
+        // topk: the logits and two outputs; append: the tokens, slots and two caches (at most
+        // 2 pages a request and 8 KB a token in any layout, page_size <= 4096).
+        const uint64_t need = f.op == "topk"
+                                  ? rows * (uint64_t(std::max(l, 1)) + 2 * f.k) * 4
+                                  : rows * (kind.d * 2 + 8) + 2 * uint64_t(b) *
+                                                                  (uint64_t(t) / f.page_size + 2) *
+                                                                  f.page_size * 8192;
+        if (need > host) {
+          return unsupported("case batch ", b, ", len ", l, ", next_n ", t, " needs ", need,
+                             " bytes of host memory, more than the ", host,
+                             " this process can have");
+        }
+        cases->push_back({.batch = b, .len = l, .next_n = t});
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+int run_bench_op(OpFlags& f, bool run) {
+  const DeviceInfo device = current_device();
+  bool gpu = device.present;
+  if (f.device == "cpu") gpu = false;
+  if (f.device == "cuda" && !device.present) {
+    std::fprintf(stderr, "error: --device cuda: no GPU found (%s)\n", device.error.c_str());
+    return 2;
+  }
+  if (f.batch.empty()) f.batch = {gpu ? 64 : 4};
+  if (f.len.empty()) f.len = {gpu ? 32768 : 4096};
+  AppendKind kind;
+  Status st = f.op == "append" ? append_kind(f.layout, &kind) : Status::Ok();
+  std::vector<OpCase> cases;
+  if (st.ok()) st = check_flags(f, kind, &cases);
+  if (st.ok() && !f.json_path.empty()) st = check_writable("--json", f.json_path);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  if (!run) return 0;
+  if (!gpu) {
+    std::printf(
+        "%s: running on the cpu device (the reference)\n",
+        device.present ? "--device cpu" : str_cat("no GPU found (", device.error, ")").c_str());
+  } else {
+    std::printf("device: %s (%d SMs)\n", device.name.c_str(), device.sm_count);
+  }
+  const std::string what = f.op == "append" ? f.layout : str_cat("k=", f.k);
+  std::printf("%-7s %-8s %5s %8s %6s %5s %-6s %10s %8s  %s\n", "op", "variant", "batch", "len",
+              "next_n", "page", "device", "time_us", "GB/s", "check");
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  for (const OpCase& c : cases) {
+    OpRow row{.c = c, .device = gpu ? "cuda" : "cpu"};
+    const Status s = f.op == "append" ? bench_append(f, kind, gpu, &row) : bench_topk(f, gpu, &row);
+    if (!s.ok()) {
+      row.ok = false;
+      row.check = "ERROR";
+      row.note = s.to_string();
+      row.timing = {};
+    }
+    all_ok &= row.ok;
+    const double gbs = row.timing.median_us > 0 ? row.bytes / row.timing.median_us / 1e3 : 0;
+    std::printf("%-7s %-8s %5d %8d %6d %5d %-6s %10s %8s  %s\n", f.op.c_str(), what.c_str(),
+                c.batch, c.len, c.next_n, f.page_size, row.device.c_str(),
+                row.timing.median_us > 0 ? fixed(row.timing.median_us).c_str() : "-",
+                gbs > 0 ? fixed(gbs).c_str() : "-", row.check.c_str());
+    if (!row.note.empty()) std::printf("       %s\n", row.note.c_str());
+    results.push_back({{"op", f.op},
+                       {"variant", what},
+                       {"batch", c.batch},
+                       {"len", c.len},
+                       {"next_n", c.next_n},
+                       {"k", f.op == "topk" ? f.k : 0},
+                       {"page_size", f.page_size},
+                       {"device", row.device},
+                       {"time_us", row.timing.median_us},
+                       {"min_us", row.timing.min_us},
+                       {"max_us", row.timing.max_us},
+                       {"bytes", row.bytes},
+                       {"gb_per_s", gbs},
+                       {"check", row.check},
+                       {"note", row.note}});
+  }
+  if (!f.json_path.empty()) {
+    const nlohmann::json doc = {{"mlakit_version", std::string(version())},
+                                {"date", iso_date()},
+                                {"device", gpu ? device.name : "cpu"},
+                                {"results", results}};
+    std::ofstream out(f.json_path);
+    out << doc.dump(1) << "\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "error: --json: could not write %s\n", f.json_path.c_str());
+      return 1;
+    }
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_op_command(CLI::App& app, const CommandContext& context) {
+  auto* cmd = app.add_subcommand(
+      "bench-op",
+      "time one of mlakit::ops (docs/ops.md): `append` (new tokens into a cache, --layout) or "
+      "`topk` (the k largest logits as sparse-decode indices), on the GPU when one is present "
+      "(graph replay, median; the result checked bit for bit against the cpu reference) or on "
+      "the cpu device");
+  auto f = std::make_shared<OpFlags>();
+  cmd->add_option("op", f->op, "append or topk")
+      ->required()
+      ->check(CLI::IsMember({"append", "topk"}));
+  cmd->add_option("--batch", f->batch, "requests, comma list (default: 64 on a GPU, 4 on the cpu)")
+      ->delimiter(',');
+  cmd->add_option("--len", f->len,
+                  "cached length: topk's row length; append: the position of the first new token "
+                  "(comma list; default: 32768 on a GPU, 4096 on the cpu)")
+      ->delimiter(',');
+  cmd->add_option("--next-n", f->next_n, "tokens per request (MTP), comma list")->delimiter(',');
+  cmd->add_option("--layout", f->layout, "append: bf16, fp16, fp8 (dense), v32, v4 or indexer");
+  cmd->add_option("--k", f->k, "topk: k");
+  cmd->add_option("--page-size", f->page_size, "tokens per page");
+  cmd->add_option("--device", f->device, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--replays", f->replays, "timed graph replays (median reported)")
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--warmup", f->warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
+  cmd->add_flag("--no-verify", f->no_verify, "skip the check against the cpu reference");
+  cmd->add_option("--seed", f->seed, "random inputs' seed");
+  cmd->add_option("--json", f->json_path, "also write the results as JSON to this file");
+  cmd->callback([f, context] { *context.exit_code = run_bench_op(*f, context.run); });
+}
+
+}  // namespace mlakit::tools
