@@ -26,11 +26,16 @@ int len_bucket(int max_seq_len) {
 }
 
 std::string problem_key(const Problem& p) {
-  return str_cat("h", p.h_q, ".s", p.s_q, ".p", p.page_size, ".q-", to_string(p.q_dtype), ".kv-",
-                 to_string(p.kv_dtype), ".out-", to_string(p.out_dtype), ".",
-                 to_string(p.kv_layout), p.causal ? ".causal" : ".noncausal", ".sinks",
-                 int{p.has_sinks}, ".lse", int{p.return_lse}, ".pdl", int{p.enable_pdl}, ".topk",
-                 p.topk);
+  return str_cat(
+      "h", p.h_q, ".s", p.s_q, ".p", p.page_size, ".q-", to_string(p.q_dtype), ".kv-",
+      to_string(p.kv_dtype), ".out-", to_string(p.out_dtype), ".", to_string(p.kv_layout),
+      p.causal ? ".causal" : ".noncausal", ".sinks", int{p.has_sinks}, ".lse", int{p.return_lse},
+      ".pdl", int{p.enable_pdl}, ".topk", p.topk,
+      // Only when used, so that the keys of caches written before them still match.
+      p.has_extra() ? str_cat(".extra", p.extra_topk, ".ep", p.extra_page_size_or_default())
+                    : std::string(),
+      p.context_parallel() ? str_cat(".cp", p.cp_world, "r", p.cp_rank, "i", p.cp_interleave)
+                           : std::string());
 }
 
 std::string bucket_key(const Problem& p, int batch_bucket, int len_bucket) {

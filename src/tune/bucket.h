@@ -16,7 +16,9 @@ int batch_bucket_at(int index);
 // The maximum sequence length rounded up to a power of two (at least 1).
 int len_bucket(int max_seq_len);
 
-// "h128.s1.p64.q-bf16.kv-bf16.out-bf16.dense.causal.sinks0.lse0.pdl0.topk0"
+// "h128.s1.p64.q-bf16.kv-bf16.out-bf16.dense.causal.sinks0.lse0.pdl0.topk0", then
+// ".extra<extra_topk>.ep<extra page size>" with an extra cache and ".cp<N>r<rank>i<I>" with
+// context parallelism (absent otherwise: earlier caches' keys stay valid).
 std::string problem_key(const Problem& problem);
 // problem_key + "|b<batch bucket>|L<len bucket>"
 std::string bucket_key(const Problem& problem, int batch_bucket, int len_bucket);

@@ -123,6 +123,21 @@ TEST(Bucket, LengthBucketsAndKeys) {
   q.page_size = 16;
   EXPECT_NE(problem_key(p), problem_key(q));
   EXPECT_EQ(bucket_key(p, 64, 4096), problem_key(p) + "|b64|L4096");
+  // Sparse problems with and without an extra cache, and ranks of context parallelism, are
+  // tuned apart; the default problem's key is unchanged.
+  EXPECT_EQ(problem_key(p),
+            "h128.s1.p64.q-bf16.kv-bf16.out-bf16.dense.causal.sinks0.lse0.pdl0.topk0");
+  Problem sparse = p;
+  sparse.topk = 2048;
+  Problem extra = sparse;
+  extra.extra_topk = 128;
+  EXPECT_NE(problem_key(sparse), problem_key(extra));
+  Problem cp = p;
+  cp.cp_world = 2;
+  cp.cp_rank = 1;
+  EXPECT_NE(problem_key(p), problem_key(cp));
+  EXPECT_NE(problem_key(cp).find(".cp2r1i1"), std::string::npos) << problem_key(cp);
+  EXPECT_NE(problem_key(extra).find(".extra128.ep64"), std::string::npos) << problem_key(extra);
 }
 
 TEST(Cache, RoundTrip) {
