@@ -51,6 +51,23 @@ typedef struct mlakit_run_args {
 
 typedef struct mlakit_decoder mlakit_decoder_t;
 
+/* Context parallelism (mlakit/cp.h): the merge of the ranks' partial results. */
+enum { MLAKIT_DEVICE_CPU = 0, MLAKIT_DEVICE_CUDA = 1 }; /* mlakit::ops::Device */
+
+typedef struct mlakit_merge_args {
+  int32_t world; /* N partials, 1..kMaxCpWorld */
+  int32_t batch; /* b, >= 0 (0 is a no-op) */
+  int32_t s_q;   /* 1..kMaxSq */
+  int32_t h_q;   /* 1..kMaxHeads */
+  int32_t dtype; /* of partial_out and out: MLAKIT_BF16, MLAKIT_FP16 or MLAKIT_FP32 */
+  /* All contiguous; the out tensors 16-byte aligned. */
+  const void* partial_out;  /* [N, b, s_q, h_q, 512] of dtype */
+  const float* partial_lse; /* [N, b, s_q, h_q] natural log, -inf = empty partial */
+  const float* sinks;       /* [h_q] sink logits, or NULL */
+  void* out;                /* [b, s_q, h_q, 512] of dtype */
+  float* lse;               /* [b, s_q, h_q] or NULL: the global LSE */
+} mlakit_merge_args_t;
+
 /* Fill with the C++ defaults (h_q 128, s_q 1, page 64, bf16, softmax scale 1/sqrt(576), ...). */
 void mlakit_problem_init(mlakit_problem_t* problem);
 void mlakit_run_args_init(mlakit_run_args_t* args);
@@ -64,6 +81,13 @@ const char* mlakit_decoder_backend(const mlakit_decoder_t* decoder);
 /* stream: a cudaStream_t, or NULL for the default stream. */
 mlakit_status_t mlakit_decoder_run(const mlakit_decoder_t* decoder, const mlakit_run_args_t* args,
                                    void* workspace, size_t workspace_size, void* stream);
+/* Fill with the C++ defaults (s_q 1, bf16, everything else 0 / NULL). */
+void mlakit_merge_args_init(mlakit_merge_args_t* args);
+/* device: MLAKIT_DEVICE_CPU (host pointers, synchronous) or MLAKIT_DEVICE_CUDA (device pointers,
+   asynchronous on stream, a cudaStream_t or NULL for the default stream; unsupported in a build
+   without CUDA). */
+mlakit_status_t mlakit_merge_partials(int32_t device, const mlakit_merge_args_t* args,
+                                      void* stream);
 /* The message of this thread's last failed call ("" after a success). */
 const char* mlakit_last_error(void);
 

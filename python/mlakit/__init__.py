@@ -5,9 +5,10 @@
     out = decoder.run(q, kv_cache, block_table, seq_lens)   # arrays of any framework
 
 ``mlakit.ops`` has the other steps of a V3.2 decode layer (cache append, indexer logits,
-top-k). ``mlakit.torch`` (PyTorch 2.4+) adds the ``mlakit::decode`` custom op (and the ops') for torch.compile and CUDA
-graphs; ``mlakit.compat`` has drop-in replacements for FlashMLA's and FlashInfer's MLA decode.
-See docs/python.md.
+top-k), ``mlakit.cp`` the context-parallel sharding helpers and merge. ``mlakit.torch`` (PyTorch
+2.4+) adds the ``mlakit::decode`` custom op (and the ops') for torch.compile and CUDA graphs;
+``mlakit.compat`` has drop-in replacements for FlashMLA's and FlashInfer's MLA decode. See
+docs/python.md.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict
 
-from . import _mlakit, compat, ops
+from . import _mlakit, compat, cp, ops
 from ._decoder import Decoder
 
 __version__: str = _mlakit.__version__
 
-__all__ = ["Decoder", "compat", "info", "ops", "__version__"]
+__all__ = ["Decoder", "compat", "cp", "info", "ops", "__version__"]
 
 
 def info() -> Dict[str, Any]:

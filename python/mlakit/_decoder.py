@@ -110,6 +110,12 @@ class Decoder:
             (``mlakit.info()["backends"]``).
         tactic: backend-specific tactic, -1 = the backend's default.
         tune_cache: autotuner cache file; None: ``MLAKIT_TUNE_CACHE`` or none.
+        cp_world, cp_rank, cp_interleave: context parallelism (docs/context-parallel.md): this
+            decoder is rank ``cp_rank`` of ``cp_world``, whose cache holds the global positions
+            g with ``(g // cp_interleave) % cp_world == cp_rank`` (``mlakit.cp``); ``seq_lens``
+            stay global, the block table addresses the local pages, and runs give a partial
+            (out, lse) for ``mlakit.cp.merge_partials``. cp_world > 1 needs lse=True and
+            sinks=False (the merge applies sinks). 1, 0, 1: off.
 
     Raises:
         ValueError: an argument is invalid. NotImplementedError: no (chosen) backend can run the
@@ -139,6 +145,9 @@ class Decoder:
         tune_cache: Optional[str] = None,
         extra_topk: int = 0,
         extra_page_size: int = 0,
+        cp_world: int = 1,
+        cp_rank: int = 0,
+        cp_interleave: int = 1,
     ) -> None:
         q_name = dtype_name("q_dtype", q_dtype)
         kv_name = q_name if kv_dtype is None else dtype_name("kv_dtype", kv_dtype)
@@ -158,7 +167,8 @@ class Decoder:
             int(h_q), int(s_q), int(page_size), int(max_batch), int(max_seq_len),
             q_name, kv_name, out_name, layout, bool(causal), bool(sinks), int(topk),
             bool(lse), bool(pdl), str(backend), int(tactic), tune_cache or "",
-            int(extra_topk), int(extra_page_size),
+            int(extra_topk), int(extra_page_size), int(cp_world), int(cp_rank),
+            int(cp_interleave),
         )  # fmt: skip
         self._problem: Dict[str, Any] = self._impl.problem
         self._shape_out = (int(s_q), int(h_q), 512)

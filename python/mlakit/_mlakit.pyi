@@ -25,6 +25,10 @@ def topk_indices(
     logits: Any, seq_lens: Any, block_table: Any, page_size: int, next_n: int, max_len: int,
     indices: Any, positions: Any, device: int, stream: int,
 ) -> None: ...
+def merge_partials(
+    partial_out: Any, partial_lse: Any, sinks: Any, out: Any, lse: Any, dtype: str, device: int,
+    stream: int,
+) -> None: ...
 
 class Decoder:
     def __init__(
@@ -48,6 +52,9 @@ class Decoder:
         tune_cache: str,
         extra_topk: int,
         extra_page_size: int,
+        cp_world: int,
+        cp_rank: int,
+        cp_interleave: int,
     ) -> None: ...
     @property
     def backend(self) -> str: ...

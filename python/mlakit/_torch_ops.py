@@ -2,7 +2,8 @@
 
 ``torch.ops.mlakit.append_kv`` and ``append_indexer`` write their cache in place;
 ``indexer_logits`` and ``topk_indices`` write their outputs (``logits``; ``indices`` and
-``positions``) in place. Each declares what it mutates and has a fake implementation that runs
+``positions``) in place; ``merge_partials`` (``mlakit.cp``) writes ``out`` and ``lse`` in
+place. Each declares what it mutates and has a fake implementation that runs
 the checks tensor metadata decides, so that torch.compile(fullgraph=True) traces through them.
 CUDA tensors run on the current stream without host synchronization, so a captured CUDA graph
 replays them with new slot mappings, lengths and block tables. The functional wrappers below
@@ -13,7 +14,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from . import ops
+from . import cp, ops
 
 _INDEXER_TOKEN_BYTES = ops.INDEXER_DIM + 4
 _16BIT = (torch.bfloat16, torch.float16)
@@ -155,6 +156,40 @@ def _topk_fake(logits, seq_lens, block_table, indices, positions, page_size, nex
     _check_topk(logits, seq_lens, block_table, indices, positions)
 
 
+_MERGE = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _check_merge(partial_out, partial_lse, sinks, out, lse) -> None:
+    _need("partial_out", partial_out, _MERGE, "bfloat16, float16 or float32", 5)
+    _need("partial_lse", partial_lse, (torch.float32,), "float32", 4)
+    if sinks is not None:
+        _need("sinks", sinks, (torch.float32,), "float32", 1)
+    if out.dtype != partial_out.dtype:
+        raise TypeError(
+            f"out: expected dtype {_name(partial_out.dtype)} (partial_out's), given "
+            f"{_name(out.dtype)}"
+        )
+    _need("lse", lse, (torch.float32,), "float32", 3)
+    _same_device(partial_out, partial_lse=partial_lse, sinks=sinks, out=out, lse=lse)
+
+
+@torch.library.custom_op("mlakit::merge_partials", mutates_args=("out", "lse"))
+def _merge_op(
+    partial_out: torch.Tensor,
+    partial_lse: torch.Tensor,
+    sinks: Optional[torch.Tensor],
+    out: torch.Tensor,
+    lse: torch.Tensor,
+) -> None:
+    _check_merge(partial_out, partial_lse, sinks, out, lse)
+    cp.merge_partials(partial_out, partial_lse, sinks=sinks, out=out, lse=lse)
+
+
+@_merge_op.register_fake
+def _merge_fake(partial_out, partial_lse, sinks, out, lse):
+    _check_merge(partial_out, partial_lse, sinks, out, lse)
+
+
 # --- functional wrappers -------------------------------------------------------------------------
 
 
@@ -245,3 +280,28 @@ def topk_indices(
     torch.ops.mlakit.topk_indices(logits, seq_lens, block_table, indices, positions,
                                   int(page_size), int(next_n), int(max_len))  # fmt: skip
     return (indices, positions) if positions is not None else indices
+
+
+def merge_partials(
+    partial_out: torch.Tensor,
+    partial_lse: torch.Tensor,
+    *,
+    sinks: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``mlakit.cp.merge_partials`` through ``torch.ops.mlakit.merge_partials``: new ``out``
+    [b, s_q, h_q, 512] (partial_out's dtype) and ``lse`` [b, s_q, h_q] float32 unless given;
+    returns ``(out, lse)``. CUDA tensors run on the current stream."""
+    if partial_out.dim() != 5:
+        raise ValueError(
+            f"partial_out: expected shape [world, b, s_q, h_q, 512], given "
+            f"{list(partial_out.shape)}"
+        )
+    rows = tuple(int(n) for n in partial_out.shape[1:4])
+    if out is None:
+        out = torch.empty(rows + (512,), dtype=partial_out.dtype, device=partial_out.device)
+    if lse is None:
+        lse = torch.empty(rows, dtype=torch.float32, device=partial_out.device)
+    torch.ops.mlakit.merge_partials(partial_out, partial_lse, sinks, out, lse)
+    return out, lse

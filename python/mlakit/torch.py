@@ -1,6 +1,7 @@
 """PyTorch integration: the ``mlakit::decode`` custom op and ``mlakit.torch.decode``, and the
 ops of ``mlakit.ops`` as custom ops (``mlakit::append_kv``, ``append_indexer``,
-``indexer_logits``, ``topk_indices``; see ``mlakit/_torch_ops.py``).
+``indexer_logits``, ``topk_indices``) and the context-parallel merge (``mlakit::merge_partials``;
+see ``mlakit/_torch_ops.py``).
 
 ``torch.ops.mlakit.decode`` writes into ``out`` (and ``lse``) in place and returns nothing. It
 has a fake (meta) implementation, so that ``torch.compile(fullgraph=True)`` traces through it
@@ -24,9 +25,22 @@ if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"mlakit.torch needs PyTorch 2.4 or newer, found {torch.__version__}")
 
 # The other steps of a V3.2 decode layer as custom ops (mlakit/_torch_ops.py).
-from ._torch_ops import append_indexer, append_kv, indexer_logits, topk_indices  # noqa: E402
+from ._torch_ops import (  # noqa: E402
+    append_indexer,
+    append_kv,
+    indexer_logits,
+    merge_partials,
+    topk_indices,
+)
 
-__all__ = ["decode", "append_kv", "append_indexer", "indexer_logits", "topk_indices"]
+__all__ = [
+    "decode",
+    "append_kv",
+    "append_indexer",
+    "indexer_logits",
+    "topk_indices",
+    "merge_partials",
+]
 
 
 _DTYPES = {

@@ -1,6 +1,7 @@
-// The ops' bindings: each takes its arrays (checked by name, as the Decoder's), fills the op's
-// Args and runs it on the host (device -1) or on CUDA device `device` on `stream`, without
-// synchronizing. mlakit/ops.py resolves dtypes, page sizes, outputs and the caller's stream.
+// The ops' bindings, and the context-parallel merge (mlakit/cp.h): each takes its arrays (checked
+// by name, as the Decoder's), fills the op's Args and runs it on the host (device -1) or on CUDA
+// device `device` on `stream`, without synchronizing. mlakit/ops.py resolves dtypes, page sizes,
+// outputs and the caller's stream.
 #include "ops.h"
 
 #include <nanobind/stl/string.h>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "arrays.h"
+#include "mlakit/cp.h"
 #include "mlakit/ops.h"
 #include "status.h"
 
@@ -211,6 +213,60 @@ void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table
   });
 }
 
+// merge_partials (mlakit/cp.h) for mlakit/cp.py: the shape [world, b, s_q, h_q] comes from
+// partial_out; dtype is its element type (bf16, fp16 or fp32), resolved by the caller.
+void merge_partials(nb::handle partial_out, nb::handle partial_lse, nb::handle sinks,
+                    nb::handle out, nb::handle lse, const std::string& dtype, int device,
+                    uintptr_t stream) {
+  ArgReader in(placement_of(device));
+  MergeArgs args;
+  if (dtype == "bf16") {
+    args.dtype = DType::kBF16;
+  } else if (dtype == "fp16") {
+    args.dtype = DType::kFP16;
+  } else if (dtype == "fp32") {
+    args.dtype = DType::kFP32;
+  } else {
+    throw_value_error("partial_out: expected dtype bf16, fp16 or fp32, given " + dtype);
+  }
+  const Elem elem = elem_of(args.dtype);
+  const Array& po =
+      in.take("partial_out", partial_out, elem, {-1, -1, -1, -1, kDv}, "[world, b, s_q, h_q, 512]");
+  const auto dim = [&](size_t i) { return static_cast<int64_t>(po.shape(i)); };
+  // The library checks the ranges (world 1..kMaxCpWorld, ...); a size beyond int32 is refused
+  // here so that the narrowing below cannot wrap into that range.
+  const char* names[] = {"world", "b", "s_q", "h_q"};
+  for (size_t i = 0; i < 4; ++i) {
+    if (dim(i) > INT32_MAX) {
+      throw_value_error(std::string("partial_out: expected a ") + names[i] +
+                        " dimension below 2^31, given " + std::to_string(dim(i)));
+    }
+  }
+  const int64_t world = dim(0), b = dim(1), s_q = dim(2), h_q = dim(3);
+  args.world = static_cast<int32_t>(world);
+  args.batch = static_cast<int32_t>(b);
+  args.s_q = static_cast<int32_t>(s_q);
+  args.h_q = static_cast<int32_t>(h_q);
+  args.partial_out = po.data();
+  args.partial_lse = static_cast<const float*>(
+      in.take("partial_lse", partial_lse, Elem::kFP32, {world, b, s_q, h_q},
+              "[world, b, s_q, h_q] (partial_out's first four dimensions)")
+          .data());
+  if (!sinks.is_none()) {
+    args.sinks =
+        static_cast<const float*>(in.take("sinks", sinks, Elem::kFP32, {h_q}, "[h_q]").data());
+  }
+  args.out =
+      const_cast<void*>(in.take("out", out, elem, {b, s_q, h_q, kDv}, "[b, s_q, h_q, 512]").data());
+  if (!lse.is_none()) {
+    args.lse = static_cast<float*>(
+        const_cast<void*>(in.take("lse", lse, Elem::kFP32, {b, s_q, h_q}, "[b, s_q, h_q]").data()));
+  }
+  run_op(device, [&] {
+    return mlakit::merge_partials(op_device(device), args, reinterpret_cast<Stream>(stream));
+  });
+}
+
 }  // namespace
 
 void register_ops(nb::module_& m) {
@@ -228,6 +284,9 @@ void register_ops(nb::module_& m) {
         nb::arg("block_table").none(), nb::arg("page_size"), nb::arg("next_n"), nb::arg("max_len"),
         nb::arg("indices").none(), nb::arg("positions").none(), nb::arg("device"),
         nb::arg("stream"));
+  m.def("merge_partials", &merge_partials, nb::arg("partial_out").none(),
+        nb::arg("partial_lse").none(), nb::arg("sinks").none(), nb::arg("out").none(),
+        nb::arg("lse").none(), nb::arg("dtype"), nb::arg("device"), nb::arg("stream"));
 }
 
 }  // namespace mlakit::python

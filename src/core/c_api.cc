@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/guard.h"
+#include "mlakit/cp.h"
 #include "mlakit/mlakit.h"
 #include "mlakit/mlakit_c.h"
 
@@ -87,6 +88,24 @@ mlakit::RunArgs to_cpp(const mlakit_run_args_t& a) {
   };
 }
 
+static_assert(MLAKIT_DEVICE_CPU == static_cast<int>(mlakit::ops::Device::kCpu) &&
+              MLAKIT_DEVICE_CUDA == static_cast<int>(mlakit::ops::Device::kCuda));
+
+mlakit::MergeArgs to_cpp(const mlakit_merge_args_t& a) {
+  return mlakit::MergeArgs{
+      .world = a.world,
+      .batch = a.batch,
+      .s_q = a.s_q,
+      .h_q = a.h_q,
+      .dtype = static_cast<mlakit::DType>(a.dtype),
+      .partial_out = a.partial_out,
+      .partial_lse = a.partial_lse,
+      .sinks = a.sinks,
+      .out = a.out,
+      .lse = a.lse,
+  };
+}
+
 }  // namespace
 
 extern "C" {
@@ -162,6 +181,28 @@ mlakit_status_t mlakit_decoder_run(const mlakit_decoder_t* decoder, const mlakit
   }
   return finish(decoder->decoder->run(to_cpp(*args), workspace, workspace_size,
                                       static_cast<mlakit::Stream>(stream)));
+}
+
+void mlakit_merge_args_init(mlakit_merge_args_t* a) {
+  if (a == nullptr) return;
+  std::memset(a, 0, sizeof(*a));
+  const mlakit::MergeArgs d;
+  a->world = d.world;
+  a->batch = d.batch;
+  a->s_q = d.s_q;
+  a->h_q = d.h_q;
+  a->dtype = static_cast<int32_t>(d.dtype);
+}
+
+mlakit_status_t mlakit_merge_partials(int32_t device, const mlakit_merge_args_t* args,
+                                      void* stream) {
+  if (args == nullptr) {
+    return finish(
+        {mlakit::StatusCode::kInvalidArgument, "args: expected a non-null pointer, given nullptr"});
+  }
+  // merge_partials checks the device value and returns its Status (never throws).
+  return finish(mlakit::merge_partials(static_cast<mlakit::ops::Device>(device), to_cpp(*args),
+                                       static_cast<mlakit::Stream>(stream)));
 }
 
 const char* mlakit_last_error(void) {

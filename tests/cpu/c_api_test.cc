@@ -2,12 +2,17 @@
 // API, and errors that name the argument.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "cpu_run.h"
 #include "harness/workload.h"
+#include "mlakit/cp.h"
 #include "mlakit/mlakit.h"
 #include "mlakit/mlakit_c.h"
 
@@ -197,6 +202,69 @@ TEST(CApi, BadRunArgsReturnInvalidArgumentNamingThem) {
   EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: q:", 0), 0u)
       << mlakit_last_error();
   EXPECT_EQ(mlakit_decoder_run(decoder, nullptr, nullptr, 0, nullptr), 1);
+  EXPECT_NE(std::string(mlakit_last_error()).find("args"), std::string::npos);
+}
+
+TEST(CApi, MergePartialsMatchesCppApi) {
+  mlakit_merge_args_t c;
+  mlakit_merge_args_init(&c);
+  const mlakit::MergeArgs d;
+  EXPECT_EQ(c.s_q, d.s_q);
+  EXPECT_EQ(c.dtype, MLAKIT_BF16);
+  EXPECT_EQ(c.partial_out, nullptr);
+  EXPECT_EQ(c.sinks, nullptr);
+
+  // fp32 partials of 3 ranks, one in four partial LSEs -inf (an empty shard), with sinks.
+  const int world = 3, batch = 2, s_q = 2, h_q = 5;
+  const size_t rows = size_t{batch} * s_q * h_q;
+  std::mt19937_64 rng(case_seed());
+  std::normal_distribution<float> normal;
+  std::vector<float> partial_out(world * rows * mlakit::kDv), partial_lse(world * rows), sinks(h_q);
+  for (float& x : partial_out) x = normal(rng);
+  for (float& x : partial_lse) {
+    x = rng() % 4 == 0 ? -std::numeric_limits<float>::infinity() : 3 * normal(rng);
+  }
+  for (float& x : sinks) x = normal(rng);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> out_c(rows * mlakit::kDv, nan), lse_c(rows, nan);
+  std::vector<float> out_cpp(rows * mlakit::kDv, nan), lse_cpp(rows, nan);
+
+  c.world = world, c.batch = batch, c.s_q = s_q, c.h_q = h_q, c.dtype = MLAKIT_FP32;
+  c.partial_out = partial_out.data(), c.partial_lse = partial_lse.data(), c.sinks = sinks.data();
+  c.out = out_c.data(), c.lse = lse_c.data();
+  ASSERT_EQ(mlakit_merge_partials(MLAKIT_DEVICE_CPU, &c, nullptr), 0) << mlakit_last_error();
+  EXPECT_STREQ(mlakit_last_error(), "");
+  const mlakit::MergeArgs cpp{.world = world,
+                              .batch = batch,
+                              .s_q = s_q,
+                              .h_q = h_q,
+                              .dtype = DType::kFP32,
+                              .partial_out = partial_out.data(),
+                              .partial_lse = partial_lse.data(),
+                              .sinks = sinks.data(),
+                              .out = out_cpp.data(),
+                              .lse = lse_cpp.data()};
+  ASSERT_TRUE(mlakit::merge_partials(mlakit::ops::Device::kCpu, cpp).ok());
+  EXPECT_EQ(std::memcmp(out_c.data(), out_cpp.data(), out_c.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(lse_c.data(), lse_cpp.data(), lse_c.size() * sizeof(float)), 0);
+  EXPECT_TRUE(std::none_of(out_c.begin(), out_c.end(), [](float x) { return std::isnan(x); }));
+}
+
+TEST(CApi, BadMergeArgsReturnInvalidArgumentNamingThem) {
+  mlakit_merge_args_t c;
+  mlakit_merge_args_init(&c);
+  c.world = 2, c.batch = 1, c.h_q = 4;  // partial_out is null
+  EXPECT_EQ(mlakit_merge_partials(MLAKIT_DEVICE_CPU, &c, nullptr), 1);
+  EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: partial_out:", 0), 0u)
+      << mlakit_last_error();
+  c.world = 0;
+  EXPECT_EQ(mlakit_merge_partials(MLAKIT_DEVICE_CPU, &c, nullptr), 1);
+  EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: world:", 0), 0u)
+      << mlakit_last_error();
+  EXPECT_EQ(mlakit_merge_partials(7, &c, nullptr), 1);
+  EXPECT_NE(std::string(mlakit_last_error()).find("device"), std::string::npos)
+      << mlakit_last_error();
+  EXPECT_EQ(mlakit_merge_partials(MLAKIT_DEVICE_CPU, nullptr, nullptr), 1);
   EXPECT_NE(std::string(mlakit_last_error()).find("args"), std::string::npos);
 }
 
