@@ -296,6 +296,17 @@ std::string iso_date() {
   return buf;
 }
 
+bool write_json_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text << "\n";
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "error: --json: could not write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
 Status reference_for(const harness::HostInputs& in, int k, Reference* ref) {
   Problem p = in.problem;
   p.max_batch = k;

@@ -75,6 +75,10 @@ void progress(size_t done, size_t total);
 
 std::string iso_date();
 
+// Writes `text` and a newline to `path` (a `--json` file); false, with the error on stderr, when it
+// could not be written.
+bool write_json_file(const std::string& path, const std::string& text);
+
 // Whether `path` can be written, checked before the first case runs so that a long sweep does not
 // end with nowhere to write (`flag` names it in the error); a file that did not exist is not left
 // behind.

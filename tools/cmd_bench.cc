@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -294,13 +293,7 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
                           {"peak_read_tbs", peaks.read_bytes_per_s / 1e12},
                           {"peak_tflops", peaks.flops_per_s / 1e12},
                           {"results", results}};
-    std::ofstream out(f.json_path);
-    out << doc.dump(1) << "\n";
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "error: --json: could not write %s\n", f.json_path.c_str());
-      return 1;
-    }
+    if (!write_json_file(f.json_path, doc.dump(1))) return 1;
   }
   return all_ok ? 0 : 1;
 }

@@ -4,7 +4,6 @@
 // table like `mlakit bench`, and --json writes the rows.
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -378,13 +377,7 @@ int run_bench_op(OpFlags& f, bool run) {
                                 {"date", iso_date()},
                                 {"device", gpu ? device.name : "cpu"},
                                 {"results", results}};
-    std::ofstream out(f.json_path);
-    out << doc.dump(1) << "\n";
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "error: --json: could not write %s\n", f.json_path.c_str());
-      return 1;
-    }
+    if (!write_json_file(f.json_path, doc.dump(1))) return 1;
   }
   return all_ok ? 0 : 1;
 }

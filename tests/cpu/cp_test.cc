@@ -19,6 +19,7 @@
 #include "cpu_run.h"
 #include "harness/compare.h"
 #include "harness/workload.h"
+#include "status_match.h"
 
 namespace mlakit_test {
 namespace {
@@ -27,25 +28,6 @@ using mlakit::MergeArgs;
 using mlakit::ops::Device;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-::testing::AssertionResult is_error(const Status& status, StatusCode code, const std::string& arg,
-                                    std::initializer_list<std::string> parts = {}) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << mlakit::to_string(code) << ", got " << status.to_string();
-  }
-  if (status.message().rfind(arg, 0) != 0) {
-    return ::testing::AssertionFailure()
-           << "message \"" << status.message() << "\" should start with \"" << arg << "\"";
-  }
-  for (const std::string& part : parts) {
-    if (status.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" should contain \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // ---------------------------------------------------------------------------------------------
 // The arithmetic

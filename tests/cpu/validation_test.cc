@@ -17,32 +17,13 @@
 #include "cpu_run.h"
 #include "harness/workload.h"
 #include "mlakit/mlakit.h"
+#include "status_match.h"
 
 namespace mlakit_test {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// `status` has `code` and a message that starts with `arg` and contains every one of `parts`.
-::testing::AssertionResult is_error(const Status& status, StatusCode code, const std::string& arg,
-                                    std::initializer_list<std::string> parts = {}) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << mlakit::to_string(code) << ", got " << status.to_string();
-  }
-  if (status.message().rfind(arg, 0) != 0) {
-    return ::testing::AssertionFailure()
-           << "message \"" << status.message() << "\" should start with \"" << arg << "\"";
-  }
-  for (const std::string& part : parts) {
-    if (status.message().find(part) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" should contain \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess() << status.message();
-}
 
 // ---------------------------------------------------------------------------------------------
 // validate(Problem)
