@@ -155,10 +155,8 @@ const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
 
 }  // namespace
 
-Problem plan_problem(const Problem& p) { return plan::rows_as_requests(p); }
-
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup) {
-  const Problem p = plan_problem(problem);
+  const Problem p = plan::rows_as_requests(problem);
   const int32_t rows = p.h_q * p.s_q;
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();

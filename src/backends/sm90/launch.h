@@ -63,13 +63,11 @@ struct ClusterShape {
   int32_t size = 1;      // S
 };
 
-// The problem the plan and the kernel see: a sparse problem's rows (request, query token) become
-// requests of one query token whose tokens are their compacted top-k slots (plan/compact.h).
-Problem plan_problem(const Problem& problem);
-
 struct Setup {
   Problem problem;
-  Problem planned;  // plan_problem(problem)
+  // What the plan and the kernel see: the problem, or a sparse one's rows as requests of one
+  // query token whose tokens are their compacted slots (plan::rows_as_requests).
+  Problem planned;
   const DecodeKernel* kernel = nullptr;
   int32_t tile_rows = kRows;  // 64, or 16 / 32 for the narrow tile
   int32_t m_tiles = 1;        // query tiles per request

@@ -8,6 +8,7 @@
 #include "backends/sm90/launch.h"
 #include "core/backend.h"
 #include "core/check.h"
+#include "plan/compact.h"
 
 namespace mlakit {
 namespace {
@@ -110,7 +111,7 @@ Status can_run(const Problem& p, const DeviceInfo&) {
 // tile's (2.1% against 6.5%).
 std::vector<Tactic> tactics(const Problem& problem) {
   // Sparse: as the dense problem of its rows (launch.h), whose cache is gathered into 16 bits.
-  const Problem p = sm90::plan_problem(problem);
+  const Problem p = plan::rows_as_requests(problem);
   const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
                one_shot = {.id = 1, .name = "one-shot"};
   const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
