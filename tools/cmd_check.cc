@@ -1,5 +1,8 @@
 // mlakit check: runs backends against the cpu reference on a sweep of shapes and prints the max
-// and relative errors. Exit code 1 if any case fails.
+// and relative errors. Exit code 1 if any case fails. With --corrupt N, each dense case gets up to
+// N out-of-range page ids in used block-table slots (harness/corrupt.h): a GPU backend must name
+// the first through Decoder::check_data and give the result without those pages (they are masked);
+// the cpu backend must refuse the run, naming it.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -8,6 +11,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/check.h"
+#include "harness/corrupt.h"
 
 namespace mlakit::tools {
 namespace {
@@ -16,7 +20,15 @@ struct CheckFlags {
   SweepFlags sweep;
   std::string backend = "all";
   bool json = false;  // one JSON document on stdout instead of the table
+  int corrupt = 0;    // bad page ids planted per case
 };
+
+// With bad pages planted: whether `st` (a run's or check_data's) names the first of them.
+bool names_first_bad(const Status& st, const std::vector<harness::BadSlot>& planted) {
+  return st.code() == StatusCode::kInvalidArgument &&
+         st.message().find(str_cat("block_table[", planted[0].request, ", ", planted[0].slot,
+                                   "]")) != std::string::npos;
+}
 
 int run_check(CheckFlags& f, bool run) {
   const DeviceInfo device = current_device();
@@ -44,22 +56,49 @@ int run_check(CheckFlags& f, bool run) {
     harness::WorkloadOptions wopt;
     wopt.seed = f.sweep.seed + done;
     harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
+    std::vector<harness::BadSlot> planted;
+    Status plant = Status::Ok();
+    if (f.corrupt > 0) {
+      const int64_t room = harness::bad_page_room(in);
+      plant = room == 0 ? unsupported("--corrupt: no full page to corrupt in this case")
+                        : harness::plant_bad_pages(
+                              &in, static_cast<int>(std::min<int64_t>(f.corrupt, room)), wopt.seed,
+                              &planted);
+    }
     Reference ref;
     for (const std::string& name : backends) {
       std::unique_ptr<Decoder> decoder;
-      Status st = Decoder::create(c.problem, {.backend = name}, &decoder);
+      Status st = plant;
+      if (st.ok()) st = Decoder::create(c.problem, {.backend = name}, &decoder);
       std::string result;
       Verdict v;
-      if (st.ok()) {
-        if (ref.k == 0) st = reference_for(in, c.batch, &ref);
+      if (st.ok() && ref.k == 0) {
+        st = reference_for(planted.empty() ? in : harness::without_slots(in, planted), c.batch,
+                           &ref);
       }
       if (st.ok()) {
         if (decoder->device_memory()) {
           harness::DeviceInputs dev;
           st = harness::DeviceInputs::upload(in, &dev);
+          // The bad pages are masked: check_data must say where they are.
+          if (st.ok() && !planted.empty()) {
+            const Status found = decoder->check_data(dev.args, nullptr);
+            if (!names_first_bad(found, planted)) {
+              st = Status(StatusCode::kInternal,
+                          "check_data did not name the first bad page id: " + found.to_string());
+            }
+          }
           if (st.ok()) st = verify_device(*decoder, in, dev, ref, &v);
         } else {
           st = verify_host(*decoder, in, ref, &v);
+          // The cpu backend checks host data: it must refuse, naming the first bad entry.
+          if (!planted.empty()) {
+            v.ok = names_first_bad(st, planted);
+            v.cmp = {};
+            st = v.ok ? Status::Ok()
+                      : Status(StatusCode::kInternal,
+                               "the run did not refuse the bad page ids: " + st.to_string());
+          }
         }
       }
       std::string verdict;  // for --json: ok, fail, skipped, error
@@ -122,6 +161,11 @@ void add_check_command(CLI::App& app, const CommandContext& context) {
   add_sweep_flags(cmd, &f->sweep);
   cmd->add_option("--backend", f->backend,
                   "all (every available backend for this machine's memory) or a comma list");
+  cmd->add_option("--corrupt", f->corrupt,
+                  "plant up to N out-of-range page ids in used block-table slots of each dense "
+                  "case: GPU backends must report them (check_data) and mask them, the cpu "
+                  "backend must refuse them")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--json", f->json,
                 "print the results as one JSON object ({failures, results: [{backend, problem, "
                 "result, max_abs_err, rel_l2_err, ...}]}) instead of the table");

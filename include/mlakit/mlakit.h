@@ -321,8 +321,9 @@ class Decoder {
   // scales behind pointers), synchronizing with `stream` first for a GPU backend, and returns
   // the first value out of range as kInvalidArgument naming it ("block_table[3, 17]: expected a
   // page id in 0..4095, given 70000"). The cpu backend refuses such runs; the GPU backends never
-  // read through such an entry (a page id out of range reads as zeros, an index out of range is
-  // skipped) and never report it: this says where it is.
+  // read through such an entry and leave it out (a page id out of range is masked: its tokens
+  // contribute nothing; an index out of range is skipped) and never report it: this says where
+  // it is.
   Status check_data(const RunArgs& args, Stream stream) const;
 
  private:

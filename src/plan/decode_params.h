@@ -17,8 +17,15 @@ namespace mlakit::plan {
 
 // A block-table entry as the kernels use it: the page id when it names a page of the cache, else -1
 // (nothing of it is read).
+// MLAKIT_NO_PAGE_CHECKS (a compile definition for measuring what the checks cost, never for use:
+// bench/results/*-bounds) trusts every id, here and in page_mask.cuh.
 __host__ __device__ inline int32_t valid_page(int32_t id, int32_t num_pages) {
+#ifdef MLAKIT_NO_PAGE_CHECKS
+  (void)num_pages;
+  return id;
+#else
   return id >= 0 && id < num_pages ? id : -1;
+#endif
 }
 
 struct DecodeParamsBase {
@@ -40,7 +47,7 @@ struct DecodeParamsBase {
   int32_t rows;        // s_q * h_q
   int32_t page_shift;  // log2(page_size): page sizes are powers of two
   // Pages in the cache (at most INT32_MAX): a block-table id outside [0, num_pages) is never read
-  // (its tokens' K and V read as zeros; valid_page).
+  // (its copies fill zeros: valid_page) and its tokens are masked (page_mask.cuh).
   int32_t num_pages;
   int32_t causal;    // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
   float scale_log2;  // softmax_scale * log2(e)

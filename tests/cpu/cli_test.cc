@@ -239,6 +239,28 @@ TEST_F(Cli, CheckJson) {
   }
 }
 
+// check --corrupt: the cpu backend refuses each case's planted bad page ids, naming the first
+// (ok); a case with no full page to corrupt (length 40, page 64) is skipped, not failed.
+TEST_F(Cli, CheckCorrupt) {
+  const Result r = run_mlakit({"check", "--json", "--backend", "cpu", "--heads", "4", "--s-q",
+                               "1,2", "--batch", "3", "--seq-len", "40,300", "--page-size", "16,64",
+                               "--var", "0", "--corrupt", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc["failures"], 0);
+  int ok = 0, skipped = 0;
+  for (const auto& row : doc["results"]) {
+    ok += row["result"] == "ok";
+    skipped += row["result"] == "skipped";
+    if (row["result"] == "skipped") {
+      EXPECT_EQ(row["seq_len"], 40) << row.dump();
+      EXPECT_EQ(row["page_size"], 64) << row.dump();
+    }
+  }
+  EXPECT_EQ(ok, 6) << r.output;
+  EXPECT_EQ(skipped, 2) << r.output;
+}
+
 // bench-op times an op on the cpu device without a GPU (the reference itself: check
 // "reference"); every append layout and top-k with MTP rows run.
 TEST_F(Cli, BenchOpRunsOnTheCpu) {

@@ -70,9 +70,14 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, SharedStorag
                                              ScoreState<Cfg>& st, OutAccumulators<Cfg>& o) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float acc[Cfg::kSNTiles][4];
+  const int tile_start = c.token_begin + t * kBlockN;
+  // The tile's block-table entries, voted on after the scores (plan/page_mask.cuh).
+  plan::BlockPages<kBlockN> pages;
+  pages.load(p.block_table + c.request * p.block_table_stride, tile_start, c.token_end,
+             p.page_shift);
   if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
   compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
-  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, c.token_begin + t * kBlockN, s);
+  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, tile_start, pages.bad_tokens(p.num_pages), s);
   __syncthreads();  // tile_max complete
   softmax_to_shared<T, Cfg>(acc, st, scale_log2, s);
   __syncthreads();  // P and alpha complete

@@ -16,6 +16,7 @@
 #include "backends/sm80/params.h"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/ptx.h"
+#include "plan/page_mask.cuh"
 
 namespace mlakit::sm80 {
 
@@ -89,23 +90,24 @@ __device__ __forceinline__ float advance_row(ScoreState<Cfg>& st, int e, float n
   return alpha;
 }
 
-// Masks the scores of the tile starting at token `tile_start` and publishes each row's max.
+// Masks the scores of the tile starting at token `tile_start` (past the rows' bounds, and the
+// tokens of bad pages: bits of plan::BlockPages::bad_tokens) and publishes each row's max.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
                                                      const ScoreState<Cfg>& st,
                                                      const DecodeParams& p, const plan::Chunk& c,
-                                                     int row0, int tile_start,
+                                                     int row0, int tile_start, uint64_t bad,
                                                      SharedStorage<T, Cfg>& s) {
   // Causal bounds grow with the row: the tile's first row has the smallest (uniform branch).
-  if (tile_start + kBlockN > visible_bound(p, c, row0)) {
+  if (tile_start + kBlockN > visible_bound(p, c, row0) || bad != 0) {
     const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
                           visible_bound(p, c, row0 + st.row(1))};
 #pragma unroll
     for (int nt = 0; nt < Cfg::kSNTiles; ++nt) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int token = tile_start + st.tg() * Cfg::kSTokens + nt * 8 + 2 * st.q() + (k & 1);
-        if (token >= bound[k / 2]) acc[nt][k] = -INFINITY;
+        const int j = st.tg() * Cfg::kSTokens + nt * 8 + 2 * st.q() + (k & 1);
+        if (tile_start + j >= bound[k / 2] || plan::bad_token(bad, j)) acc[nt][k] = -INFINITY;
       }
     }
   }
@@ -157,23 +159,24 @@ inline constexpr float kLazyRescaleLog2 = 8.0f;
 // next tile's score loop (decode_roles.cuh): acc holds this warp's scores of its rows for all
 // kBlockN tokens of the tile.
 //
-// mask_full_rows masks the tile starting at token `tile_start`. mask_from: visible_bound(p, c,
-// row0), the smallest bound of the tile's rows, computed once per chunk (its division by h_q per
-// tile sat on the score warps' critical path).
+// mask_full_rows masks the tile starting at token `tile_start` (bad: as mask_and_publish_max).
+// mask_from: visible_bound(p, c, row0), the smallest bound of the tile's rows, computed once per
+// chunk (its division by h_q per tile sat on the score warps' critical path).
 template <typename Cfg>
 __device__ __forceinline__ void mask_full_rows(float (&acc)[kBlockN / 8][4],
                                                const ScoreState<Cfg>& st, const DecodeParams& p,
                                                const plan::Chunk& c, int row0, int tile_start,
-                                               int mask_from) {
+                                               int mask_from, uint64_t bad) {
   static_assert(Cfg::kSColGroups == 1, "whole rows");
-  if (tile_start + kBlockN > mask_from) {
+  if (tile_start + kBlockN > mask_from || bad != 0) {
     const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
                           visible_bound(p, c, row0 + st.row(1))};
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        if (tile_start + nt * 8 + 2 * st.q() + (k & 1) >= bound[k / 2]) acc[nt][k] = -INFINITY;
+        const int j = nt * 8 + 2 * st.q() + (k & 1);
+        if (tile_start + j >= bound[k / 2] || plan::bad_token(bad, j)) acc[nt][k] = -INFINITY;
       }
     }
   }

@@ -116,6 +116,7 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
+    const int32_t* table = p.block_table + c.request * p.block_table_stride;
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
@@ -142,6 +143,8 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
       MaxStep step[2];
       uint32_t pa[2][4];  // P as the A fragments of the two k-steps
       if (own) {
+        plan::BlockPages<kBlockN> pages;  // voted on after S (page_mask.cuh)
+        if (p.fill == Fill::kPages) pages.load(table, tok0, c.token_end, p.page_shift);
         const uint64_t k_desc = smem_desc_sw64(ptx::smem_u32(kv_stage), 512);
         float sc[2][32];
 #pragma unroll
@@ -167,13 +170,15 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
 #pragma unroll
         for (int i = 0; i < 32; ++i) sc[0][i] += sc[1][i];
 
-        // Mask, row max (the four lanes of a row), new max from the one before.
-        if (tok0 + kBlockN > min(limit[0], limit[1])) {
-          const int32_t tok_base = tok0 + 2 * q;
+        // Mask (past the limits, and tokens of bad pages), row max (the four lanes of a row), new
+        // max from the one before.
+        const uint64_t bad = p.fill == Fill::kPages ? pages.bad_tokens(p.num_pages) : 0;
+        if (tok0 + kBlockN > min(limit[0], limit[1]) || bad != 0) {
+          const int32_t j_base = 2 * q;
 #pragma unroll
           for (int i = 0; i < 32; ++i) {
-            const int32_t tok = tok_base + 8 * (i / 4) + (i % 2);
-            if (tok >= limit[(i / 2) % 2]) sc[0][i] = -INFINITY;
+            const int32_t j = j_base + 8 * (i / 4) + (i % 2);
+            if (tok0 + j >= limit[(i / 2) % 2] || plan::bad_token(bad, j)) sc[0][i] = -INFINITY;
           }
         }
         float mx[2] = {m[0], m[1]};

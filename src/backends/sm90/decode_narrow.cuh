@@ -84,23 +84,25 @@ __device__ __forceinline__ int narrow_col(int lane, int ci) {
 }
 
 // Masks S^T of a block (the thread's tokens tok_a, tok_a + 8 of the block at tok0; columns past
-// their limit), takes each column's max over the warpgroup (the 8 lanes of a column, then its 4
-// warps through shared memory: one warpgroup sync) and works out each column's step from the
-// running max m (which it advances). Returns whether any of the thread's columns moved.
+// their limit, and all of a token in a bad page: bits of BlockPages::bad_tokens), takes each
+// column's max over the warpgroup (the 8 lanes of a column, then its 4 warps through shared memory:
+// one warpgroup sync) and works out each column's step from the running max m (which it advances).
+// Returns whether any of the thread's columns moved.
 template <int kN>
 __device__ __forceinline__ bool narrow_column_steps(float (&st)[kN / 2],
                                                     const int32_t (&limit)[kN / 4],
-                                                    int32_t min_limit, int32_t tok0, int tok_a,
-                                                    int wg, SmallStorage& sm, WarpgroupSync& sync,
-                                                    float scale_log2, float (&m)[kN / 4],
-                                                    MaxStep (&step)[kN / 4]) {
+                                                    int32_t min_limit, uint64_t bad, int32_t tok0,
+                                                    int tok_a, int wg, SmallStorage& sm,
+                                                    WarpgroupSync& sync, float scale_log2,
+                                                    float (&m)[kN / 4], MaxStep (&step)[kN / 4]) {
   constexpr int kVals = kN / 2, kCols = kN / 4;
   const int lane = static_cast<int>(threadIdx.x) % 32,
             warp = static_cast<int>(threadIdx.x) / 32 % 4;
-  if (tok0 + kBlockN > min_limit) {
+  if (tok0 + kBlockN > min_limit || bad != 0) {
 #pragma unroll
     for (int i = 0; i < kVals; ++i) {
-      if (tok0 + tok_a + 8 * ((i / 2) % 2) >= limit[narrow_ci(i)]) st[i] = -INFINITY;
+      const int32_t j = tok_a + 8 * ((i / 2) % 2);
+      if (tok0 + j >= limit[narrow_ci(i)] || plan::bad_token(bad, j)) st[i] = -INFINITY;
     }
   }
 #pragma unroll
@@ -261,6 +263,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
   while (chunks.next(&c)) {
+    const int32_t* table = p.block_table + c.request * p.block_table_stride;
     // Tokens each column sees: the chunk's, and with causal MTP fewer for early tokens.
     int32_t limit[kCols];
     int32_t min_limit = c.token_end;
@@ -292,6 +295,8 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       const uint32_t nb = n_block + static_cast<uint32_t>(b);
       const uint32_t stage = nb % kStages, phase = (nb / kStages) & 1;
       const int32_t tok0 = c.token_begin + b * kBlockN;
+      plan::BlockPages<kBlockN> pages;  // voted on after S^T (page_mask.cuh)
+      if (p.fill == Fill::kPages) pages.load(table, tok0, c.token_end, p.page_shift);
       const int32_t valid = c.token_end - tok0;
       const uint32_t kv_stage = kv_addr + stage * kTileBytes;
       const uint32_t p_tile = p_buf;
@@ -330,8 +335,9 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
 
       // Mask, column max of the block, the steps of the running maxima.
       MaxStep step[kCols];
-      const bool moved = narrow_column_steps<kN>(st, limit, min_limit, tok0, tok_a, wg, sm, wg_sync,
-                                                 scale_log2, m, step);
+      const uint64_t bad = p.fill == Fill::kPages ? pages.bad_tokens(p.num_pages) : 0;
+      const bool moved = narrow_column_steps<kN>(st, limit, min_limit, bad, tok0, tok_a, wg, sm,
+                                                 wg_sync, scale_log2, m, step);
 
       // P^T over the rope chunk (row = query row, 64 tokens in the 128-byte swizzle), the sums.
       float sum[kCols];

@@ -9,6 +9,7 @@
 #include "backends/sm90/params.h"
 #include "backends/sm90/wgmma.cuh"
 #include "kernels/common/ptx.h"
+#include "plan/page_mask.cuh"
 #include "plan/work.cuh"
 
 namespace mlakit::sm90 {
