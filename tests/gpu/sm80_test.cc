@@ -108,6 +108,28 @@ TEST(Sm80Sanitize, Small) {
   check_cases(small, 900, "sm80");
 }
 
+// Every tactic under the sanitizers (scripts/sanitize.sh): each tile, MTP, sinks.
+TEST(Sm80Sanitize, EveryTactic) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Case cases[] = {
+      {.page_size = 16,
+       .h_q = 16,
+       .s_q = 2,
+       .lens = Lens::kVariable,
+       .sinks = true,
+       .lse = true,
+       .batch = 3,
+       .len = 100},
+      {.dtype = DType::kFP16,
+       .page_size = 64,
+       .h_q = 128,
+       .lens = Lens::kSkewed,
+       .lse = true,
+       .len = 40},
+  };
+  check_each_tactic(cases, 960, "sm80");
+}
+
 // The 64-row tile has two loops (config.h): score and output warps (kRoles) where three KV
 // stages fit (sm_90: four), the plain loop on sm_80's 163 KB. Both are compared with the reference
 // here, on one device: the plain one by planning for sm_80's shared memory, kRoles with three

@@ -199,6 +199,16 @@ TEST(Sm90Sanitize, Small) {
   check_cases(small, 900, kBackend);
 }
 
+// Every tactic under the sanitizers (scripts/sanitize.sh), narrow and wide tiles, MTP, sinks.
+TEST(Sm90Sanitize, EveryTactic) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const Case cases[] = {
+      {DType::kBF16, 32, 16, 2, Lens::kVariable, true, true, 0, 3, 100},
+      {DType::kFP16, 64, 128, 1, Lens::kSkewed, false, true, 0, 0, 40},
+  };
+  check_each_tactic(cases, 960, kBackend);
+}
+
 // Cluster shapes under the sanitizers (scripts/sanitize.sh): sizes that do not divide the tile's
 // 64 rows, one and several clusters per request.
 TEST(Sm90Sanitize, ClusterShapes) {

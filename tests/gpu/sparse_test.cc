@@ -261,6 +261,27 @@ TEST(Sm80Sparse, EveryTacticAgainstReference) {
   check_each_tactic({.h_q = 8, .s_q = 2, .topk = 64, .batch = 5}, &seed, true, "sm80");
 }
 
+// Sparse decode under the sanitizers (scripts/sanitize.sh): every tactic of each backend on
+// small cases of both layouts and each tile, with out-of-range indices in used slots.
+TEST(Sm90Sanitize, Sparse) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  uint64_t seed = 7900;
+  check_each_tactic({.h_q = 16, .s_q = 2, .topk = 100, .batch = 2, .len = 300, .sinks = true},
+                    &seed, /*corrupt=*/true);
+  check_each_tactic({.blockwise = true, .h_q = 64, .topk = 200, .batch = 2, .topk_lens = true},
+                    &seed, /*corrupt=*/true);
+  check_each_tactic({.blockwise = true, .page_size = 1, .h_q = 128, .topk = 130, .batch = 1},
+                    &seed);
+}
+
+TEST(Sm80Sanitize, Sparse) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  uint64_t seed = 7950;
+  check_each_tactic({.h_q = 16, .s_q = 2, .topk = 100, .batch = 2, .len = 300, .sinks = true},
+                    &seed, /*corrupt=*/true, "sm80");
+  check_each_tactic({.h_q = 128, .topk = 70, .batch = 1, .fp8 = true}, &seed, true, "sm80");
+}
+
 TEST(Sm80Sparse, BlockwiseLayoutRefusedByName) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const Status st = can_run("sm80", problem_of({.blockwise = true}));
