@@ -71,6 +71,7 @@ struct SmallStorage {
   uint64_t q_full;                              // Q tile landed
   uint64_t q_empty;                             // both consumer warpgroups done with Q
   uint64_t wg_sync[2];         // narrow tile: warpgroup w's 128 threads meet (twice a block)
+  uint64_t dequant_sync[2];    // sparse V3.2: warpgroup w's 128 threads widening a block
   uint64_t published[2];       // warpgroup w's block: its max and P are out (128)
   float row_max[2][kRows];     // per warpgroup: the running max after its last block
   float red_sum[2][2][kRows];  // per chunk parity and warpgroup: softmax denominators

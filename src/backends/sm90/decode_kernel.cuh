@@ -390,6 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
     for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.wg_sync[w], 128);
+    for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.dequant_sync[w], 128);
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }

@@ -224,12 +224,14 @@ __device__ __forceinline__ void land_block(SmallStorage& sm, const StageRef& r) 
   for (int j = 0; j < kQkChunks; ++j) arrive(&sm.full[r.stage][j]);
 }
 
-// Named barriers of each consumer warpgroup's 128 threads while they widen a block (1, 2: the
-// epilogue's, the cluster merge's).
-inline constexpr int kDequantBarrier = 4;
-
-__device__ __forceinline__ void dequant_sync(int wg) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(kDequantBarrier + wg), "n"(128) : "memory");
+// Each consumer warpgroup's 128 threads meet twice while they widen a block, on an mbarrier of
+// their own (SmallStorage::dequant_sync, count 128) as WarpgroupSync does: with named barriers of
+// 128 threads (bar.sync 4 + w) racecheck reported hazards between the warpgroups' epilogue
+// accesses across the 256-thread epilogue barrier, as it had for the narrow tile. Two meetings a
+// block: each block's first is at parity 0.
+__device__ __forceinline__ void dequant_sync(SmallStorage& sm, int wg, uint32_t parity) {
+  arrive(&sm.dequant_sync[wg]);
+  wait_parity(&sm.dequant_sync[wg], parity);
 }
 
 // A consumer warpgroup widens the V3.2 block of its stage in place, once the stage's barriers
@@ -239,8 +241,8 @@ __device__ __forceinline__ void dequant_sync(int wg) {
 // read first (raw_chunk); the four steps are read, meet, write. Ends with the writes ordered
 // before the warpgroup's wgmma (and, through its later arrivals, the other warpgroup's).
 template <typename L, typename T>
-__device__ __forceinline__ void dequant_v32(const SmallStorage& sm, uint32_t stage_addr,
-                                            uint32_t stage, int t, int wg, float k_scale) {
+__device__ __forceinline__ void dequant_v32(SmallStorage& sm, uint32_t stage_addr, uint32_t stage,
+                                            int t, int wg, float k_scale) {
   if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
     const int u8 = t % 8;
 #pragma unroll
@@ -294,11 +296,11 @@ __device__ __forceinline__ void dequant_v32(const SmallStorage& sm, uint32_t sta
   uint32_t v[4][2][4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) load(4 + j, v[j]);
-  dequant_sync(wg);
+  dequant_sync(sm, wg, 0);
 #pragma unroll
   for (int j = 0; j < 4; ++j) step(4 + j, v[j]);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-  dequant_sync(wg);
+  dequant_sync(sm, wg, 1);
 }
 
 // ---- The producer ------------------------------------------------------------------------------
@@ -346,6 +348,9 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
       }
     };
     const int32_t n = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+    // An empty chunk (the cluster schedule hands them out) has no block: nothing is requested
+    // (a block requested and never landed wrote into a stage that the epilogue reuses).
+    if (n == 0) continue;
     prefetch(0);
     prefetch(1);
     int32_t s_now[2], s_next[2] = {-1, -1};
