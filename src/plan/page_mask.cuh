@@ -3,9 +3,12 @@
 // masked out of the softmax, so the request's result is the one it would have without those tokens:
 // a corrupted entry contributes nothing, whatever it holds. Decoder::check_data reports it.
 //
-// A consumer warp loads the entries of its block early (the producer has just read them: they are
-// in L1 or L2) and votes on them after its scores: two loads and two votes per block of 64 tokens,
-// one of each per block of 32. The mask itself runs only when a vote found a bad page.
+// A consumer warp first looks at every entry of its chunk once (chunk_has_bad_page: a load per
+// 32 pages a lane, one vote). Only in a chunk with a bad entry does it load the entries of each
+// block after its scores and vote on them (bad_tokens_of_block: two loads and two votes per block
+// of 64 tokens, one of each per block of 32) and mask. Doing that for every block, the loads
+// issued before the scores, cost 2-4% on sm90's wide tile and up to 8% on sm80's 64-row tile
+// (H200, bench/results/2026-11-27-h200-page-mask).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,34 @@ struct BlockPages {
     return bits;
   }
 };
+
+// Whether any block-table entry behind tokens [token_begin, token_end) of `table_row` is outside
+// [0, num_pages). Warp-collective: every lane of the warp calls it and gets the answer.
+__device__ __forceinline__ bool chunk_has_bad_page(const int32_t* table_row, int32_t token_begin,
+                                                   int32_t token_end, int page_shift,
+                                                   int32_t num_pages) {
+#ifdef MLAKIT_NO_PAGE_CHECKS
+  return false;
+#endif
+  const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
+  const int32_t last = token_end > token_begin ? (token_end - 1) >> page_shift : -1;
+  bool bad = false;
+  for (int32_t i = (token_begin >> page_shift) + lane; i <= last; i += 32) {
+    bad |= valid_page(table_row[i], num_pages) < 0;
+  }
+  return __any_sync(0xffffffffu, bad);
+}
+
+// BlockPages' load and vote at once (for a chunk known to hold a bad page: the loads' latency is
+// paid there only, and no entries stay in registers across the scores).
+template <int kTokens>
+__device__ __forceinline__ uint64_t bad_tokens_of_block(const int32_t* table_row, int32_t tok0,
+                                                        int32_t token_end, int page_shift,
+                                                        int32_t num_pages) {
+  BlockPages<kTokens> pages;
+  pages.load(table_row, tok0, token_end, page_shift);
+  return pages.bad_tokens(num_pages);
+}
 
 // Whether token tok0 + j of a block is in a bad page (bits from BlockPages::bad_tokens).
 __device__ __forceinline__ bool bad_token(uint64_t bits, int32_t j) { return (bits >> j) & 1; }

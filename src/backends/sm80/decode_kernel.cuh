@@ -67,17 +67,19 @@ template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, SharedStorage<T, Cfg>& s,
                                              const plan::Chunk& c, int row0, int t, uint32_t s_q,
                                              uint32_t s_kv, float scale_log2, QFragments<Cfg>& qf,
-                                             ScoreState<Cfg>& st, OutAccumulators<Cfg>& o) {
+                                             ScoreState<Cfg>& st, OutAccumulators<Cfg>& o,
+                                             bool check_pages) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float acc[Cfg::kSNTiles][4];
   const int tile_start = c.token_begin + t * kBlockN;
-  // The tile's block-table entries, voted on after the scores (plan/page_mask.cuh).
-  plan::BlockPages<kBlockN> pages;
-  pages.load(p.block_table + c.request * p.block_table_stride, tile_start, c.token_end,
-             p.page_shift);
   if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
   compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
-  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, tile_start, pages.bad_tokens(p.num_pages), s);
+  // In a chunk with a bad page id, the tokens of the tile's bad pages (plan/page_mask.cuh).
+  const uint64_t bad = check_pages ? plan::bad_tokens_of_block<kBlockN>(
+                                         p.block_table + c.request * p.block_table_stride,
+                                         tile_start, c.token_end, p.page_shift, p.num_pages)
+                                   : 0;
+  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, tile_start, bad, s);
   __syncthreads();  // tile_max complete
   softmax_to_shared<T, Cfg>(acc, st, scale_log2, s);
   __syncthreads();  // P and alpha complete
@@ -98,6 +100,9 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
   if (!q_loaded) load_q<T, Cfg>(s_q, p, c.request, row0);
   KvLoader<T, Cfg> loader(p, c);
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+  const bool check_pages =
+      plan::chunk_has_bad_page(p.block_table + c.request * p.block_table_stride, c.token_begin,
+                               c.token_end, p.page_shift, p.num_pages);
   issue_first_tiles<T, Cfg>(loader, s_kv0, c, stages, n_tiles);
   TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
   ScoreState<Cfg> st;
@@ -120,7 +125,7 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
 
     const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, p.scale_log2, qf, st, o);
+    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, p.scale_log2, qf, st, o, check_pages);
   }
   ptx::cp_async_wait_group<0>();  // only empty groups remain
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, p.scale_log2, 1.0f);
@@ -151,6 +156,9 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
   ptx::cp_async_commit_group();
   const Fp8KvLoader<T, Cfg> loader(p, c);
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+  const bool check_pages =
+      plan::chunk_has_bad_page(p.block_table + c.request * p.block_table_stride, c.token_begin,
+                               c.token_end, p.page_shift, p.num_pages);
   Fp8TileRegs<Cfg> regs;
   for (int t = 0; t < stages - 1 && t < n_tiles; ++t) {
     loader.fetch(c.token_begin + t * kBlockN, regs);
@@ -176,7 +184,7 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
 
     const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, scale_log2, qf, st, o);
+    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, scale_log2, qf, st, o, check_pages);
   }
   ptx::cp_async_wait_group<0>();
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, scale_log2, scales.v);

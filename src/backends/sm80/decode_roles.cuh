@@ -203,10 +203,14 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   int32_t page = pages_lane ? page_of(stages) : 0;
   ScoreState<Cfg> st;
   const int mask_from = visible_bound(p, c, row0);
-  // The block-table entries of the tile whose scores are masked next, loaded a tile ahead and
-  // voted on at the mask (plan/page_mask.cuh).
-  plan::BlockPages<kBlockN> pending;
-  pending.load(g_pages, c.token_begin, c.token_end, p.page_shift);
+  // In a chunk with a bad page id, the tokens of each tile's bad pages (plan/page_mask.cuh).
+  const bool check_pages =
+      plan::chunk_has_bad_page(g_pages, c.token_begin, c.token_end, p.page_shift, p.num_pages);
+  const auto bad_tokens = [&](int tile_start) -> uint64_t {
+    return check_pages ? plan::bad_tokens_of_block<kBlockN>(g_pages, tile_start, c.token_end,
+                                                            p.page_shift, p.num_pages)
+                       : 0;
+  };
   TileSlot slot(g0, stages);
   // Tile t's scores, then its swap; tile t's softmax runs inside the score loop of tile t + 1,
   // and the barrier of all threads that publishes P of tile t follows that loop.
@@ -239,8 +243,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
       page = page_of(stages + t - 1);
     }
     mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + (t - 1) * kBlockN, mask_from,
-                        pending.bad_tokens(p.num_pages));
-    pending.load(g_pages, c.token_begin + t * kBlockN, c.token_end, p.page_shift);
+                        bad_tokens(c.token_begin + (t - 1) * kBlockN));
     float acc[2][4][4];
     const int b = (t - 1) & 1;
     scores.template run<kScoreAhead, kSoftmaxStep>(s_kv0 + slot.stage * kStageBytes, qf, acc, [&] {
@@ -254,7 +257,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   {
     const int t = n_tiles - 1, b = t & 1;
     mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + t * kBlockN, mask_from,
-                        pending.bad_tokens(p.num_pages));
+                        bad_tokens(c.token_begin + t * kBlockN));
     softmax_full_rows<T, Cfg>(v, st, p.scale_log2, s.p_buf[b], s.alpha_buf[b]);
     cta_sync();  // P of the last tile
   }

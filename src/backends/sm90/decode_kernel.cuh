@@ -171,7 +171,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
-    const int32_t* table = p.block_table + c.request * p.block_table_stride;
+    // Bad page ids in the chunk? Only then are its blocks' entries voted on (page_mask.cuh); the
+    // gathers read compacted slots, checked before any read (plan/compact.h).
+    const bool check_pages =
+        p.fill == Fill::kPages && plan::chunk_has_bad_page(table_row(p, c), c.token_begin,
+                                                           c.token_end, p.page_shift, p.num_pages);
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
@@ -202,10 +206,6 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       MaxStep step[2];
       uint32_t pr[16];  // own block: P as the A fragments of P V, 4 per 16 tokens
       if (own) {
-        // The block-table entries of the block, voted on after S (page_mask.cuh). The gathers
-        // read compacted slots, checked before any read (plan/compact.h).
-        plan::BlockPages<kBlockN> pages;
-        if (p.fill == Fill::kPages) pages.load(table, tok0, c.token_end, p.page_shift);
         // Sparse decode of the V3.2 cache: the owner widens the block first (gather.cuh).
         if (p.fill == Fill::kGatherV32) {
           wait_parity(&sm.full[stage][kPChunk], phase);
@@ -236,7 +236,10 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 
         // Mask (past the limits, and tokens of bad pages), row max (the four lanes of a row), new
         // max from the one before.
-        const uint64_t bad = p.fill == Fill::kPages ? pages.bad_tokens(p.num_pages) : 0;
+        const uint64_t bad =
+            check_pages ? plan::bad_tokens_of_block<kBlockN>(table_row(p, c), tok0, c.token_end,
+                                                             p.page_shift, p.num_pages)
+                        : 0;
         if (tok0 + kBlockN > min(limit[0], limit[1]) || bad != 0) {
           const int32_t j_base = 2 * (lane % 4);
 #pragma unroll

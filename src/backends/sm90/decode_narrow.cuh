@@ -263,7 +263,11 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
   while (chunks.next(&c)) {
-    const int32_t* table = p.block_table + c.request * p.block_table_stride;
+    // Bad page ids in the chunk? Only then are its blocks' entries voted on (page_mask.cuh); the
+    // gathers read compacted slots, checked before any read (plan/compact.h).
+    const bool check_pages =
+        p.fill == Fill::kPages && plan::chunk_has_bad_page(table_row(p, c), c.token_begin,
+                                                           c.token_end, p.page_shift, p.num_pages);
     // Tokens each column sees: the chunk's, and with causal MTP fewer for early tokens.
     int32_t limit[kCols];
     int32_t min_limit = c.token_end;
@@ -295,8 +299,6 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       const uint32_t nb = n_block + static_cast<uint32_t>(b);
       const uint32_t stage = nb % kStages, phase = (nb / kStages) & 1;
       const int32_t tok0 = c.token_begin + b * kBlockN;
-      plan::BlockPages<kBlockN> pages;  // voted on after S^T (page_mask.cuh)
-      if (p.fill == Fill::kPages) pages.load(table, tok0, c.token_end, p.page_shift);
       const int32_t valid = c.token_end - tok0;
       const uint32_t kv_stage = kv_addr + stage * kTileBytes;
       const uint32_t p_tile = p_buf;
@@ -335,7 +337,10 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
 
       // Mask, column max of the block, the steps of the running maxima.
       MaxStep step[kCols];
-      const uint64_t bad = p.fill == Fill::kPages ? pages.bad_tokens(p.num_pages) : 0;
+      const uint64_t bad = check_pages
+                               ? plan::bad_tokens_of_block<kBlockN>(
+                                     table_row(p, c), tok0, c.token_end, p.page_shift, p.num_pages)
+                               : 0;
       const bool moved = narrow_column_steps<kN>(st, limit, min_limit, bad, tok0, tok_a, wg, sm,
                                                  wg_sync, scale_log2, m, step);
 
