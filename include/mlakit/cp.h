@@ -52,7 +52,9 @@ constexpr int64_t cp_local_max_seq_len(const Problem& p) {
 //   with sinks: out *= 1 / (1 + exp(sinks[h] - lse))          (lse unchanged)
 // A partial with lse_k = -inf contributes nothing (its out_k is not read: it may hold anything);
 // a row whose partials are all -inf gives out 0 and lse -inf. Partial LSEs are finite or -inf
-// (what the decode writes); accumulation is in fp32.
+// (what the decode writes); accumulation is in fp32. With lse_base2 the partial LSEs are given
+// and lse is written in base 2 (Problem::lse_base2: w_k = exp2(lse_k - m), lse = m +
+// log2(sum_k w_k)); the sinks stay natural-log logits.
 // ---------------------------------------------------------------------------------------------
 struct MergeArgs {
   int32_t world = 0;           // N partials, 1..kMaxCpWorld
@@ -66,6 +68,7 @@ struct MergeArgs {
   const float* sinks = nullptr;        // [h_q] sink logits, or null (-inf: no sink for that head)
   void* out = nullptr;                 // [b, s_q, h_q, 512] of dtype
   float* lse = nullptr;                // [b, s_q, h_q] or null: the global LSE
+  bool lse_base2 = false;              // partial_lse and lse in base 2 (Problem::lse_base2)
 };
 
 // Device kCpu: host pointers, synchronous. Device kCuda: device pointers of the current device,

@@ -144,6 +144,10 @@ struct Problem {
   // without an extra cache.
   int32_t extra_page_size = 0;
   bool return_lse = false;  // RunArgs::lse [b, s_q, h_q] is written
+  // With return_lse: lse is written in base 2, log2(sum_j exp(s[j])) = the natural LSE * log2(e)
+  // (-inf stays -inf), for engines that merge partial results with exp2 (see "LSE" above
+  // RunArgs). Only the final store changes: the outputs and what is computed are the same.
+  bool lse_base2 = false;
   bool enable_pdl = false;  // launch with programmatic dependent launch
 
   // Decode context parallelism (docs/context-parallel.md): each request's cache is sharded over
@@ -180,20 +184,34 @@ std::string describe(const Problem& problem);  // one line, for logs and tables
 // memory for the cpu backend). All tensors are contiguous row-major unless a stride is given.
 //
 // Views. q, out and the KV cache may be views: their innermost dimension (d_qk, 512, or the 656
-// bytes of a blockwise token) is contiguous, their outer strides are free. A stride is counted in
-// elements of the tensor's dtype (bytes for the blockwise cache) and 0 means the contiguous value,
-// so callers that leave them alone pass dense tensors. Each stride must be > 0 and keep rows
-// 16-byte aligned (stride * element bytes a multiple of 16); out's strides may not make two of
-// its rows overlap. The cpu backend takes any such view; a GPU backend that cannot read one
-// refuses it at run time (kUnsupported, naming the argument and the stride). A kFp8V4 cache
-// (each page its tokens' data, then their scale rows) takes no view: kv_stride_* must stay 0
-// (kInvalidArgument otherwise); the extra cache is always contiguous.
+// bytes of a blockwise token) is contiguous, their outer strides are free: q and out with any
+// request, token and head strides (a slice of a larger batch, heads of a wider tensor, head-major
+// storage), the cache with any page and token strides (vLLM's padded pages: pages further apart
+// than page_size tokens). A stride is counted in elements of the tensor's dtype (bytes for the
+// blockwise cache) and 0 means the contiguous value, so callers that leave them alone pass dense
+// tensors. Each stride must be 1..2^40 - 1 and keep rows 16-byte aligned (stride * element bytes
+// a multiple of 16; q, kv_cache and out themselves 16-byte aligned), and out's strides may not
+// make two of its rows overlap (kInvalidArgument naming the stride otherwise); only out's rows
+// are written, the bytes between them are left as they are. Every backend takes every such view,
+// dense or sparse. How the GPU backends read them: sm80 addresses each row by its strides; sm90
+// reads q by a TMA map of equally spaced rows when q's rows are (one row stride, e.g. padded
+// heads), else it first copies q into the workspace (a small kernel on the stream; the workspace
+// always has room for it: max_batch * s_q * h_q * d_qk elements of q_dtype), reads the cache by a
+// 2-D map (tokens equally spaced) or a 3-D one (padded pages), and its TMA strides must stay below
+// 2^40 bytes (kUnsupported naming the stride otherwise). A kFp8V4 cache (each page its tokens'
+// data, then their scale rows) takes no view: kv_stride_* must stay 0 (kInvalidArgument
+// otherwise); the extra cache is always contiguous.
 //
-// LSE. lse[i, t, h] = log(sum_j exp(s[j])) in natural log, over the visible tokens j (a sink does
-// not change it). A row that sees no token has lse = -inf and out = 0: the neutral element when
-// partial results are merged (context parallel, cascades): with weights exp(lse_k - max), an empty
-// part weighs 0. For base 2 multiply by log2(e) (-inf stays -inf); FlashMLA's convention (+inf for
-// an empty row) is its shim's business (python/mlakit/compat.py).
+// LSE, the library's convention. lse[i, t, h] = log(sum_j exp(s[j])) in natural log, s[j] the
+// scaled scores (softmax_scale * q.k) over the visible tokens j; a sink does not change it. A row
+// that sees no token (length 0, or no visible token on this rank or in this sparse row) has
+// lse = -inf and out = 0: the neutral element when partial results are merged (context parallel,
+// cascades, split prefixes): with weights w_k = exp(lse_k - max_k lse_k), an empty part weighs 0,
+// and out = sum_k w_k out_k / sum_k w_k, lse = max + log(sum_k w_k). Problem::lse_base2 writes
+// log2(sum_j exp(s[j])) = lse * log2(e) instead (-inf stays -inf; weights exp2(lse2_k - max)),
+// what FlashInfer and engines that merge with exp2 expect; merge_partials (mlakit/cp.h) takes
+// either (MergeArgs::lse_base2). FlashMLA's convention (+inf for an empty row) is its shim's
+// business (python/mlakit/compat.py).
 // ---------------------------------------------------------------------------------------------
 inline constexpr float kDefaultSoftmaxScale = 0.041666666666666664f;  // 1/sqrt(576)
 // 1/sqrt(512), what FlashMLA uses by default with the V4 layout (d_qk 512): set it explicitly.
@@ -226,7 +244,8 @@ struct RunArgs {
   const float* sinks = nullptr;  // [h_q] sink logits (Problem::has_sinks)
 
   void* out = nullptr;   // [b, s_q, h_q, 512] of out_dtype
-  float* lse = nullptr;  // [b, s_q, h_q] natural-log LSE, -inf for an empty row (contiguous)
+  float* lse = nullptr;  // [b, s_q, h_q] LSE (natural log, or base 2: Problem::lse_base2), -inf
+                         // for an empty row; contiguous
 
   float softmax_scale = kDefaultSoftmaxScale;  // kV4SoftmaxScale is FlashMLA's for kFp8V4
   // fp8 dequantization scales: a host value, or a pointer to one float where the backend runs

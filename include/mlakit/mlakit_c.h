@@ -20,6 +20,7 @@ typedef struct mlakit_problem {
   int32_t causal, has_sinks, topk, return_lse, enable_pdl;
   int32_t extra_topk, extra_page_size;      /* extra cache (sparse): 0 = none / page_size */
   int32_t cp_world, cp_rank, cp_interleave; /* context parallelism (mlakit.h): 1, 0, 1 = off */
+  int32_t lse_base2; /* with return_lse: lse in base 2 (lse * log2(e), -inf stays -inf) */
 } mlakit_problem_t;
 
 typedef struct mlakit_run_args {
@@ -34,7 +35,7 @@ typedef struct mlakit_run_args {
   const int32_t* topk_lens; /* [b], optional */
   const float* sinks;       /* [h_q] */
   void* out;                /* [b, s_q, h_q, 512] */
-  float* lse;               /* [b, s_q, h_q], natural log; -inf and out 0 for an empty row */
+  float* lse; /* [b, s_q, h_q], natural log (base 2: lse_base2); -inf and out 0 for an empty row */
   float softmax_scale;
   float q_scale, k_scale; /* NaN = not given */
   const float* q_scale_ptr;
@@ -66,6 +67,7 @@ typedef struct mlakit_merge_args {
   const float* sinks;       /* [h_q] sink logits, or NULL */
   void* out;                /* [b, s_q, h_q, 512] of dtype */
   float* lse;               /* [b, s_q, h_q] or NULL: the global LSE */
+  int32_t lse_base2;        /* nonzero: partial_lse given and lse written in base 2 */
 } mlakit_merge_args_t;
 
 /* Fill with the C++ defaults (h_q 128, s_q 1, page 64, bf16, softmax scale 1/sqrt(576), ...). */

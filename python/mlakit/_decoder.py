@@ -104,7 +104,10 @@ class Decoder:
             layout and dtype) and ``extra_indices`` [b, s_q, extra_topk] into it, attended in
             the same softmax as the main cache (DeepSeek V4's sliding window).
         extra_page_size: tokens per page of the extra cache; 0: ``page_size``.
-        lse: runs also return the natural-log LSE [b, s_q, h_q] float32.
+        lse: runs also return the LSE [b, s_q, h_q] float32: natural log, -inf (and out 0) for a
+            row that sees no token (mlakit.h, "LSE").
+        lse_base2: with lse, the LSE in base 2 instead (natural * log2(e); -inf stays -inf), as
+            FlashInfer and engines that merge partial results with exp2 expect.
         pdl: launch with programmatic dependent launch.
         backend: "auto" (the best backend for the problem and the machine) or a backend name
             (``mlakit.info()["backends"]``).
@@ -148,6 +151,7 @@ class Decoder:
         cp_world: int = 1,
         cp_rank: int = 0,
         cp_interleave: int = 1,
+        lse_base2: bool = False,
     ) -> None:
         q_name = dtype_name("q_dtype", q_dtype)
         kv_name = q_name if kv_dtype is None else dtype_name("kv_dtype", kv_dtype)
@@ -168,7 +172,7 @@ class Decoder:
             q_name, kv_name, out_name, layout, bool(causal), bool(sinks), int(topk),
             bool(lse), bool(pdl), str(backend), int(tactic), tune_cache or "",
             int(extra_topk), int(extra_page_size), int(cp_world), int(cp_rank),
-            int(cp_interleave),
+            int(cp_interleave), bool(lse_base2),
         )  # fmt: skip
         self._problem: Dict[str, Any] = self._impl.problem
         self._shape_out = (int(s_q), int(h_q), 512)

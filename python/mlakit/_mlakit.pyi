@@ -27,7 +27,7 @@ def topk_indices(
 ) -> None: ...
 def merge_partials(
     partial_out: Any, partial_lse: Any, sinks: Any, out: Any, lse: Any, dtype: str, device: int,
-    stream: int,
+    stream: int, lse_base2: bool,
 ) -> None: ...
 
 class Decoder:
@@ -55,6 +55,7 @@ class Decoder:
         cp_world: int,
         cp_rank: int,
         cp_interleave: int,
+        lse_base2: bool,
     ) -> None: ...
     @property
     def backend(self) -> str: ...

@@ -180,13 +180,14 @@ def _merge_op(
     sinks: Optional[torch.Tensor],
     out: torch.Tensor,
     lse: torch.Tensor,
+    lse_base2: bool = False,
 ) -> None:
     _check_merge(partial_out, partial_lse, sinks, out, lse)
-    cp.merge_partials(partial_out, partial_lse, sinks=sinks, out=out, lse=lse)
+    cp.merge_partials(partial_out, partial_lse, sinks=sinks, out=out, lse=lse, lse_base2=lse_base2)
 
 
 @_merge_op.register_fake
-def _merge_fake(partial_out, partial_lse, sinks, out, lse):
+def _merge_fake(partial_out, partial_lse, sinks, out, lse, lse_base2=False):
     _check_merge(partial_out, partial_lse, sinks, out, lse)
 
 
@@ -289,10 +290,12 @@ def merge_partials(
     sinks: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
     lse: Optional[torch.Tensor] = None,
+    lse_base2: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``mlakit.cp.merge_partials`` through ``torch.ops.mlakit.merge_partials``: new ``out``
     [b, s_q, h_q, 512] (partial_out's dtype) and ``lse`` [b, s_q, h_q] float32 unless given;
-    returns ``(out, lse)``. CUDA tensors run on the current stream."""
+    returns ``(out, lse)``. CUDA tensors run on the current stream. ``lse_base2``: the partial
+    LSEs and the returned one in base 2."""
     if partial_out.dim() != 5:
         raise ValueError(
             f"partial_out: expected shape [world, b, s_q, h_q, 512], given "
@@ -303,5 +306,5 @@ def merge_partials(
         out = torch.empty(rows + (512,), dtype=partial_out.dtype, device=partial_out.device)
     if lse is None:
         lse = torch.empty(rows, dtype=torch.float32, device=partial_out.device)
-    torch.ops.mlakit.merge_partials(partial_out, partial_lse, sinks, out, lse)
+    torch.ops.mlakit.merge_partials(partial_out, partial_lse, sinks, out, lse, bool(lse_base2))
     return out, lse

@@ -90,6 +90,7 @@ def merge_partials(
     out: Any = None,
     lse: Any = None,
     stream: Any = None,
+    lse_base2: bool = False,
 ) -> Tuple[Any, Any]:
     """Combines the partial results of ``world`` ranks; returns ``(out, lse)``.
 
@@ -97,7 +98,10 @@ def merge_partials(
     ``w_k = exp(lse_k - m)``, ``out = sum_k w_k out_k / sum_k w_k``, ``lse = m + log(sum_k
     w_k)``; with sinks, ``out *= 1 / (1 + exp(sinks[h] - lse))`` (lse unchanged). A partial with
     lse -inf (a rank that holds none of the row's positions) is skipped, its out not read; a
-    row whose partials are all -inf gives out 0 and lse -inf. Accumulation is in fp32.
+    row whose partials are all -inf gives out 0 and lse -inf. Accumulation is in fp32. With
+    ``lse_base2`` the partial LSEs are given and the LSE is returned in base 2 (what decoders made
+    with ``lse_base2=True`` write: ``w_k = exp2(lse_k - m)``, ``lse = m + log2(sum_k w_k)``); the
+    sinks stay natural-log logits.
 
     Arrays come from NumPy or PyTorch (or any DLPack framework) and are used in place; all must
     be in the same memory. Host memory runs the cpu merge (synchronous); CUDA memory runs the
@@ -107,11 +111,13 @@ def merge_partials(
     Arguments:
         partial_out: [world, b, s_q, h_q, 512] bfloat16 (or its bits as uint16), float16 or
             float32, C-contiguous: the ranks' outputs stacked (an all-gather's result).
-        partial_lse: [world, b, s_q, h_q] float32, natural log, -inf = empty partial.
+        partial_lse: [world, b, s_q, h_q] float32, natural log (base 2 with ``lse_base2``), -inf =
+            empty partial.
         sinks: optional [h_q] float32 sink logits (-inf: no sink for that head).
         out: [b, s_q, h_q, 512] of partial_out's dtype, written in place; None: a new array.
         lse: [b, s_q, h_q] float32, the global LSE, written in place; None: a new array.
         stream: CUDA arrays: None is the framework's current stream, or an int / stream object.
+        lse_base2: partial_lse and the returned lse in base 2 (mlakit.h, "LSE").
 
     Raises:
         TypeError: an argument is not an array, or has the wrong dtype.
@@ -151,5 +157,6 @@ def merge_partials(
         kind,
         device,
         handle,
+        bool(lse_base2),
     )
     return out, lse

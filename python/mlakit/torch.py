@@ -129,6 +129,7 @@ def _problem(
     tactic: int,
     extra_kv_cache: Optional[torch.Tensor] = None,
     extra_indices: Optional[torch.Tensor] = None,
+    lse_base2: bool = False,
 ) -> Dict[str, Any]:
     """The Decoder arguments of one call, read from the tensors' metadata only (so that the fake
     implementation runs the same checks on fake tensors), with the scales checked against it."""
@@ -171,6 +172,7 @@ def _problem(
         sinks=sinks is not None,
         topk=int(indices.shape[-1]) if indices is not None else 0,
         lse=lse is not None,
+        lse_base2=bool(lse_base2),
         pdl=pdl,
         backend=backend,
         tactic=tactic,
@@ -204,10 +206,11 @@ def _decode_op(
     extra_kv_cache: Optional[torch.Tensor] = None,
     extra_indices: Optional[torch.Tensor] = None,
     extra_topk_lens: Optional[torch.Tensor] = None,
+    lse_base2: bool = False,
 ) -> None:
     problem = _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor,
                        q_scale, k_scale, causal, pdl, backend, tactic, extra_kv_cache,
-                       extra_indices)  # fmt: skip
+                       extra_indices, lse_base2)  # fmt: skip
     if max_seq_len > 0:
         seq_len = max_seq_len
     elif problem["topk"] > 0:
@@ -252,12 +255,13 @@ def _decode_op(
 def _decode_fake(
     q, kv_cache, block_table, seq_lens, out, lse, sinks, indices, topk_lens, q_scale_tensor,
     k_scale_tensor, softmax_scale, q_scale, k_scale, causal, max_seq_len, pdl, backend, tactic,
-    extra_kv_cache=None, extra_indices=None, extra_topk_lens=None,
+    extra_kv_cache=None, extra_indices=None, extra_topk_lens=None, lse_base2=False,
 ):  # fmt: skip
     # Writes out (and lse) in place and returns nothing; the checks that metadata decides (dtypes,
     # scales) raise here as they would at run time, so that torch.compile reports them.
     _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor, q_scale,
-             k_scale, causal, pdl, backend, tactic, extra_kv_cache, extra_indices)  # fmt: skip
+             k_scale, causal, pdl, backend, tactic, extra_kv_cache, extra_indices,
+             lse_base2)  # fmt: skip
     return None
 
 
@@ -277,6 +281,7 @@ def decode(
     out: Optional[torch.Tensor] = None,
     lse: Optional[torch.Tensor] = None,
     return_lse: bool = False,
+    lse_base2: bool = False,
     softmax_scale: Optional[float] = None,
     q_scale: Union[None, float, torch.Tensor] = None,
     k_scale: Union[None, float, torch.Tensor] = None,
@@ -310,6 +315,7 @@ def decode(
 
     Arguments beyond ``Decoder.run``'s:
         return_lse: also return the LSE [b, s_q, h_q] float32 (allocated unless ``lse`` is given).
+        lse_base2: the LSE in base 2 (natural * log2(e), -inf stays -inf; mlakit.h, "LSE").
         causal: with s_q > 1, token t sees positions < L - s_q + 1 + t.
         softmax_scale: None: 1/sqrt(d_qk) (d_qk = q.shape[-1]).
         max_seq_len: bound on the cached lengths for sizing the decoder; None: what the block
@@ -357,5 +363,6 @@ def decode(
         extra_kv_cache,
         extra_indices,
         extra_topk_lens,
+        bool(lse_base2),
     )
     return (out, lse) if lse is not None else out

@@ -75,7 +75,7 @@ class PyDecoder {
             const std::string& q_dtype, const std::string& kv_dtype, const std::string& out_dtype,
             const std::string& kv_layout, bool causal, bool sinks, int topk, bool lse, bool pdl,
             const std::string& backend, int tactic, const std::string& tune_cache, int extra_topk,
-            int extra_page_size, int cp_world, int cp_rank, int cp_interleave) {
+            int extra_page_size, int cp_world, int cp_rank, int cp_interleave, bool lse_base2) {
     const KvLayout layout = parse_layout(kv_layout);
     problem_ = Problem{.h_q = h_q,
                        .s_q = s_q,
@@ -93,6 +93,7 @@ class PyDecoder {
                        .extra_topk = extra_topk,
                        .extra_page_size = extra_page_size,
                        .return_lse = lse,
+                       .lse_base2 = lse_base2,
                        .enable_pdl = pdl,
                        .cp_world = cp_world,
                        .cp_rank = cp_rank,
@@ -332,6 +333,7 @@ nb::dict problem_dict(const Problem& p) {
   r["sinks"] = p.has_sinks;
   r["topk"] = p.topk;
   r["lse"] = p.return_lse;
+  r["lse_base2"] = p.lse_base2;
   r["pdl"] = p.enable_pdl;
   r["cp_world"] = p.cp_world;
   r["cp_rank"] = p.cp_rank;
@@ -361,13 +363,13 @@ NB_MODULE(_mlakit, m) {
   nb::class_<PyDecoder>(m, "Decoder")
       .def(nb::init<int, int, int, int, int, const std::string&, const std::string&,
                     const std::string&, const std::string&, bool, bool, int, bool, bool,
-                    const std::string&, int, const std::string&, int, int, int, int, int>(),
+                    const std::string&, int, const std::string&, int, int, int, int, int, bool>(),
            nb::arg("h_q"), nb::arg("s_q"), nb::arg("page_size"), nb::arg("max_batch"),
            nb::arg("max_seq_len"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("out_dtype"),
            nb::arg("kv_layout"), nb::arg("causal"), nb::arg("sinks"), nb::arg("topk"),
            nb::arg("lse"), nb::arg("pdl"), nb::arg("backend"), nb::arg("tactic"),
            nb::arg("tune_cache"), nb::arg("extra_topk"), nb::arg("extra_page_size"),
-           nb::arg("cp_world"), nb::arg("cp_rank"), nb::arg("cp_interleave"))
+           nb::arg("cp_world"), nb::arg("cp_rank"), nb::arg("cp_interleave"), nb::arg("lse_base2"))
       .def_prop_ro("backend", &PyDecoder::backend)
       .def_prop_ro("tactic", &PyDecoder::tactic)
       .def_prop_ro("workspace_bytes", &PyDecoder::workspace_bytes)

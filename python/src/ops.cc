@@ -217,9 +217,10 @@ void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table
 // partial_out; dtype is its element type (bf16, fp16 or fp32), resolved by the caller.
 void merge_partials(nb::handle partial_out, nb::handle partial_lse, nb::handle sinks,
                     nb::handle out, nb::handle lse, const std::string& dtype, int device,
-                    uintptr_t stream) {
+                    uintptr_t stream, bool lse_base2) {
   ArgReader in(placement_of(device));
   MergeArgs args;
+  args.lse_base2 = lse_base2;
   if (dtype == "bf16") {
     args.dtype = DType::kBF16;
   } else if (dtype == "fp16") {
@@ -286,7 +287,8 @@ void register_ops(nb::module_& m) {
         nb::arg("stream"));
   m.def("merge_partials", &merge_partials, nb::arg("partial_out").none(),
         nb::arg("partial_lse").none(), nb::arg("sinks").none(), nb::arg("out").none(),
-        nb::arg("lse").none(), nb::arg("dtype"), nb::arg("device"), nb::arg("stream"));
+        nb::arg("lse").none(), nb::arg("dtype"), nb::arg("device"), nb::arg("stream"),
+        nb::arg("lse_base2"));
 }
 
 }  // namespace mlakit::python

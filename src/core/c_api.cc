@@ -47,6 +47,7 @@ mlakit::Problem to_cpp(const mlakit_problem_t& p) {
       .extra_topk = p.extra_topk,
       .extra_page_size = p.extra_page_size,
       .return_lse = p.return_lse != 0,
+      .lse_base2 = p.lse_base2 != 0,
       .enable_pdl = p.enable_pdl != 0,
       .cp_world = p.cp_world,
       .cp_rank = p.cp_rank,
@@ -103,6 +104,7 @@ mlakit::MergeArgs to_cpp(const mlakit_merge_args_t& a) {
       .sinks = a.sinks,
       .out = a.out,
       .lse = a.lse,
+      .lse_base2 = a.lse_base2 != 0,
   };
 }
 
@@ -135,6 +137,7 @@ void mlakit_problem_init(mlakit_problem_t* p) {
       .cp_world = d.cp_world,
       .cp_rank = d.cp_rank,
       .cp_interleave = d.cp_interleave,
+      .lse_base2 = d.lse_base2,
   };
 }
 

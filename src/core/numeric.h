@@ -8,6 +8,9 @@
 
 namespace mlakit {
 
+inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e): natural log -> base 2
+inline constexpr float kLn2 = 0.6931471805599453f;    // ln(2): base 2 -> natural log
+
 inline float bits_to_float(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));

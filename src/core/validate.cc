@@ -263,6 +263,9 @@ Status validate_problem(const Problem& p) {
   }
 
   MLAKIT_RETURN_IF_ERROR(check_context_parallel(p));
+  if (p.lse_base2 && !p.return_lse) {
+    return invalid_argument("lse_base2", "false without return_lse (no LSE is written)", "true");
+  }
 
   if (!is_16bit(p.out_dtype)) {
     return invalid_argument("out_dtype", "bf16 or fp16", to_string(p.out_dtype));
@@ -407,7 +410,7 @@ std::string describe(const Problem& p) try {
     s += str_cat(", cp rank ", p.cp_rank, "/", p.cp_world, " interleave ", p.cp_interleave);
   }
   if (p.has_sinks) s += ", sinks";
-  if (p.return_lse) s += ", lse";
+  if (p.return_lse) s += p.lse_base2 ? ", lse base 2" : ", lse";
   if (p.enable_pdl) s += ", pdl";
   return s;
 } catch (...) {  // out of host memory (guard.h)

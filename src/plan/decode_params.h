@@ -1,8 +1,8 @@
 // The parameters every decode kernel takes from RunArgs and Problem, whatever its backend: inputs
 // and outputs other than q and the cache, the plan's view of the workspace and the plan shape.
-// A backend's DecodeParams derives from it and adds how it reads q and the cache (pointers for
-// sm80, TMA tensor maps for sm90) and its own settings; part_for_cta and the combine kernel read
-// only these fields.
+// A backend's DecodeParams derives from it and adds how it reads q and the cache (pointers and
+// views for sm80, TMA tensor maps for sm90) and its own settings; part_for_cta and the combine
+// kernel read only these fields.
 #pragma once
 
 #include <algorithm>
@@ -10,10 +10,72 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/numeric.h"
+#include "core/views.h"
 #include "mlakit/mlakit.h"
 #include "plan/plan.h"
 
 namespace mlakit::plan {
+
+// A view of q or out (RunArgs, "Views") as the kernels number its rows: row r of request
+// `request` is query token r / h_q, head r % h_q. A sparse problem runs its (request, token)
+// pairs as requests of one token (rows_as_requests): there `request_tokens` (the problem's s_q)
+// splits the kernels' request back into (request / s_q, request % s_q); else it is 1. Strides in
+// elements; the offsets are 64-bit (a view's strides reach 2^40).
+struct RowView {
+  int64_t stride_b, stride_s, stride_h;
+  int32_t h_q;
+  int32_t request_tokens;
+
+  __host__ __device__ __forceinline__ int64_t offset(int32_t request, int32_t r) const {
+    int32_t t = r / h_q;
+    const int32_t h = r - t * h_q;
+    int32_t i = request;
+    if (request_tokens > 1) {
+      i = request / request_tokens;
+      t += request - i * request_tokens;
+    }
+    return i * stride_b + t * stride_s + h * stride_h;
+  }
+};
+
+// q's or out's view for the kernels' rows of `p` (the problem as given, not as planned).
+inline RowView row_view(const Problem& p, int64_t stride_b, int64_t stride_s, int64_t stride_h) {
+  return {.stride_b = stride_b,
+          .stride_s = stride_s,
+          .stride_h = stride_h,
+          .h_q = p.h_q,
+          .request_tokens = p.sparse() ? p.s_q : 1};
+}
+
+// The cache's view as the kernels address it: the token at (page, offset) lies at page *
+// stride_page + offset * stride_token (in elements or bytes, as the backend reads it). A sparse
+// problem's kernels see the compacted token slots as pages of one token (offset 0): for a cache
+// whose tokens are equally spaced (kv_page = page_size * kv_token) stride_page is then the token
+// stride and slot_page_size 0; for padded pages slot_page_size is the page size, and a slot s is
+// split into (s / page_size, s % page_size) first.
+struct KvView {
+  int64_t stride_page, stride_token;
+  int32_t slot_page_size;
+
+  __host__ __device__ __forceinline__ int64_t offset(int32_t page, int32_t token) const {
+    if (slot_page_size > 0) {
+      const uint32_t slot = static_cast<uint32_t>(page);
+      page = static_cast<int32_t>(slot / static_cast<uint32_t>(slot_page_size));
+      token = static_cast<int32_t>(slot - static_cast<uint32_t>(page) * slot_page_size);
+    }
+    return page * stride_page + token * stride_token;
+  }
+};
+
+// The cache's view of `p` (as given) in units of `unit` bytes per stride element (1: the views'
+// own elements; the element size: bytes). Sparse: over slots, as above.
+inline KvView kv_view(const Problem& p, const Views& v, int64_t unit) {
+  const int64_t page = v.kv_page * unit, token = v.kv_token * unit;
+  if (!p.sparse()) return {.stride_page = page, .stride_token = token, .slot_page_size = 0};
+  if (v.kv_uniform(p)) return {.stride_page = token, .stride_token = token, .slot_page_size = 0};
+  return {.stride_page = page, .stride_token = token, .slot_page_size = p.page_size};
+}
 
 // A block-table entry as the kernels use it: the page id when it names a page of the cache, else -1
 // (nothing of it is read).
@@ -32,9 +94,13 @@ struct DecodeParamsBase {
   const int32_t* block_table;  // [b, block_table_stride] page ids
   int64_t block_table_stride;  // elements between rows of block_table
   const float* sinks;          // [h_q] or nullptr
-  void* out;                   // [b, s_q, h_q, 512] of T
-  float* lse;                  // [b, s_q, h_q] or nullptr
-  PlanView plan;               // metadata and partials in the workspace
+  void* out;                   // [b, s_q, h_q, 512] of T, a view: out_view
+  float* lse;                  // [b, s_q, h_q] or nullptr (contiguous)
+  RowView out_view;            // where the kernels' rows of out lie
+  // What the written lse is per natural-log unit: 1, or log2(e) with Problem::lse_base2. Applied
+  // at the final store only (the partials in the workspace stay natural).
+  float lse_scale;
+  PlanView plan;  // metadata and partials in the workspace
   Schedule schedule;
   const int32_t* seq_lens;    // [b]
   int32_t max_len;            // lengths are clamped to [0, max_len]
@@ -59,15 +125,20 @@ struct DecodeParamsBase {
   float k_scale;
 };
 
-inline DecodeParamsBase decode_params_base(const Problem& p, const RunArgs& a,
+// p: the problem as the plan sees it (planned, rows_as_requests); given: as the caller gave it
+// (its views and LSE base).
+inline DecodeParamsBase decode_params_base(const Problem& p, const Problem& given, const RunArgs& a,
                                            const PlanShape& shape, const PlanView& view,
                                            bool inline_plan) {
+  const Views v = views_of(given, a);
   return DecodeParamsBase{
       .block_table = a.block_table,
       .block_table_stride = a.block_table_stride,
       .sinks = p.has_sinks ? a.sinks : nullptr,
       .out = a.out,
       .lse = p.return_lse ? a.lse : nullptr,
+      .out_view = row_view(given, v.out_b, v.out_s, v.out_h),
+      .lse_scale = given.lse_base2 ? kLog2e : 1.0f,
       .plan = view,
       .schedule = shape.schedule,
       .seq_lens = a.seq_lens,

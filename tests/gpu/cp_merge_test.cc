@@ -45,6 +45,7 @@ struct MergeCase {
   int world, batch, s_q, h_q;
   DType dtype;
   bool sinks;
+  bool lse_base2 = false;  // partial LSEs given (and the LSE written) in base 2
 };
 
 struct MergeInputs {
@@ -98,9 +99,9 @@ MergeInputs make_merge(const MergeCase& c, std::mt19937_64& rng) {
 // Runs the kernel and the reference and compares: values within one unit in the last place of
 // the output dtype (relative to the row's largest) plus fp32 rounding, LSEs within 1e-5.
 void expect_gpu_equals_cpu(const MergeCase& c, std::mt19937_64& rng) {
-  SCOPED_TRACE(::testing::Message()
-               << "world " << c.world << " batch " << c.batch << " s_q " << c.s_q << " h_q "
-               << c.h_q << " " << to_string(c.dtype) << (c.sinks ? " sinks" : ""));
+  SCOPED_TRACE(::testing::Message() << "world " << c.world << " batch " << c.batch << " s_q "
+                                    << c.s_q << " h_q " << c.h_q << " " << to_string(c.dtype)
+                                    << (c.sinks ? " sinks" : "") << (c.lse_base2 ? " base 2" : ""));
   const MergeInputs in = make_merge(c, rng);
   const size_t rows = size_t(c.batch) * c.s_q * c.h_q, elem = dtype_bytes(c.dtype);
   std::vector<uint8_t> cpu_out(rows * kDv * elem), gpu_out(rows * kDv * elem);
@@ -114,7 +115,8 @@ void expect_gpu_equals_cpu(const MergeCase& c, std::mt19937_64& rng) {
               .partial_lse = in.partial_lse.data(),
               .sinks = c.sinks ? in.sinks.data() : nullptr,
               .out = cpu_out.data(),
-              .lse = cpu_lse.data()};
+              .lse = cpu_lse.data(),
+              .lse_base2 = c.lse_base2};
   MLAKIT_ASSERT_OK(merge_partials(Device::kCpu, a));
 
   DeviceBytes d_partial(in.partial_out.size()), d_lse_in(in.partial_lse.size() * sizeof(float)),
@@ -168,6 +170,18 @@ TEST(CpMergeGpu, EqualsTheCpuReference) {
         const int s_q = 1 + static_cast<int>(rng() % 4), batch = 1 + static_cast<int>(rng() % 5);
         expect_gpu_equals_cpu({world, batch, s_q, h_q, dtype, rng() % 2 == 0}, rng);
       }
+    }
+  }
+}
+
+// MergeArgs::lse_base2: the kernel takes base-2 partial LSEs and writes a base-2 LSE, as the cpu
+// reference does (the same partials read as base 2).
+TEST(CpMergeGpu, Base2EqualsTheCpuReference) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(382);
+  for (const DType dtype : {DType::kBF16, DType::kFP32}) {
+    for (const int world : {1, 3, 8}) {
+      expect_gpu_equals_cpu({world, 3, 2, 16, dtype, world != 3, /*lse_base2=*/true}, rng);
     }
   }
 }

@@ -248,7 +248,8 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
       for (int d = 0; d < kDv; ++d) {
         store_scalar(a.out, out_at + d, p.out_dtype, acc[h * kDv + d] * out_scale);
       }
-      if (p.return_lse) a.lse[row] = lse;
+      // Base 2 (Problem::lse_base2) at the store only: the sink above takes the natural LSE.
+      if (p.return_lse) a.lse[row] = p.lse_base2 ? lse * kLog2e : lse;
     }
   };
   parallel_for(static_cast<int64_t>(a.batch) * p.s_q * head_blocks, compute, threads);

@@ -2,8 +2,9 @@
 // groups are summed through shared memory; the score warps of token group 0 turn each row's
 // (max, sum) into its LSE and output scale (1 / sum, times the sink factor when the chunk is the
 // whole request); the output warps scale their accumulators and write either the final output
-// (bf16/fp16) or an fp32 partial for the combine kernel. Rows with no visible token get 0 and
-// LSE -inf.
+// (bf16/fp16; out may be a view, each row at its own offset) or an fp32 partial for the combine
+// kernel. Rows with no visible token get 0 and LSE -inf (the written LSE in natural log or base
+// 2, lse_scale; the partials' always natural).
 #pragma once
 
 #include <cmath>
@@ -59,7 +60,7 @@ __device__ __forceinline__ void write_row_stats(const DecodeParams& p, SharedSto
     if (r < p.rows) {
       if (direct) {
         if (p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-        if (p.lse != nullptr) p.lse[int64_t{c.request} * p.rows + r] = lse;
+        if (p.lse != nullptr) p.lse[int64_t{c.request} * p.rows + r] = lse * p.lse_scale;
       } else {
         p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
       }
@@ -77,7 +78,7 @@ __device__ __forceinline__ void write_output(const DecodeParams& p, const Shared
   const bool direct = c.slot < 0;
   const int o_row0 = (warp / Cfg::kOColGroups) * Cfg::kORows;
   const int col0 = (warp % Cfg::kOColGroups) * Cfg::kOCols + 2 * (lane % 4);
-  const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+  const int64_t first_row = int64_t{c.slot} * p.rows;  // of the partial
 #pragma unroll
   for (int mt = 0; mt < Cfg::kOMTiles; ++mt) {
 #pragma unroll
@@ -86,16 +87,16 @@ __device__ __forceinline__ void write_output(const DecodeParams& p, const Shared
       const int r = row0 + row;
       if (r >= p.rows) continue;
       const float scale = s.row_scale[row];
-      const int64_t at = (first_row + r) * kDv + col0;
       if (direct) {
-        T* g_out = static_cast<T*>(p.out) + at;
+        // out may be a view: the row's own offset (plan::RowView).
+        T* g_out = static_cast<T*>(p.out) + p.out_view.offset(c.request, r) + col0;
 #pragma unroll
         for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
           *reinterpret_cast<uint32_t*>(g_out + nt * 8) =
               pack2<T>(o[mt][nt][2 * e] * scale, o[mt][nt][2 * e + 1] * scale);
         }
       } else {
-        float* g_out = p.plan.partial_out + at;
+        float* g_out = p.plan.partial_out + (first_row + r) * kDv + col0;
 #pragma unroll
         for (int nt = 0; nt < Cfg::kONTiles; ++nt) {
           *reinterpret_cast<float2*>(g_out + nt * 8) =

@@ -168,8 +168,6 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
 Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_t stream,
            unsigned launches) {
   const Problem& p = setup.problem;
-  // The kernel and the combine address q, the cache and out as dense rows.
-  MLAKIT_RETURN_IF_ERROR(check_backend_views(p, args, "sm80", {}));
   const bool sparse = p.sparse();
   // Sparse: the rows (request, query token) run as requests of one query token (Setup::planned).
   RunArgs a = args;
@@ -180,9 +178,14 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const plan::PlanView view = plan::plan_view(shape, setup.layout, workspace, max_splits);
   DecodeParams params{};
   static_cast<plan::DecodeParamsBase&>(params) =
-      plan::decode_params_base(setup.planned, a, shape, view, setup.inline_plan);
+      plan::decode_params_base(setup.planned, p, a, shape, view, setup.inline_plan);
+  // Views: the loads, the epilogue and the combine address every row of q, the cache and out by
+  // its strides (contiguous tensors are the views with the dense strides).
+  const Views views = views_of(p, args);
   params.q = a.q;
   params.kv = a.kv_cache;
+  params.q_view = plan::row_view(p, views.q_b, views.q_s, views.q_h);
+  params.kv_view = plan::kv_view(p, views, 1);
   params.stages = setup.stages;
   params.scale = a.softmax_scale;
   params.speculate = setup.speculate;

@@ -5,6 +5,8 @@
 // Each group of 8 consecutive threads copies 128 contiguous bytes of one token per instruction, so
 // a warp reads 4 full 128-byte lines. Tokens at or past the chunk's end are zero-filled without a
 // read: the cache tail past seq_len may hold anything (NaN in the tests), and NaN * 0 is NaN.
+// q and the cache may be views (RunArgs, "Views"): each row's address comes from its strides
+// (DecodeParams::q_view, kv_view); a row's 576 elements are contiguous.
 #pragma once
 
 #include "backends/sm80/config.h"
@@ -25,7 +27,7 @@ template <typename T, typename Cfg, int kCopiers = Cfg::kThreads>
 __device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int request, int row0,
                                        int tid = static_cast<int>(threadIdx.x)) {
   static_assert(Cfg::kRows * kRowChunks % kCopiers == 0);
-  const T* g_q = static_cast<const T*>(p.q) + (int64_t{request} * p.rows + row0) * kDqk;
+  const T* g_q = static_cast<const T*>(p.q);
   const int valid_rows = min(Cfg::kRows, p.rows - row0);
   // Unrolled only in part: 36 copies per thread (kRoles' score warps) held 72 registers of
   // addresses.
@@ -34,7 +36,7 @@ __device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int 
     const int idx = k * kCopiers + tid;
     const int row = idx / kRowChunks, chunk = idx % kRowChunks;
     const bool valid = row < valid_rows;
-    const T* src = g_q + (valid ? row * kDqk + chunk * 8 : 0);
+    const T* src = g_q + (valid ? p.q_view.offset(request, row0 + row) + chunk * 8 : 0);
     ptx::cp_async_cg_shared_global(s_q + row_chunk_offset(row, chunk), src, valid ? 16 : 0);
   }
 }
@@ -56,6 +58,7 @@ class KvLoader {
   __device__ __forceinline__ KvLoader(const DecodeParams& p, const plan::Chunk& c,
                                       int tid = static_cast<int>(threadIdx.x))
       : g_kv_(static_cast<const T*>(p.kv)),
+        view_(p.kv_view),
         g_pages_(p.block_table + c.request * p.block_table_stride),
         page_shift_(p.page_shift),
         num_pages_(p.num_pages),
@@ -90,12 +93,12 @@ class KvLoader {
       const int pos = tile_start + row;
       // A page id out of range is -1 (fetch_pages): its tokens read as zeros, nothing is read.
       const bool valid = pos < token_end_ && pages.page[pass] >= 0;
-      const int64_t slot = (static_cast<int64_t>(max(pages.page[pass], 0)) << page_shift_) |
-                           (pos & ((1 << page_shift_) - 1));
       // Past the end the page id is 0 (fetch_pages): the address stays inside the cache, and
       // src_bytes 0 reads nothing.
       const int lane8 = tid_ % 8;
-      const T* src = g_kv_ + slot * kDqk + lane8 * 8;
+      const T* src = g_kv_ +
+                     view_.offset(max(pages.page[pass], 0), pos & ((1 << page_shift_) - 1)) +
+                     lane8 * 8;
       const int src_bytes = valid ? 16 : 0;
       const uint32_t dst = s_kv + row * kRowBytes + ((lane8 ^ (row & 7)) << 4);
 #pragma unroll
@@ -112,6 +115,7 @@ class KvLoader {
   }
 
   const T* g_kv_;
+  plan::KvView view_;
   const int32_t* g_pages_;
   int page_shift_;
   int32_t num_pages_;

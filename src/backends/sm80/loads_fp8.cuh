@@ -7,7 +7,7 @@
 //
 // Each thread moves 9 pieces of a tile (32 tokens x 576 bytes): 16 bytes with 128 threads, 8 with
 // 256, consecutive threads on consecutive bytes of a token. Tokens at or past the chunk's end are
-// zeros, never read.
+// zeros, never read. q and the cache may be views, as in loads.cuh.
 #pragma once
 
 #include "backends/sm80/config.h"
@@ -68,12 +68,12 @@ template <typename T, typename Cfg>
 __device__ __forceinline__ void load_q_fp8(uint32_t s_q, const DecodeParams& p, int request,
                                            int row0) {
   constexpr int kPieces = Cfg::kRows * kDqk / 16;
-  const auto* g_q = static_cast<const uint8_t*>(p.q) + (int64_t{request} * p.rows + row0) * kDqk;
+  const auto* g_q = static_cast<const uint8_t*>(p.q);
   const int valid_rows = min(Cfg::kRows, p.rows - row0);
   for (int idx = static_cast<int>(threadIdx.x); idx < kPieces; idx += Cfg::kThreads) {
     const int row = idx / (kDqk / 16), d0 = idx % (kDqk / 16) * 16;
     uint32_t w[4] = {0, 0, 0, 0};
-    if (row < valid_rows) load_words<4>(g_q + row * kDqk + d0, w);
+    if (row < valid_rows) load_words<4>(g_q + p.q_view.offset(request, row0 + row) + d0, w);
     store_widened<T, 4>(s_q, row, d0, w);
   }
 }
@@ -86,6 +86,7 @@ class Fp8KvLoader {
 
   __device__ __forceinline__ Fp8KvLoader(const DecodeParams& p, const plan::Chunk& c)
       : g_kv_(static_cast<const uint8_t*>(p.kv)),
+        view_(p.kv_view),
         g_pages_(p.block_table + c.request * p.block_table_stride),
         page_shift_(p.page_shift),
         num_pages_(p.num_pages),
@@ -104,9 +105,8 @@ class Fp8KvLoader {
       const int32_t page =
           pos < token_end_ ? plan::valid_page(g_pages_[pos >> page_shift_], num_pages_) : -1;
       if (page >= 0) {
-        const int64_t slot =
-            (static_cast<int64_t>(page) << page_shift_) | (pos & ((1 << page_shift_) - 1));
-        load_words<Pieces::kWords>(g_kv_ + slot * kDqk + idx % Pieces::kPerToken * Pieces::kBytes,
+        load_words<Pieces::kWords>(g_kv_ + view_.offset(page, pos & ((1 << page_shift_) - 1)) +
+                                       idx % Pieces::kPerToken * Pieces::kBytes,
                                    r.w[k]);
       }
     }
@@ -124,6 +124,7 @@ class Fp8KvLoader {
 
  private:
   const uint8_t* g_kv_;
+  plan::KvView view_;
   const int32_t* g_pages_;
   int page_shift_;
   int32_t num_pages_;

@@ -11,6 +11,9 @@ namespace mlakit::sm80 {
 struct DecodeParams : plan::DecodeParamsBase {
   const void* q;   // [b, s_q, h_q, 576] of T (or e4m3: q_fp8); row r = t * h_q + h of a request
   const void* kv;  // [num_pages, page_size, 576] of T, or of e4m3 in the fp8 kernels
+  // Views (RunArgs, "Views"; any outer strides), in elements: the loads address every row.
+  plan::RowView q_view;
+  plan::KvView kv_view;
   int32_t stages;  // KV pipeline depth, kMinStages..kMaxStages
   float scale;     // softmax_scale
   bool speculate;  // tactic 4: the persistent part planned before griddepcontrol.wait

@@ -75,7 +75,7 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
       if (clusters > 1) {
         p.plan.partial_lse[first_row + r] = lse;
       } else if (p.lse != nullptr) {
-        p.lse[first_row + r] = lse;
+        p.lse[first_row + r] = lse * p.lse_scale;  // natural or base 2
       }
     }
   }
@@ -101,7 +101,7 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
     if (clusters > 1) {
       *reinterpret_cast<float4*>(p.plan.partial_out + (first_row + r) * kDv + 4 * col4) = acc;
     } else {
-      T* g = static_cast<T*>(p.out) + (first_row + r) * kDv + 4 * col4;
+      T* g = static_cast<T*>(p.out) + p.out_view.offset(request, r) + 4 * col4;  // a view
       *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
     }
   }

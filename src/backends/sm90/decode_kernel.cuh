@@ -95,14 +95,21 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
         const bool second = two_pages && tok0 + page_size < c.token_end;
         const uint32_t bytes = two_pages && !second ? L::kKvChunkBytes / 2 : L::kKvChunkBytes;
         uint8_t* dst = s.kv + stage * L::kStageBytes + lane * L::kKvChunkBytes;
-        const int32_t row = (id0 << p.page_shift) + (tok0 & (page_size - 1));
+        const int32_t offset = tok0 & (page_size - 1);
         uint64_t* bar = &sm.full[stage][lane];
         (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                                    cuda::ptx::space_shared, bar, bytes);
-        tma_load_2d(dst, &p.kv_map, lane * kChunkElems, row, bar);
-        if (second)
-          tma_load_2d(dst + L::kKvChunkBytes / 2, &p.kv_map, lane * kChunkElems,
-                      id1 << p.page_shift, bar);
+        if (p.kv_paged) {
+          // Padded pages (params.h): (token in page, page) coordinates; page -1 reads zeros.
+          tma_load_3d(dst, &p.kv_map, lane * kChunkElems, offset, id0, bar);
+          if (second)
+            tma_load_3d(dst + L::kKvChunkBytes / 2, &p.kv_map, lane * kChunkElems, 0, id1, bar);
+        } else {
+          tma_load_2d(dst, &p.kv_map, lane * kChunkElems, (id0 << p.page_shift) + offset, bar);
+          if (second)
+            tma_load_2d(dst + L::kKvChunkBytes / 2, &p.kv_map, lane * kChunkElems,
+                        id1 << p.page_shift, bar);
+        }
       }
       __syncwarp();
     }

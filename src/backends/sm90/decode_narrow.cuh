@@ -186,7 +186,7 @@ __device__ __forceinline__ void narrow_column_factors(const DecodeParams& p, Sma
       } else if (!direct) {
         p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
       } else if (p.lse != nullptr) {
-        p.lse[int64_t{c.request} * p.rows + r] = lse;
+        p.lse[int64_t{c.request} * p.rows + r] = lse * p.lse_scale;  // natural or base 2
       }
     }
     sm.col_factor[0][col] = a0 * scale * v_scale;
@@ -207,7 +207,7 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
                                                   int row_off) {
   const int tid = static_cast<int>(threadIdx.x);
   const bool direct = c.slot == -1;
-  const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+  const int64_t first_row = int64_t{c.slot} * p.rows;  // of the partial
   constexpr int kFloat4s = kDv / 4;
   static_assert(kNarrowPassRows * kFloat4s % kConsumerThreads == 0);
   // Unrolled, so the shared-memory loads are in flight together.
@@ -218,12 +218,12 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
     const int32_t r = row0 + row_off + row;
     if (r >= p.rows) continue;
     const float4 v = *reinterpret_cast<const float4*>(rows_buf + row * kMergeStride + 4 * col4);
-    const int64_t at = (first_row + r) * kDv + 4 * col4;
     if (direct) {
-      *reinterpret_cast<uint2*>(static_cast<TOut*>(p.out) + at) = {pack2<TOut>(v.x, v.y),
-                                                                   pack2<TOut>(v.z, v.w)};
+      // out may be a view: the row's own offset (plan::RowView).
+      TOut* g = static_cast<TOut*>(p.out) + p.out_view.offset(c.request, r) + 4 * col4;
+      *reinterpret_cast<uint2*>(g) = {pack2<TOut>(v.x, v.y), pack2<TOut>(v.z, v.w)};
     } else {
-      *reinterpret_cast<float4*>(p.plan.partial_out + at) = v;
+      *reinterpret_cast<float4*>(p.plan.partial_out + (first_row + r) * kDv + 4 * col4) = v;
     }
   }
   consumer_sync(kEpilogueBarrier);

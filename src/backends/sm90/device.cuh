@@ -45,6 +45,13 @@ __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map
                                   coords, bar);
 }
 
+__device__ __forceinline__ void tma_load_3d(uint8_t* dst, const CUtensorMap* map, int32_t col,
+                                            int32_t row, int32_t plane, uint64_t* bar) {
+  const int32_t coords[3] = {col, row, plane};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map,
+                                  coords, bar);
+}
+
 // Byte offset of element (row, col) of a 64-column chunk in the 128-byte swizzle.
 __device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
   return row * 128 + ((((col_bytes >> 4) ^ row) & 7) << 4) + (col_bytes & 15);

@@ -13,7 +13,8 @@
 //    computes.
 // The producer runs one block ahead (the next block's copies are requested before the block's
 // barriers complete), reads the slots a block before it needs them and prefetches the rows into
-// L2 a block before it requests them.
+// L2 a block before it requests them. The cache may be a view (padded tokens or pages): a slot's
+// address comes from DecodeParams::kv_view.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -151,7 +152,7 @@ __device__ __forceinline__ void issue16(const DecodeParams& p, SmallStorage& sm,
   for (int k = 0; k < 4; ++k) {
     const int tk = t / 8 + 16 * k;
     const int32_t sl = slot_of(s, tk);
-    const uint8_t* src = p.kv_cache + int64_t{max(sl, 0)} * kRow16Bytes + u * 16;
+    const uint8_t* src = p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + u * 16;
     const uint32_t dst = r.addr + swizzled(tk, u * 16);
 #pragma unroll
     for (int j = 0; j < kQkChunks; ++j) {
@@ -190,24 +191,23 @@ __device__ __forceinline__ void issue_v32(const DecodeParams& p, SmallStorage& s
   for (int i = 0; i < kBlockN / 4; ++i) {
     const int tk = t / 32 + 4 * i;
     const int32_t sl = slot_of(s, tk);
-    ptx::cp_async_cg_shared_global(dst + tk * 64,
-                                   p.kv_cache + int64_t{max(sl, 0)} * kBlockwiseBytes + piece * 16,
-                                   sl >= 0 ? 16 : 0);
+    ptx::cp_async_cg_shared_global(
+        dst + tk * 64, p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + piece * 16, sl >= 0 ? 16 : 0);
   }
   const int u = t % 8;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int tk = t / 8 + 16 * k;
     const int32_t sl = slot_of(s, tk);
-    const uint8_t* src = p.kv_cache + int64_t{max(sl, 0)} * kBlockwiseBytes + kDv +
-                         kDv / kBlockwiseGroup * 4 + u * 16;
+    const uint8_t* src =
+        p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + kDv + kDv / kBlockwiseGroup * 4 + u * 16;
     ptx::cp_async_cg_shared_global(r.addr + kPChunk * L::kKvChunkBytes + swizzled(tk, u * 16), src,
                                    sl >= 0 ? 16 : 0);
   }
   if (t < kBlockN) {
     const int32_t sl = slot_of(s, t);
     ptx::cp_async_cg_shared_global(ptx::smem_u32(&sm.gather_scale[r.stage][t]),
-                                   p.kv_cache + int64_t{max(sl, 0)} * kBlockwiseBytes + kDv,
+                                   p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + kDv,
                                    sl >= 0 ? 16 : 0);
   }
   ptx::cp_async_commit_group();
@@ -319,7 +319,7 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
   const int32_t row0 = m_tile * kTileRows;
   const uint32_t kv_smem = ptx::smem_u32(s.kv);
   const bool v32 = p.fill == Fill::kGatherV32;
-  const uint32_t row_bytes = v32 ? kBlockwiseBytes : kRow16Bytes;
+  const uint32_t row_bytes = v32 ? kBlockwiseBytes : kRow16Bytes;  // read of each token
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
@@ -336,7 +336,7 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
     auto prefetch = [&](int32_t b) {
       const int32_t tok = c.token_begin + b * kBlockN + t;
       if (t < kBlockN && tok < c.token_end) {
-        prefetch_l2(p.kv_cache + int64_t{slots[tok]} * row_bytes, row_bytes);
+        prefetch_l2(p.kv_cache + p.kv_view.offset(slots[tok], 0), row_bytes);
       }
     };
     auto issue = [&](int32_t b, const int32_t(&s2)[2]) {

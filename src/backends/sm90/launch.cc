@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "backends/sm90/config.h"
+#include "backends/sm90/pack_q.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/views.h"
@@ -94,27 +95,61 @@ Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
   return Status::Ok();
 }
 
-// A 2-D map over rows of 576 elements of `dtype`, `row_stride` elements apart (576 when dense;
-// a view's, a multiple of 16 bytes, otherwise), boxes of 64 columns x box_rows rows in the swizzle
-// of their 128 or 64 bytes, zeros outside. promotion: the L2 fetch size of the copies.
+// A map over rows of 576 elements of `dtype`, boxes of 64 columns x box_rows rows in the swizzle
+// of their 128 or 64 bytes, zeros outside. 2-D: `rows` rows, `row_stride` elements apart (576 when
+// dense; a view's, a multiple of 16 bytes, otherwise). 3-D (planes > 0): `planes` planes of `rows`
+// rows, `plane_stride` elements apart (a cache's padded pages: rows = page_size), boxes of one
+// plane. promotion: the L2 fetch size of the copies.
 Status encode_rows(const void* base, DType dtype, uint64_t rows, int64_t row_stride,
-                   uint32_t box_rows, const char* what, CUtensorMapL2promotion promotion,
-                   CUtensorMap* map) {
+                   uint64_t planes, int64_t plane_stride, uint32_t box_rows, const char* what,
+                   CUtensorMapL2promotion promotion, CUtensorMap* map) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   MLAKIT_RETURN_IF_ERROR(encode_fn(&encode));
   const bool fp8 = dtype == DType::kFP8E4M3;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * dtype_bytes(dtype)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunkElems), box_rows};
-  const cuuint32_t element_strides[2] = {1, 1};
+  const cuuint32_t rank = planes > 0 ? 3 : 2;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(planes)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride) * dtype_bytes(dtype),
+                                 static_cast<cuuint64_t>(plane_stride) * dtype_bytes(dtype)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kChunkElems), box_rows, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode(
-      map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
+      map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, rank,
       const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, promotion,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return Status(StatusCode::kInternal, str_cat("backend sm90: cuTensorMapEncodeTiled failed for ",
                                                  what, " (CUresult ", static_cast<int>(r), ")"));
+  }
+  return Status::Ok();
+}
+
+// Bytes of one element of the cache's view (a blockwise cache's strides count bytes).
+int64_t kv_elem_bytes(const Problem& p) {
+  return p.kv_layout == KvLayout::kFp8Blockwise ? 1 : static_cast<int64_t>(dtype_bytes(p.kv_dtype));
+}
+
+// A TMA map's strides are below 2^40 bytes (validation bounds strides at 2^40 elements): the
+// strides this run's maps take, checked with their names.
+Status check_tma_strides(const Problem& p, const Views& v, bool pack_q, bool kv_paged) {
+  constexpr int64_t kMaxBytes = (int64_t{1} << 40) - 16;
+  const int64_t q_elem = static_cast<int64_t>(dtype_bytes(p.q_dtype)), kv_elem = kv_elem_bytes(p);
+  struct Given {
+    const char* name;
+    int64_t stride, elem;
+    bool used;
+  };
+  const Given given[] = {{"q_stride_h", v.q_h, q_elem, !pack_q},
+                         {"kv_stride_token", v.kv_token, kv_elem, !p.sparse()},
+                         {"kv_stride_page", v.kv_page, kv_elem, kv_paged}};
+  for (const Given& g : given) {
+    if (g.used && g.stride * g.elem > kMaxBytes) {
+      return unsupported(g.name,
+                         ": backend sm90 reads it by a TMA map whose strides are below 2^40 "
+                         "bytes (at most ",
+                         kMaxBytes / g.elem, " elements), given ", g.stride);
+    }
   }
   return Status::Ok();
 }
@@ -202,9 +237,12 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                        device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
-  setup->workspace_bytes = p.sparse()
-                               ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
-                               : setup->layout.bytes;
+  setup->q_pack_offset =
+      p.sparse()
+          ? setup->compact_offset + (plan::compact_bytes(p.max_batch, p.topk) + 255) / 256 * 256
+          : setup->compact_offset;
+  // Room for q packed (pack_q.h) whatever the run's views: any run may pass one.
+  setup->workspace_bytes = setup->q_pack_offset + packed_q_bytes(p);
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl;
   setup->sm_count = device.sm_count;
@@ -226,8 +264,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
         str_cat("1..", INT32_MAX / p.page_size, " for backend sm90 (page_size ", p.page_size, ")"),
         a.num_pages);
   }
-  const int64_t q_rows = int64_t{a.batch} * shape.rows;
-  if (q_rows > INT32_MAX) {
+  const int64_t q_count = int64_t{a.batch} * shape.rows;  // q's rows
+  if (q_count > INT32_MAX) {
     return invalid_argument(
         "batch", str_cat("at most ", INT32_MAX / (int64_t{p.h_q} * p.s_q), " for backend sm90"),
         args.batch);
@@ -237,21 +275,13 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
         "q, kv_cache", "16-byte aligned addresses for backend sm90",
         reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned" : "kv_cache misaligned");
   }
-  // TMA reads q and the cache as 2-D maps of equally spaced rows, so a view with one row stride
-  // is plumbing here; out is written by address arithmetic in the epilogues: contiguous only.
-  MLAKIT_RETURN_IF_ERROR(
-      check_backend_views(p, a, "sm90", {.q_rows = true, .kv_rows = true, .out_rows = false}));
+  // Views. TMA reads q's rows by one row stride (else q is packed into the workspace first,
+  // pack_q.h), and a dense problem's cache by tokens (2-D) or, with padded pages, by (token,
+  // page) (3-D); the sparse gather and the epilogues address every row by its strides.
   const Views views = views_of(p, a);
-  // A sparse problem's producer (gather.cuh) reads a listed token at slot * its row bytes (576 x 2
-  // or 656), not through the map: the cache must be contiguous.
-  if (sparse && !views.kv_contiguous(p)) {
-    return unsupported(
-        "kv_stride_token, kv_stride_page: backend sm90 reads the cache of a sparse "
-        "problem contiguous (tokens ",
-        Views::token_elems(p), " elements apart, pages ",
-        int64_t{p.page_size} * Views::token_elems(p), "), given ", views.kv_token, " and ",
-        views.kv_page);
-  }
+  const bool pack_q = !views.q_uniform(p);
+  const bool kv_paged = !sparse && !views.kv_uniform(p);
+  MLAKIT_RETURN_IF_ERROR(check_tma_strides(p, views, pack_q, kv_paged));
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const bool cluster = shape.schedule == plan::Schedule::kCluster;
   int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
@@ -266,8 +296,10 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   view.cluster_size = cs.size;
   DecodeParams params{};
   static_cast<plan::DecodeParamsBase&>(params) =
-      plan::decode_params_base(setup.planned, a, shape, view, setup.inline_plan);
+      plan::decode_params_base(setup.planned, p, a, shape, view, setup.inline_plan);
   params.kv_cache = static_cast<const uint8_t*>(a.kv_cache);
+  params.kv_view = plan::kv_view(p, views, kv_elem_bytes(p));
+  params.kv_paged = kv_paged ? 1 : 0;
   params.fill = Fill::kPages;
   if (sparse) {
     const plan::CompactParams compact =
@@ -278,6 +310,20 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.seq_lens = compact.counts;
     params.max_len = p.topk;
     params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
+  }
+  const void* q_rows = a.q;
+  int64_t q_row_stride = views.q_h;
+  if (pack_q) {
+    const PackQParams pack{.q = static_cast<const uint8_t*>(a.q),
+                           .packed = static_cast<uint8_t*>(workspace) + setup.q_pack_offset,
+                           .view = plan::row_view(p, views.q_b, views.q_s, views.q_h),
+                           .requests = a.batch,
+                           .rows = shape.rows,
+                           .row_bytes = static_cast<int32_t>(p.d_qk * dtype_bytes(p.q_dtype)),
+                           .elem_bytes = static_cast<int32_t>(dtype_bytes(p.q_dtype))};
+    MLAKIT_RETURN_IF_ERROR(launch_pack_q(pack, setup.sm_count, stream, setup.pdl));
+    q_rows = pack.packed;
+    q_row_stride = p.d_qk;
   }
   if (!setup.inline_plan && !cluster) {
     MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
@@ -290,15 +336,19 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const CUtensorMapL2promotion promotion = setup.tile_rows == kRows
                                                ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
                                                : CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  MLAKIT_RETURN_IF_ERROR(encode_rows(a.q, p.q_dtype, std::max<int64_t>(q_rows, 1), views.q_h,
-                                     static_cast<uint32_t>(setup.tile_rows), "q", promotion,
+  MLAKIT_RETURN_IF_ERROR(encode_rows(q_rows, p.q_dtype, std::max<int64_t>(q_count, 1), q_row_stride,
+                                     0, 0, static_cast<uint32_t>(setup.tile_rows), "q", promotion,
                                      &params.q_map));
+  const auto kv_box = static_cast<uint32_t>(std::min(p.page_size, kBlockN));
   if (sparse) {
     params.kv_map = params.q_map;  // not read: the producer gathers (prefetched all the same)
+  } else if (kv_paged) {
+    MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, p.page_size, views.kv_token,
+                                       a.num_pages, views.kv_page, kv_box, "kv_cache", promotion,
+                                       &params.kv_map));
   } else {
-    MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows, views.kv_token,
-                                       static_cast<uint32_t>(std::min(p.page_size, kBlockN)),
-                                       "kv_cache", promotion, &params.kv_map));
+    MLAKIT_RETURN_IF_ERROR(encode_rows(a.kv_cache, p.kv_dtype, kv_rows, views.kv_token, 0, 0,
+                                       kv_box, "kv_cache", promotion, &params.kv_map));
   }
   const int64_t ctas =
       int64_t{one_shot || cluster ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;

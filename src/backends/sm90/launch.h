@@ -74,7 +74,8 @@ struct Setup {
   plan::PlanShape shape;
   plan::WorkspaceLayout layout;
   size_t compact_offset = 0;   // sparse: the compacted slots and counts in the workspace
-  size_t workspace_bytes = 0;  // layout.bytes, and the compacted slots when sparse
+  size_t q_pack_offset = 0;    // q packed, when a run's q rows are not equally spaced (pack_q.h)
+  size_t workspace_bytes = 0;  // layout.bytes, the compacted slots when sparse, the packed q
   bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel
   bool pdl = false;
   int32_t sm_count = 1;

@@ -19,12 +19,20 @@ enum class Fill : int32_t {
 };
 
 struct DecodeParams : plan::DecodeParamsBase {
-  CUtensorMap q_map;   // q [b * s_q * h_q rows, 576], boxes of 64 rows x 64 columns, swizzle 128B
-  CUtensorMap kv_map;  // kv [num_pages * page_size rows, 576], boxes of min(page, 64) rows x 64
+  // q [b * s_q * h_q rows, 576], boxes of 64 (or the narrow tile's) rows x 64 columns, swizzle
+  // 128B (64B for e4m3): q's rows when they are equally spaced (one row stride), else its copy
+  // packed into the workspace (launch.cc).
+  CUtensorMap q_map;
+  // The cache, boxes of min(page, 64) tokens x 64 columns: 2-D [num_pages * page_size rows, 576]
+  // when its tokens are equally spaced (kv_paged 0: the contiguous cache and padded tokens), else
+  // 3-D [num_pages, page_size, 576] with the page and token strides (kv_paged 1: padded pages).
+  CUtensorMap kv_map;
   // Sparse decode (Fill::kGather*): block_table holds each row's compacted slots (plan/compact.h),
   // block_table_stride = topk, seq_lens their counts; requests are rows of one query token.
   const uint8_t* kv_cache;
+  plan::KvView kv_view;  // sparse: where a slot's token lies in kv_cache, in bytes
   Fill fill;
+  int32_t kv_paged;
 };
 
 }  // namespace mlakit::sm90

@@ -66,7 +66,7 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
         } else if (!direct) {
           p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
         } else if (p.lse != nullptr) {
-          p.lse[int64_t{c.request} * p.rows + r] = lse;
+          p.lse[int64_t{c.request} * p.rows + r] = lse * p.lse_scale;  // natural or base 2
         }
       }
     }
@@ -96,15 +96,17 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
   // of 16 bytes: those took 5-8 us per tile on the H200 (h_q 128, batch 64-128), as long as 3
   // blocks of the main loop. For out the lanes of a row swap values first (quad_transpose) so
   // each store is 16 bytes and a row's four lanes write 64 adjacent bytes: 2-3 us.
-  const int64_t first_row = int64_t{direct ? c.request : c.slot} * p.rows;
+  // out may be a view: each row at its own offset (plan::RowView); partials are contiguous.
+  const int64_t first_row = int64_t{c.slot} * p.rows;
   const int q = lane % 4;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int32_t r = row0 + row_a + 8 * e;
     const bool live = r < p.rows;  // the shuffles below need every lane, live row or not
-    const int64_t at = (first_row + min(r, p.rows - 1)) * kDv + wg * kColsPerWarpgroup;
+    const int32_t r_live = min(r, p.rows - 1);
     if (direct) {
-      TOut* g = static_cast<TOut*>(p.out) + at;
+      TOut* g =
+          static_cast<TOut*>(p.out) + p.out_view.offset(c.request, r_live) + wg * kColsPerWarpgroup;
 #pragma unroll
       for (int k0 = 0; k0 < 32; k0 += 4) {
         uint32_t v[4];
@@ -123,7 +125,7 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
       // (A full quad transpose stored each lane's 32 bytes as two 16-byte halves of a sector
       // and cost 4-6 us more at h_q 128 batch 1-8; one exchange with lane q ^ 1 for whole
       // sectors of 16-byte stores still cost 0.8 us more at batch 1, H200.)
-      float* g = p.plan.partial_out + at + 2 * q;
+      float* g = p.plan.partial_out + (first_row + r_live) * kDv + wg * kColsPerWarpgroup + 2 * q;
 #pragma unroll
       for (int i = 2 * e; i < 128; i += 4) {
         *reinterpret_cast<float2*>(g + 8 * (i / 4)) =

@@ -15,6 +15,8 @@
 // wait for k / 8 load round trips in sequence. A single pass merging LSEs and outputs online
 // (running max, rescaled sums) was 1 to 2 us slower than these two (H200, 2026-11: batch 1,
 // h_q 16: 4.9 us against 3.2).
+// out may be a view (RunArgs, "Views"): each row is written at its own offset (plan::RowView);
+// lse is contiguous, in natural log or base 2 (lse_scale, Problem::lse_base2).
 #include <algorithm>
 #include <cmath>
 
@@ -92,8 +94,9 @@ __device__ __forceinline__ void combine_row(
     const float scale = p.sinks != nullptr && lse != -INFINITY
                             ? 1.0f / (1.0f + expf(p.sinks[row % p.h_q] - lse))
                             : 1.0f;
-    if (p.lse != nullptr && threadIdx.x == 0) p.lse[item] = lse;
-    T* g_dst = static_cast<T*>(p.out) + item * kDv + 4 * column;
+    if (p.lse != nullptr && threadIdx.x == 0) p.lse[item] = lse * p.lse_scale;
+    const int32_t request = static_cast<int32_t>(item / p.rows);
+    T* g_dst = static_cast<T*>(p.out) + p.out_view.offset(request, row) + 4 * column;
     *reinterpret_cast<uint2*>(g_dst) = {pack2<T>(acc.x * scale, acc.y * scale),
                                         pack2<T>(acc.z * scale, acc.w * scale)};
   }

@@ -19,8 +19,10 @@ struct CombineParams {
   const float* partial_lse;           // [max_slots, rows] natural log
   const float* partial_out;           // [max_slots, rows, 512]
   const float* sinks;                 // [h_q] or nullptr
-  void* out;                          // [batch, rows, 512] of out_dtype
-  float* lse;                         // [batch, rows] or nullptr
+  void* out;                          // [batch, rows, 512] of out_dtype, a view: out_view
+  float* lse;                         // [batch, rows] or nullptr (contiguous)
+  plan::RowView out_view;             // where row r of request i lies in out
+  float lse_scale;                    // the written lse per natural-log unit (1 or log2(e))
   int32_t batch;
   int32_t rows;  // s_q * h_q; row r is (token r / h_q, head r % h_q)
   int32_t h_q;
@@ -40,6 +42,8 @@ inline Status launch_combine(const plan::DecodeParamsBase& d, DType out_dtype, i
                               .sinks = d.sinks,
                               .out = d.out,
                               .lse = d.lse,
+                              .out_view = d.out_view,
+                              .lse_scale = d.lse_scale,
                               .batch = d.batch,
                               .rows = d.rows,
                               .h_q = d.h_q};

@@ -8,10 +8,9 @@
 
 #include <cstdint>
 
-namespace mlakit {
+#include "core/numeric.h"
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
+namespace mlakit {
 
 // Two floats as one 32-bit register of T (the low half holds `lo`).
 template <typename T>

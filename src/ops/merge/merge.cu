@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/numeric.h"
 #include "ops/merge/merge.h"
 
 namespace mlakit::cp {
@@ -35,6 +36,8 @@ struct MergeParams {
   int64_t rows;              // b * s_q * h_q
   int32_t world;             // N
   int32_t h_q;
+  float lse_in;   // partial LSEs to natural log: 1, or ln 2 for base-2 ones (lse_base2)
+  float lse_out;  // natural log to the written LSE: 1, or log2(e)
 };
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -72,7 +75,9 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
   const int r = threadIdx.x / kThreadsPerRow, lane = threadIdx.x % kThreadsPerRow;
   const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + r;
   const bool active = row < p.rows;
-  if (lane < p.world) s_lse[r][lane] = active ? p.partial_lse[lane * p.rows + row] : -INFINITY;
+  if (lane < p.world) {
+    s_lse[r][lane] = active ? p.partial_lse[lane * p.rows + row] * p.lse_in : -INFINITY;
+  }
   __syncthreads();
   if (!active) return;
 
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
       reinterpret_cast<uint4*>(static_cast<T*>(p.out) + row * kDv) + lane * Pack8<T>::kVecs;
 #pragma unroll
   for (int v = 0; v < Pack8<T>::kVecs; ++v) g_dst[v] = y.vec[v];
-  if (p.lse != nullptr && lane == 0) p.lse[row] = lse;
+  if (p.lse != nullptr && lane == 0) p.lse[row] = lse * p.lse_out;
 }
 
 }  // namespace
@@ -121,7 +126,9 @@ Status merge_partials_cuda(const MergeArgs& a, Stream stream) {
                       .lse = a.lse,
                       .rows = int64_t{a.batch} * a.s_q * a.h_q,
                       .world = a.world,
-                      .h_q = a.h_q};
+                      .h_q = a.h_q,
+                      .lse_in = a.lse_base2 ? kLn2 : 1.0f,
+                      .lse_out = a.lse_base2 ? kLog2e : 1.0f};
   const auto blocks = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   switch (a.dtype) {
     case DType::kBF16: merge_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;

@@ -1,5 +1,6 @@
 // The cpu reference of merge_partials (mlakit/cp.h): per row, the LSE-weighted sum of the
-// partials in fp32 (weights and their sum in fp64), then the sink.
+// partials in fp32 (weights and their sum in fp64), then the sink. Base-2 LSEs (lse_base2) are
+// taken to natural log on the way in and back on the way out.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -32,15 +33,20 @@ void store(void* base, int64_t index, DType dtype, float value) {
 void merge_partials_cpu(const MergeArgs& a) {
   const int64_t rows = int64_t{a.batch} * a.s_q * a.h_q;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // Partial k's LSE in natural log (-inf stays -inf).
+  auto lse_of = [&](int k, int64_t row) {
+    const float l = a.partial_lse[k * rows + row];
+    return a.lse_base2 ? l * kLn2 : l;
+  };
   parallel_for(rows, [&](int64_t row) {
     float m = kNegInf;
-    for (int k = 0; k < a.world; ++k) m = std::fmax(m, a.partial_lse[k * rows + row]);
+    for (int k = 0; k < a.world; ++k) m = std::fmax(m, lse_of(k, row));
     std::vector<float> acc(kDv, 0.0f);
     float lse = kNegInf, scale = 0.0f;  // every partial empty: out 0, lse -inf
     if (m != kNegInf) {
       double sum = 0.0;
       for (int k = 0; k < a.world; ++k) {
-        const float lse_k = a.partial_lse[k * rows + row];
+        const float lse_k = lse_of(k, row);
         if (lse_k == kNegInf) continue;  // an empty partial: its out is not read
         const float w = std::exp(lse_k - m);
         sum += w;
@@ -53,7 +59,7 @@ void merge_partials_cpu(const MergeArgs& a) {
       if (a.sinks != nullptr) scale /= 1.0f + std::exp(a.sinks[row % a.h_q] - lse);
     }
     for (int d = 0; d < kDv; ++d) store(a.out, row * kDv + d, a.dtype, acc[d] * scale);
-    if (a.lse != nullptr) a.lse[row] = lse;
+    if (a.lse != nullptr) a.lse[row] = a.lse_base2 ? lse * kLog2e : lse;
   });
 }
 

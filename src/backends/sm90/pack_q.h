@@ -1,0 +1,36 @@
+// q packed into the workspace (sm90): the decode kernel reads q by a 2-D TMA map of equally
+// spaced rows; q given as a view whose rows are not (a gap between requests or tokens, heads
+// further apart than their rows: RunArgs, "Views") is first copied, row by row, into a dense
+// [rows, d_qk] tensor in the workspace by this small kernel on the stream, and the map reads that.
+// q is small beside the cache (h_q 128, bf16: 144 KiB a request); the workspace always holds room
+// for it (Setup::q_pack_offset), since any run may pass such a view.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mlakit/mlakit.h"
+#include "plan/decode_params.h"
+
+namespace mlakit::sm90 {
+
+struct PackQParams {
+  const uint8_t* q;    // the view, rows of row_bytes at view.offset(request, r) * elem_bytes
+  uint8_t* packed;     // [requests * rows, row_bytes], 16-byte aligned
+  plan::RowView view;  // q's strides, in elements
+  int64_t requests;    // the kernels' requests (a sparse problem's rows: b * s_q)
+  int32_t rows;        // rows per request (s_q * h_q, or h_q when sparse)
+  int32_t row_bytes;   // d_qk * elem_bytes, a multiple of 16
+  int32_t elem_bytes;
+};
+
+// Bytes of the packed q of `problem` (its max_batch), 256-aligned.
+size_t packed_q_bytes(const Problem& problem);
+
+// Launches the copy on `stream`, sized for `sm_count` SMs. With pdl it waits for the previous
+// kernel before reading q (q may come from it) and lets the next one launch.
+Status launch_pack_q(const PackQParams& params, int32_t sm_count, cudaStream_t stream, bool pdl);
+
+}  // namespace mlakit::sm90
