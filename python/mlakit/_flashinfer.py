@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Tuple, Union
 
 from . import _arrays
 from ._decoder import host_scale
-from .compat import _array_dtype, _decode, _not_supported, _scale_array
+from .compat import _array_dtype, _contiguous, _decode, _not_supported, _scale_array
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -413,6 +413,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         _check_counter_buffer(multi_ctas_kv_counter_buffer, query, b, h)
     if sparse and seq_lens is not None:
         indices = _mask_sparse_slots(indices, seq_lens, s_q)
+    indices = _contiguous(indices)
 
     # Outputs: the caller's, seen in mlakit's [b, s_q, h, ...] shapes (views, written in place).
     out4 = None if out is None or ragged else _view("out", out, (b, s_q, h, int(out.shape[-1])))

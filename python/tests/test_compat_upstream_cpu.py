@@ -115,6 +115,28 @@ def test_flashmla_reads_views_in_place():
     assert torch.equal(got, want) and torch.equal(got_lse, want_lse)
 
 
+def test_flashmla_sparse_takes_strided_indices():
+    """FlashMLA's sparse test passes indices (and q) as views with padded rows: read as given."""
+    w = make_workload(np.random.default_rng(30), b=2, s_q=2, h_q=8, page_size=64,
+                      seq_lens=[70, 100])  # fmt: skip
+    q, kv, table, lens = tensors(w)
+    kv = kv.unsqueeze(2)
+    indices = torch.full((2, 2, 32), -1, dtype=torch.int32)
+    for i in range(2):
+        indices[i, :, :20] = table[i, 0] * 64 + torch.arange(20)
+    wide = torch.full((2, 2, 32 + 128), 7, dtype=torch.int32)
+    wide[..., :32] = indices
+    strided = wide[..., :32]
+    assert not strided.is_contiguous()
+    sinks = torch.tensor([0.5, -math.inf, math.inf, 0.0, 1.0, -1.0, 2.0, 0.25])
+    want = compat.flash_mla_with_kvcache(q, kv, None, None, 512, None, None, indices=indices,
+                                         attn_sink=sinks)  # fmt: skip
+    got = compat.flash_mla_with_kvcache(q, kv, None, None, 512, None, None, indices=strided,
+                                        attn_sink=sinks)  # fmt: skip
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(got[0][:, :, 2], torch.zeros_like(got[0][:, :, 2])), "+inf sink: zeros"
+
+
 # ---- FlashInfer: trtllm_batch_decode_with_kv_cache_mla ----------------------------------------
 
 # FlashInfer 0.6.18's parameters, in order.
