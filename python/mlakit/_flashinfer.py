@@ -27,8 +27,9 @@ LOG2_E = 1.0 / math.log(2.0)
 _FLASHINFER_BACKENDS = ("auto", "trtllm-gen", "xqa", "cute-dsl", "sparse")
 _MLAKIT_BACKENDS = ("cpu", "sm80", "sm90")
 
-# Query tokens per request that mlakit decodes (kMaxSq).
+# Query tokens per request and query heads that mlakit decodes (kMaxSq, h_q's range).
 _MAX_QUERY_TOKENS = 16
+_MAX_HEADS = 128
 
 
 def _backend(backend: str, names: Tuple[str, ...] = _FLASHINFER_BACKENDS) -> str:
@@ -192,6 +193,14 @@ def _check_query_tokens(name: str, s_q: int) -> None:
             name, f"{s_q} query tokens per request",
             f"mlakit decodes 1..{_MAX_QUERY_TOKENS} query tokens per request",
         )  # fmt: skip
+
+
+def _check_heads(name: str, heads: int) -> None:
+    """FlashInfer runs any number of query heads; mlakit 1..128 (DeepSeek's 128 and fewer, as
+    tensor parallelism divides them)."""
+    if heads > _MAX_HEADS:
+        raise _not_supported(name, f"{heads} query heads",
+                             f"mlakit decodes 1..{_MAX_HEADS} query heads")  # fmt: skip
 
 
 def multi_ctas_kv_counter_bytes(batch_size: int, num_qo_heads: int, sm_count: int) -> int:
@@ -409,6 +418,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         q4 = query
     b, s_q, h = int(q4.shape[0]), int(q4.shape[1]), int(q4.shape[2])
     _check_query_tokens("query", s_q)
+    _check_heads("query", h)
     if multi_ctas_kv_counter_buffer is not None:
         _check_counter_buffer(multi_ctas_kv_counter_buffer, query, b, h)
     if sparse and seq_lens is not None:
@@ -620,12 +630,16 @@ class BatchMLAPagedAttentionWrapper:
                 f"q_data_type: expected torch.bfloat16 or torch.float16, given {q_data_type}"
             )
         host_scale("sm_scale", sm_scale)
+        _check_heads("num_heads", int(num_heads))
         batch = int(qo_indptr.shape[0]) - 1
-        if batch < 1 or int(kv_indptr.shape[0]) != batch + 1 or int(kv_len_arr.shape[0]) != batch:
+        if batch < 1 or int(kv_indptr.shape[0]) <= batch or int(kv_len_arr.shape[0]) < batch:
             raise ValueError(
                 f"kv_indptr, kv_len_arr: expected [{batch + 1}] and [{batch}] (batch_size from "
                 f"qo_indptr), given {list(kv_indptr.shape)} and {list(kv_len_arr.shape)}"
             )
+        # FlashInfer reads the first batch_size + 1 and batch_size entries of longer arrays (its
+        # own varlen test passes a kv_indptr of 3 x (batch_size / 3 + 1) entries).
+        kv_indptr, kv_len_arr = kv_indptr[: batch + 1], kv_len_arr[:batch]
 
         ragged = None
         if self._use_cuda_graph:
@@ -727,10 +741,9 @@ class BatchMLAPagedAttentionWrapper:
         64], ckv_cache [num_pages, page_size, 512], kpe_cache [num_pages, page_size, 64]; out
         [total_q, num_heads, 512] written in place when given; ``lse`` [total_q, num_heads]
         written when given, as FlashInfer does, also without ``return_lse`` (base 2 unless
-        ``return_lse_base_on_e``). An fp8 cache takes ``ckv_scale`` and ``kpe_scale`` (equal:
-        mlakit's fp8 cache has one scale); ``ckv_scale_arr`` (per-token scales), ``o_scale``
-        (fp8 output) and ``profiler_buffer`` are refused. Returns out, or (out, lse) with
-        return_lse."""
+        ``return_lse_base_on_e``). An fp8 cache takes ``ckv_scale`` and ``kpe_scale`` (see
+        ``_k_scale``); ``ckv_scale_arr`` (per-token scales), ``o_scale`` (fp8 output) and
+        ``profiler_buffer`` are refused. Returns out, or (out, lse) with return_lse."""
         torch = sys.modules["torch"]
         if profiler_buffer is not None:
             raise _not_supported("profiler_buffer", "FlashInfer's intra-kernel profiler")
@@ -766,7 +779,10 @@ class BatchMLAPagedAttentionWrapper:
                 f"q_nope: expected batch_size x s_q = {batch} x s_q rows, given {total}"
             )
         _check_query_tokens("q_nope", s_q)
-        k_scale = self._k_scale(plan["kv_dtype"], ckv_scale, ckv_scale_arr, kpe_scale)
+        k_scale, rope_factor = self._k_scale(plan["kv_dtype"], ckv_scale, ckv_scale_arr,
+                                             kpe_scale)  # fmt: skip
+        if rope_factor != 1.0:  # kpe_scale / ckv_scale moves onto the query's RoPE part
+            q_pe = (q_pe.float() * rope_factor).to(q_pe.dtype)
 
         pages, page_size = int(ckv_cache.shape[0]), plan["page_size"]
         kv = _joined("ckv_cache, kpe_cache", ckv_cache, kpe_cache, (pages, page_size))
@@ -811,9 +827,16 @@ class BatchMLAPagedAttentionWrapper:
     @staticmethod
     def _k_scale(
         kv_dtype: Any, ckv_scale: Optional[float], ckv_scale_arr: Any, kpe_scale: Optional[float]
-    ) -> Optional[float]:
-        """The cache scale of ``run``, checked in FlashInfer's order: an fp8 cache needs exactly
-        one of ckv_scale and ckv_scale_arr, and kpe_scale; a 16-bit cache takes none."""
+    ) -> Tuple[Optional[float], float]:
+        """The cache scales of ``run``, checked in FlashInfer's order (an fp8 cache needs exactly
+        one of ckv_scale and ckv_scale_arr, and kpe_scale; a 16-bit cache takes none), as
+        mlakit's one k_scale and a factor on the query's RoPE part.
+
+        mlakit's fp8 cache has one scale, applied to all 576 values: k_scale = ckv_scale. The
+        RoPE part only enters the logits, q_pe . (kpe_scale kpe) = (kpe_scale / ckv_scale) q_pe
+        . (ckv_scale kpe), so a kpe_scale of its own becomes the factor kpe_scale / ckv_scale on
+        q_pe (a copy of q_pe, rounded to its dtype: a relative error of 2^-9 in bf16 on the
+        RoPE logits, less than FlashInfer's own bf16 dequantization of the cache)."""
         torch = sys.modules["torch"]
         if kv_dtype != torch.float8_e4m3fn:
             if ckv_scale is not None or ckv_scale_arr is not None or kpe_scale is not None:
@@ -821,7 +844,7 @@ class BatchMLAPagedAttentionWrapper:
                     "ckv_scale, ckv_scale_arr, kpe_scale: expected None with a 16-bit cache "
                     "(they are only valid when kv_data_type is FP8)"
                 )
-            return None
+            return None, 1.0
         if (ckv_scale is None) == (ckv_scale_arr is None):
             raise ValueError(
                 "ckv_scale, ckv_scale_arr: Exactly one of ckv_scale or ckv_scale_arr is required "
@@ -834,9 +857,4 @@ class BatchMLAPagedAttentionWrapper:
                                  "mlakit's fp8 cache has one scale")  # fmt: skip
         k_scale = host_scale("ckv_scale", ckv_scale)
         host_scale("kpe_scale", kpe_scale)
-        if float(ckv_scale) != float(kpe_scale):
-            raise _not_supported(
-                "kpe_scale", f"a scale ({kpe_scale}) other than ckv_scale's ({ckv_scale})",
-                "mlakit's fp8 cache has one scale for all 576 values",
-            )  # fmt: skip
-        return k_scale
+        return k_scale, float(kpe_scale) / float(ckv_scale)

@@ -469,7 +469,7 @@ def test_wrapper_fp8_scales_are_checked_in_flashinfers_order():
          "Exactly one of ckv_scale or ckv_scale_arr is required with an fp8 cache, given both"),
         (dict(ckv_scale=1.0), ValueError, "^kpe_scale: expected a float with an fp8 cache"),
         (dict(ckv_scale_arr=scales, kpe_scale=1.0), NotImplementedError, "^ckv_scale_arr: "),
-        (dict(ckv_scale=0.5, kpe_scale=0.25), NotImplementedError, "^kpe_scale: a scale "),
+        (dict(ckv_scale=0.5, kpe_scale=-1.0), ValueError, "^kpe_scale: expected a finite value"),
     ]:  # fmt: skip
         with pytest.raises(exception, match=message):
             mla.run(*args, **kwargs)
@@ -592,3 +592,35 @@ def test_trtllm_sparse_with_ragged_queries():
                        sparse_mla_top_k=32, block_tables=rows[row : row + n][None])  # fmt: skip
         assert torch.equal(out[row : row + n], alone[0]), f"request {i}"
         row += n
+
+
+def test_wrapper_fp8_cache_with_its_own_kpe_scale():
+    """FlashInfer's fp8 tests quantize ckv and kpe with scales of their own: kpe_scale /
+    ckv_scale moves onto q_pe, so the result is the decode of the dequantized cache."""
+    p = Paged(31, b=2, s_q=1, h=4, page=16, seq_lens=[19, 40])
+    ckv_scale, kpe_scale = 0.02, 0.05
+    cache = torch.cat([p.kv[..., :512].float() / ckv_scale, p.kv[..., 512:].float() / kpe_scale],
+                      -1).clamp(-448, 448).to(torch.float8_e4m3fn)  # fmt: skip
+    dequantized = torch.cat([cache[..., :512].float() * ckv_scale,
+                             cache[..., 512:].float() * kpe_scale], -1)  # fmt: skip
+    want, _ = mlakit_decode(p.q4, dequantized.bfloat16(), p.table, p.lens, 0.07)
+    mla = wrapper()
+    mla.plan(p.qo_indptr, p.kv_indptr, p.kv_indices, p.lens, 4, 512, 64, 16, True, 0.07,
+             torch.bfloat16, torch.float8_e4m3fn)  # fmt: skip
+    got = mla.run(p.q[..., :512], p.q[..., 512:], cache[..., :512], cache[..., 512:],
+                  ckv_scale=ckv_scale, kpe_scale=kpe_scale)  # fmt: skip
+    want = want.reshape(-1, 4, 512).float()  # bf16 outputs: a tolerance of ~2 ulps of the largest
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=8e-3 * float(want.abs().max()))
+
+
+def test_wrapper_reads_the_first_batch_size_entries_of_longer_lists():
+    """FlashInfer's varlen test passes a kv_indptr longer than batch_size + 1; FlashInfer reads
+    its first batch_size + 1 entries, and so does this."""
+    p = Paged(32, b=2, s_q=1, h=4, page=16, seq_lens=[20, 3])
+    mla = wrapper()
+    longer = torch.cat([p.kv_indptr, torch.tensor([999, 1000], dtype=torch.int32)])
+    mla.plan(p.qo_indptr, longer, p.kv_indices, p.lens, 4, 512, 64, 16, True, 0.07,
+             torch.bfloat16, torch.bfloat16)  # fmt: skip
+    q, kv = p.q, p.kv
+    assert torch.equal(mla.run(q[..., :512], q[..., 512:], kv[..., :512], kv[..., 512:]),
+                       p.want()[0])  # fmt: skip
