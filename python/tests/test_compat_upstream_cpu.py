@@ -624,3 +624,16 @@ def test_wrapper_reads_the_first_batch_size_entries_of_longer_lists():
     q, kv = p.q, p.kv
     assert torch.equal(mla.run(q[..., :512], q[..., 512:], kv[..., :512], kv[..., 512:]),
                        p.want()[0])  # fmt: skip
+
+
+def test_more_than_128_heads_are_refused_by_name():
+    """FlashInfer runs 192 heads (its tests do); mlakit 1..128."""
+    w = make_workload(np.random.default_rng(33), b=1, s_q=1, h_q=129, page_size=32,
+                      seq_lens=[5])  # fmt: skip
+    q, kv, table, lens = tensors(w)
+    with pytest.raises(NotImplementedError, match="^query: 129 query heads is not supported"):
+        trtllm(q, kv, table, lens)
+    p = Paged(34, b=1, s_q=1, h=4, page=16, seq_lens=[5])
+    with pytest.raises(NotImplementedError, match="^num_heads: 192 query heads is not supported"):
+        wrapper().plan(p.qo_indptr, p.kv_indptr, p.kv_indices, p.lens, 192, 512, 64, 16, True,
+                       0.1, torch.bfloat16, torch.bfloat16)  # fmt: skip
