@@ -104,8 +104,8 @@ def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
     ]  # fmt: skip
     if args.collect_only:
         command.append("--collect-only")
-    elif has_module("pytest_timeout"):
-        command += ["-p", "pytest_timeout", "--timeout", "300"]  # a hung case fails, alone
+    elif has_module("pytest_timeout"):  # loaded by its entry point: a hung case fails, alone
+        command += ["--timeout", "300"]
     env = dict(os.environ)
     paths = [os.path.join(HARNESS, "standin"), HARNESS, root]
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
