@@ -186,6 +186,10 @@ def table(results: Dict[str, Dict]) -> str:
     return "\n".join(out + [line(r) for r in rows])
 
 
+def budget_text(seconds: float) -> str:
+    return f"{seconds:.4g} s" if seconds else "none"
+
+
 def markdown(results: Dict[str, Dict], suites: List[Suite]) -> str:
     what = {s.name: s.what for s in suites}
     parts = ["# Upstream MLA decode tests against mlakit's shims", "", table(results), ""]
@@ -195,7 +199,7 @@ def markdown(results: Dict[str, Dict], suites: List[Suite]) -> str:
             parts += [f"Not run: {s['error']}", ""]
             continue
         parts.append(f"Collected {s['collected']} cases, ran {s['selected']} "
-                     f"(sample {s['sample'] or 'all'}, budget {s['budget'] or 'none'} s), "
+                     f"(sample {s['sample'] or 'all'}, budget {budget_text(s['budget'])}), "
                      f"pytest exit status {s['exitstatus']}, {s['wall_seconds']} s.")  # fmt: skip
         parts += [f"- {note}" for note in s.get("notes", [])] + [""]
         for outcome in OUTCOMES:
