@@ -19,13 +19,17 @@ from typing import Any, List, Optional, Tuple, Union
 
 from . import _arrays
 from ._decoder import host_scale
-from .compat import _array_dtype, _decode, _not_supported, _scale_array
+from .compat import _array_dtype, _contiguous, _decode, _not_supported, _scale_array
 
 LOG2_E = 1.0 / math.log(2.0)
 
 # FlashInfer's backend names; each means mlakit's "auto".
 _FLASHINFER_BACKENDS = ("auto", "trtllm-gen", "xqa", "cute-dsl", "sparse")
 _MLAKIT_BACKENDS = ("cpu", "sm80", "sm90")
+
+# Query tokens per request and query heads that mlakit decodes (kMaxSq, h_q's range).
+_MAX_QUERY_TOKENS = 16
+_MAX_HEADS = 128
 
 
 def _backend(backend: str, names: Tuple[str, ...] = _FLASHINFER_BACKENDS) -> str:
@@ -155,27 +159,112 @@ def _view(name: str, x: Any, shape: Tuple[int, ...]) -> Any:
         ) from None
 
 
-def _ragged_to_padded(query: Any, cum_seq_lens_q: Any, s_q: int) -> Tuple[Any, Any, Any]:
-    """Ragged queries [total_q, h, d] (request i's tokens at cum[i]..cum[i + 1]) as [b, s_q, h, d]
-    with each request's tokens in its last slots, where the causal bound of mlakit's token t
-    (positions < L - s_q + 1 + t) is the ragged token's own. Returns the padded queries and, per
-    ragged token, its (request, slot) to gather the results back. Device tensor ops with
-    host-known shapes only: no synchronization, graph-capturable. Unused slots repeat a real row
-    (finite), and their results are dropped."""
+def _ragged_layout(
+    cum_seq_lens_q: Any, total: int, s_q: int, device: Any
+) -> Tuple[Any, Any, Any]:
+    """Ragged rows (request i's tokens at cum[i]..cum[i + 1], ``total`` in all) laid out as a
+    batch of ``s_q`` slots per request, each request's tokens in its last slots, where the causal
+    bound of mlakit's token t (positions < L - s_q + 1 + t) is the ragged token's own. Returns
+    ``source`` [b, s_q], the ragged row each slot reads (unused slots repeat a real row, whose
+    results are dropped), and per ragged row its (request, slot) to gather the results back.
+    Device tensor ops with host-known shapes only: no synchronization, graph-capturable."""
     torch = sys.modules["torch"]
-    device = query.device
-    total = int(query.shape[0])
     cum = cum_seq_lens_q.to(device=device, dtype=torch.int64)
     q_lens = cum[1:] - cum[:-1]
     slots = torch.arange(s_q, device=device)
     first = s_q - q_lens  # the slot of each request's first token
     source = (cum[:-1, None] + slots[None, :] - first[:, None]).clamp(0, max(total - 1, 0))
-    padded = query.index_select(0, source.reshape(-1)).reshape(
-        (q_lens.shape[0], s_q) + tuple(query.shape[1:]))  # fmt: skip
-    tokens = torch.arange(total, device=device)
-    request = torch.searchsorted(cum[1:], tokens, right=True)
-    slot = first[request] + tokens - cum[request]
-    return padded, request, slot
+    rows = torch.arange(total, device=device)
+    request = torch.searchsorted(cum[1:], rows, right=True)
+    slot = first[request] + rows - cum[request]
+    return source, request, slot
+
+
+def _gather_rows(x: Any, source: Any) -> Any:
+    """Rows of ``x`` [total, ...] at ``source`` [b, s_q], as [b, s_q, ...]."""
+    return x.index_select(0, source.reshape(-1)).reshape(tuple(source.shape) + tuple(x.shape[1:]))
+
+
+def _check_query_tokens(name: str, s_q: int) -> None:
+    """FlashInfer runs any number of query tokens per request (prefill too); mlakit decodes
+    1..16 (MTP and speculative decoding)."""
+    if s_q > _MAX_QUERY_TOKENS:
+        raise _not_supported(
+            name, f"{s_q} query tokens per request",
+            f"mlakit decodes 1..{_MAX_QUERY_TOKENS} query tokens per request",
+        )  # fmt: skip
+
+
+def _check_heads(name: str, heads: int) -> None:
+    """FlashInfer runs any number of query heads; mlakit 1..128 (DeepSeek's 128 and fewer, as
+    tensor parallelism divides them)."""
+    if heads > _MAX_HEADS:
+        raise _not_supported(name, f"{heads} query heads",
+                             f"mlakit decodes 1..{_MAX_HEADS} query heads")  # fmt: skip
+
+
+def multi_ctas_kv_counter_bytes(batch_size: int, num_qo_heads: int, sm_count: int) -> int:
+    """The bytes FlashInfer requires of ``multi_ctas_kv_counter_buffer`` (its
+    ``get_trtllm_gen_multi_ctas_kv_counter_bytes``): one int32 semaphore per (request, head) or
+    per SM, whichever is more, rounded up to 8."""
+    semaphores = max(int(batch_size) * int(num_qo_heads), int(sm_count))
+    return -(-semaphores // 8) * 8 * 4
+
+
+def _check_counter_buffer(buffer: Any, query: Any, batch: int, heads: int) -> None:
+    """FlashInfer's checks of ``multi_ctas_kv_counter_buffer`` (mlakit does not use the buffer:
+    it keeps its own workspace; code that passes one that FlashInfer refuses is refused here
+    too). Its size is checked for CUDA tensors, whose SM count is known."""
+    if _arrays.framework(buffer) != "torch":
+        raise TypeError(
+            "multi_ctas_kv_counter_buffer: expected a torch.Tensor, given "
+            f"{type(buffer).__name__}"
+        )
+    if buffer.device != query.device:
+        raise ValueError(
+            f"multi_ctas_kv_counter_buffer must be on the same device as query: expected "
+            f"{query.device}, given {buffer.device}"
+        )
+    if not buffer.is_contiguous():
+        raise ValueError(
+            "multi_ctas_kv_counter_buffer must be contiguous: given strides "
+            f"{list(buffer.stride())}"
+        )
+    if buffer.numel() > 0 and buffer.data_ptr() % 16 != 0:
+        raise ValueError(
+            "multi_ctas_kv_counter_buffer must be 16-byte aligned: given an address "
+            f"{buffer.data_ptr() % 16} bytes past a multiple of 16"
+        )
+    if buffer.is_cuda:
+        torch = sys.modules["torch"]
+        sm_count = torch.cuda.get_device_properties(buffer.device).multi_processor_count
+        need = multi_ctas_kv_counter_bytes(batch, heads, sm_count)
+        have = buffer.numel() * buffer.element_size()
+        if have < need:
+            raise ValueError(
+                f"multi_ctas_kv_counter_buffer is too small: expected at least {need} bytes "
+                f"(FlashInfer's get_trtllm_gen_multi_ctas_kv_counter_bytes), given {have}"
+            )
+
+
+def _mask_sparse_slots(indices: Any, seq_lens: Any, s_q: int) -> Any:
+    """trtllm-gen's sparse mode bounds each query token's index slots as its dense mode bounds
+    positions: slot j of token t (of s_q) counts only where j < seq_lens[i] - s_q + 1 + t, which
+    is the causal bound when the slots list positions in order (FlashInfer's sparse test checks
+    exactly this against a causal reference). The other slots become -1 (empty), in a copy:
+    device ops, no synchronization. A request at least topk + s_q - 1 long keeps every slot."""
+    topk = int(indices.shape[-1])
+    if _arrays.framework(indices) == "torch":
+        torch = sys.modules["torch"]
+        device = indices.device
+        bound = seq_lens.to(device=device, dtype=torch.int64)[:, None] + (
+            torch.arange(s_q, device=device) - (s_q - 1))[None, :]  # fmt: skip
+        keep = torch.arange(topk, device=device)[None, None, :] < bound[:, :, None]
+        return indices.masked_fill(~keep, -1)
+    np = sys.modules["numpy"]
+    bound = np.asarray(seq_lens, dtype=np.int64)[:, None] + (np.arange(s_q) - (s_q - 1))[None, :]
+    return np.where(np.arange(topk)[None, None, :] < bound[:, :, None], indices, -1).astype(
+        indices.dtype)  # fmt: skip
 
 
 def trtllm_batch_decode_with_kv_cache_mla(
@@ -267,12 +356,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
     Returns:
         out, or (out, lse) with return_lse.
     """
-    if kv_lora_rank != 512:
-        raise ValueError(f"kv_lora_rank: expected 512, given {kv_lora_rank}")
-    if qk_rope_head_dim == 0:
-        raise _not_supported("qk_rope_head_dim", "0 (NoPE MLA)", "mlakit computes d_qk = 576")
-    if qk_rope_head_dim != 64:
-        raise ValueError(f"qk_rope_head_dim: expected 64, given {qk_rope_head_dim}")
+    _check_mla_dimensions("kv_lora_rank", kv_lora_rank, "qk_rope_head_dim", qk_rope_head_dim)
     if skip_softmax_threshold_scale_factor is not None:
         raise _not_supported("skip_softmax_threshold_scale_factor", "skip-softmax sparsity")
     if not uses_shared_paged_kv_idx:
@@ -316,19 +400,30 @@ def trtllm_batch_decode_with_kv_cache_mla(
     softmax_scale, q_scale, k_scale = _trtllm_scales(query, kv_cache, bmm1_scale, bmm2_scale)
 
     ragged = cum_seq_lens_q is not None
+    indices = block_tables if sparse else None
     if ragged:
         if _arrays.framework(query) != "torch":
             raise TypeError("cum_seq_lens_q: expected PyTorch tensors (query and the offsets)")
-        if sparse:
-            raise _not_supported("cum_seq_lens_q", "ragged queries with sparse indices")
         if max_q_len is None:  # FlashInfer reads the lengths on the host here too
             max_q_len = int((cum_seq_lens_q[1:] - cum_seq_lens_q[:-1]).max())
-        q4, request, slot = _ragged_to_padded(query, cum_seq_lens_q, int(max_q_len))
+        _check_query_tokens("max_q_len", int(max_q_len))
+        source, request, slot = _ragged_layout(cum_seq_lens_q, int(query.shape[0]),
+                                               int(max_q_len), query.device)  # fmt: skip
+        q4 = _gather_rows(query, source)
+        if sparse:  # compact index rows [total_q, topk], one per query token
+            indices = _gather_rows(block_tables, source)
     elif len(query.shape) == 3:
         q4 = query.reshape(query.shape[0], 1, query.shape[1], query.shape[2])
     else:
         q4 = query
     b, s_q, h = int(q4.shape[0]), int(q4.shape[1]), int(q4.shape[2])
+    _check_query_tokens("query", s_q)
+    _check_heads("query", h)
+    if multi_ctas_kv_counter_buffer is not None:
+        _check_counter_buffer(multi_ctas_kv_counter_buffer, query, b, h)
+    if sparse and seq_lens is not None:
+        indices = _mask_sparse_slots(indices, seq_lens, s_q)
+    indices = _contiguous(indices)
 
     # Outputs: the caller's, seen in mlakit's [b, s_q, h, ...] shapes (views, written in place).
     out4 = None if out is None or ragged else _view("out", out, (b, s_q, h, int(out.shape[-1])))
@@ -349,7 +444,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         q_scale=q_scale,
         k_scale=k_scale,
         sinks=sinks,
-        indices=block_tables if sparse else None,
+        indices=indices,
         max_seq_len=int(max_seq_len),
         pdl=pdl,
         backend=mlakit_backend,
@@ -372,13 +467,36 @@ def trtllm_batch_decode_with_kv_cache_mla(
     return out, lse
 
 
+def _check_mla_dimensions(lora_name: str, lora: int, rope_name: str, rope: int) -> None:
+    """mlakit computes DeepSeek's MLA: a latent of 512 and a RoPE part of 64 (d_qk 576). The
+    other dimensions FlashInfer runs (a latent of 256; NoPE MLA, rope 0) are refused by name;
+    any other value is an error, as in FlashInfer."""
+    if lora == 512 and rope == 64:
+        return
+    if lora == 512 and rope == 0:
+        raise _not_supported(rope_name, "0 (NoPE MLA)", "mlakit computes d_qk = 576")
+    if lora == 256 and rope == 64:
+        raise _not_supported(
+            lora_name, "256 (FlashInfer's smaller MLA dimensions)",
+            "mlakit computes a latent of 512, d_qk = 576",
+        )  # fmt: skip
+    raise ValueError(
+        f"{lora_name}, {rope_name}: expected 512 and 64 (mlakit; FlashInfer also takes 256 and "
+        f"64, and 512 and 0), given {lora} and {rope}"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # BatchMLAPagedAttentionWrapper
 # ---------------------------------------------------------------------------------------------
 
 # Above this many bytes, a block table sized from the kv_indices buffer (CUDA-graph mode without
-# max_seq_len) is refused rather than allocated.
-_MAX_GRAPH_TABLE_BYTES = 256 << 20
+# max_seq_len) is refused rather than allocated. FlashInfer's own test of the graph mode plans 157
+# requests with a buffer of 2^20 pages: 658 MB.
+_MAX_GRAPH_TABLE_BYTES = 1 << 30
+
+# The library's limit on max_seq_len (validate.cc): a wider block table could not be read.
+_MAX_SEQ_LEN = 1 << 24
 
 
 def _joined(name: str, first: Any, second: Any, lead: Tuple[int, ...]) -> Any:
@@ -483,14 +601,22 @@ class BatchMLAPagedAttentionWrapper:
     ) -> None:
         """FlashInfer's ``plan``: CSR lists (``kv_indptr`` [batch_size + 1], ``kv_indices``
         page ids, ``kv_len_arr`` [batch_size] cached lengths), shapes, ``causal`` (bottom-right:
-        query token t of s_q sees positions < L - s_q + 1 + t), ``sm_scale`` and dtypes."""
+        query token t of a request's s_q sees positions < L - s_q + 1 + t), ``sm_scale`` and
+        dtypes. Without ``use_cuda_graph`` requests may have different query lengths
+        (``qo_indptr``), up to 16 each."""
         torch = sys.modules["torch"]
-        if head_dim_ckv != 512:
-            raise ValueError(f"head_dim_ckv: expected 512, given {head_dim_ckv}")
+        if head_dim_ckv <= 0 or head_dim_kpe < 0:
+            raise ValueError(
+                f"head_dim_ckv, head_dim_kpe: expected 512 and 64, given {head_dim_ckv} and "
+                f"{head_dim_kpe}"
+            )
         if head_dim_kpe == 0:
             raise _not_supported("head_dim_kpe", "0 (NoPE MLA)", "mlakit computes d_qk = 576")
-        if head_dim_kpe != 64:
-            raise ValueError(f"head_dim_kpe: expected 64, given {head_dim_kpe}")
+        if (head_dim_ckv, head_dim_kpe) != (512, 64):
+            raise _not_supported(
+                "head_dim_ckv, head_dim_kpe", f"{head_dim_ckv} and {head_dim_kpe}",
+                "mlakit computes DeepSeek's MLA: a latent of 512 and a RoPE part of 64",
+            )  # fmt: skip
         if use_profiler:
             raise _not_supported("use_profiler", "FlashInfer's intra-kernel profiler")
         supported = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
@@ -504,13 +630,18 @@ class BatchMLAPagedAttentionWrapper:
                 f"q_data_type: expected torch.bfloat16 or torch.float16, given {q_data_type}"
             )
         host_scale("sm_scale", sm_scale)
+        _check_heads("num_heads", int(num_heads))
         batch = int(qo_indptr.shape[0]) - 1
-        if batch < 1 or int(kv_indptr.shape[0]) != batch + 1 or int(kv_len_arr.shape[0]) != batch:
+        if batch < 1 or int(kv_indptr.shape[0]) <= batch or int(kv_len_arr.shape[0]) < batch:
             raise ValueError(
                 f"kv_indptr, kv_len_arr: expected [{batch + 1}] and [{batch}] (batch_size from "
                 f"qo_indptr), given {list(kv_indptr.shape)} and {list(kv_len_arr.shape)}"
             )
+        # FlashInfer reads the first batch_size + 1 and batch_size entries of longer arrays (its
+        # own varlen test passes a kv_indptr of 3 x (batch_size / 3 + 1) entries).
+        kv_indptr, kv_len_arr = kv_indptr[: batch + 1], kv_len_arr[:batch]
 
+        ragged = None
         if self._use_cuda_graph:
             qo_buf, kv_indptr_buf, kv_indices_buf, kv_len_buf = self._buffers
             qo_buf.copy_(qo_indptr, non_blocking=True)
@@ -520,7 +651,7 @@ class BatchMLAPagedAttentionWrapper:
             if self._max_seq_len is not None:
                 width = max(1, -(-int(self._max_seq_len) // page_size))
             else:
-                width = int(kv_indices_buf.shape[0])
+                width = min(int(kv_indices_buf.shape[0]), max(1, _MAX_SEQ_LEN // page_size))
                 if batch * width * 4 > _MAX_GRAPH_TABLE_BYTES:
                     raise ValueError(
                         f"max_seq_len: expected BatchMLAPagedAttentionWrapper(..., "
@@ -535,14 +666,15 @@ class BatchMLAPagedAttentionWrapper:
             kv_indices = kv_indices.to(self.device)
             seq_lens = kv_len_arr.to(device=self.device, dtype=torch.int32)
             # FlashInfer's plan reads these on the host too.
-            q_lens = (qo_indptr[1:] - qo_indptr[:-1]).cpu()
+            cum_q = qo_indptr.cpu()
+            q_lens = cum_q[1:] - cum_q[:-1]
             pages = (kv_indptr[1:] - kv_indptr[:-1]).cpu()
-            s_q = int(q_lens[0])
+            s_q = max(1, int(q_lens.max()))
+            _check_query_tokens("qo_indptr", s_q)
             if not bool((q_lens == s_q).all()):
-                raise _not_supported(
-                    "qo_indptr", f"query lengths that differ between requests ({q_lens.tolist()})",
-                    "mlakit runs the same number of query tokens for every request",
-                )  # fmt: skip
+                # Laid out as a batch of s_q slots, each request's tokens in its last ones.
+                total = int(cum_q[-1])
+                ragged = (total,) + _ragged_layout(cum_q, total, s_q, self.device)
             width = max(1, int(pages.max()))
         if (
             self._block_table is None
@@ -555,27 +687,36 @@ class BatchMLAPagedAttentionWrapper:
                     f"plan: with use_cuda_graph the batch size is fixed ({fixed} requests), "
                     f"given {batch}"
                 )
-            self._block_table = torch.empty((batch, width), dtype=torch.int32,
-                                            device=kv_indices.device)  # fmt: skip
+            # One spare element past the table takes the list entries that belong to no row.
+            self._table_storage = torch.zeros(batch * width + 1, dtype=torch.int32,
+                                              device=kv_indices.device)  # fmt: skip
+            self._block_table = self._table_storage[:-1].view(batch, width)
         self._fill_block_table(kv_indptr, kv_indices, batch, width)
         self._plan = dict(
-            batch=batch, s_q=s_q, num_heads=int(num_heads), page_size=int(page_size),
-            causal=bool(causal), sm_scale=float(sm_scale), q_dtype=q_data_type,
-            kv_dtype=kv_data_type, seq_lens=seq_lens, max_seq_len=width * int(page_size),
+            batch=batch, s_q=s_q, ragged=ragged, num_heads=int(num_heads),
+            page_size=int(page_size), causal=bool(causal), sm_scale=float(sm_scale),
+            q_dtype=q_data_type, kv_dtype=kv_data_type, seq_lens=seq_lens,
+            max_seq_len=width * int(page_size),
         )  # fmt: skip
 
     def _fill_block_table(self, kv_indptr: Any, kv_indices: Any, batch: int, width: int) -> None:
-        """block_table[i, j] = kv_indices[kv_indptr[i] + j] for j < the request's page count,
-        0 after it: gathers of host-known shapes, in place (no synchronization)."""
+        """block_table[i, j] = kv_indices[kv_indptr[i] + j] for j < the request's page count:
+        one scatter over the list's entries (work in proportion to its length, not to batch x
+        width), in place, no synchronization. Entries past kv_indptr[batch] or past the table's
+        width go to the spare element; slots past a request's pages keep what they held (the
+        kernels read a request's first ceil(L / page_size) pages only)."""
         torch = sys.modules["torch"]
-        indptr = kv_indptr[: batch + 1].to(torch.int64)
-        columns = torch.arange(width, device=indptr.device)
-        counts = indptr[1:] - indptr[:-1]
-        valid = columns[None, :] < counts[:, None]
-        last = max(int(kv_indices.shape[0]) - 1, 0)
-        where = (indptr[:-1, None] + columns[None, :]).clamp(0, last)
-        pages = kv_indices.to(torch.int32).index_select(0, where.reshape(-1)).view(batch, width)
-        self._block_table.copy_(torch.where(valid, pages, torch.zeros_like(pages)))
+        device = kv_indices.device
+        count = int(kv_indices.shape[0])
+        if count == 0:
+            return
+        indptr = kv_indptr[: batch + 1].to(device=device, dtype=torch.int64)
+        entries = torch.arange(count, device=device)
+        row = torch.searchsorted(indptr[1:], entries, right=True).clamp(max=batch - 1)
+        column = entries - indptr[row]
+        inside = (entries < indptr[batch]) & (column < width) & (column >= 0)
+        target = torch.where(inside, row * width + column, batch * width)
+        self._table_storage.index_copy_(0, target, kv_indices.to(torch.int32))
 
     def run(
         self,
@@ -598,18 +739,16 @@ class BatchMLAPagedAttentionWrapper:
     ) -> Any:
         """FlashInfer's ``run``: q_nope [total_q, num_heads, 512], q_pe [total_q, num_heads,
         64], ckv_cache [num_pages, page_size, 512], kpe_cache [num_pages, page_size, 64]; out
-        [total_q, num_heads, 512] and lse [total_q, num_heads] written in place when given.
-        fp8 caches take one scale (``ckv_scale`` equal to ``kpe_scale``); ``ckv_scale_arr``
-        (per-token scales), ``o_scale`` (fp8 output) and ``profiler_buffer`` are refused.
-        Returns out, or (out, lse) with return_lse."""
+        [total_q, num_heads, 512] written in place when given; ``lse`` [total_q, num_heads]
+        written when given, as FlashInfer does, also without ``return_lse`` (base 2 unless
+        ``return_lse_base_on_e``). An fp8 cache takes ``ckv_scale`` and ``kpe_scale`` (see
+        ``_k_scale``); ``ckv_scale_arr`` (per-token scales), ``o_scale`` (fp8 output) and
+        ``profiler_buffer`` are refused. Returns out, or (out, lse) with return_lse."""
         torch = sys.modules["torch"]
         if profiler_buffer is not None:
             raise _not_supported("profiler_buffer", "FlashInfer's intra-kernel profiler")
         if o_scale is not None:
             raise _not_supported("o_scale", "an fp8 output (mlakit writes bf16 or fp16)")
-        if ckv_scale_arr is not None:
-            raise _not_supported("ckv_scale_arr", "per-token, per-128-channel cache scales",
-                                 "mlakit's fp8 cache has one scale")  # fmt: skip
         total, h = int(q_nope.shape[0]), int(q_nope.shape[1])
         if kv_len is not None or page_table is not None:
             raise ValueError(
@@ -619,56 +758,103 @@ class BatchMLAPagedAttentionWrapper:
         if self._plan is None:
             raise RuntimeError("BatchMLAPagedAttentionWrapper.run: call plan() first")
         plan, table = self._plan, self._block_table
-        for name, x, want in (("q_nope", q_nope, plan["q_dtype"]), ("q_pe", q_pe, plan["q_dtype"]),
-                              ("ckv_cache", ckv_cache, plan["kv_dtype"]),
-                              ("kpe_cache", kpe_cache, plan["kv_dtype"])):  # fmt: skip
+        for name, x, want, what in (
+            ("q_nope", q_nope, plan["q_dtype"], "q_data_type"),
+            ("q_pe", q_pe, plan["q_dtype"], "q_data_type"),
+            ("ckv_cache", ckv_cache, plan["kv_dtype"], "kv_data_type"),
+            ("kpe_cache", kpe_cache, plan["kv_dtype"], "kv_data_type"),
+        ):
             if x.dtype != want:
-                raise ValueError(f"{name}: expected dtype {want} (as planned), given {x.dtype}")
-        batch = plan["batch"]
+                raise ValueError(
+                    f"{name}.dtype: expected {want} (the planned {what}), given {x.dtype}"
+                )
+        batch, ragged = plan["batch"], plan["ragged"]
         s_q = plan["s_q"] or total // batch
-        if s_q * batch != total:
+        if ragged is not None and ragged[0] != total:
+            raise ValueError(
+                f"q_nope: expected {ragged[0]} rows (qo_indptr[-1] as planned), given {total}"
+            )
+        if ragged is None and s_q * batch != total:
             raise ValueError(
                 f"q_nope: expected batch_size x s_q = {batch} x s_q rows, given {total}"
             )
+        _check_query_tokens("q_nope", s_q)
+        k_scale, rope_factor = self._k_scale(plan["kv_dtype"], ckv_scale, ckv_scale_arr,
+                                             kpe_scale)  # fmt: skip
+        if rope_factor != 1.0:  # kpe_scale / ckv_scale moves onto the query's RoPE part
+            q_pe = (q_pe.float() * rope_factor).to(q_pe.dtype)
 
-        k_scale = None
-        if plan["kv_dtype"] == torch.float8_e4m3fn:
-            if ckv_scale is None or kpe_scale is None:
-                raise ValueError(
-                    "ckv_scale, kpe_scale: expected floats with an fp8 cache, given None"
-                )
-            if float(ckv_scale) != float(kpe_scale):
-                raise _not_supported(
-                    "kpe_scale", f"a scale ({kpe_scale}) other than ckv_scale's ({ckv_scale})",
-                    "mlakit's fp8 cache has one scale for all 576 values",
-                )  # fmt: skip
-            k_scale = host_scale("ckv_scale", ckv_scale)
-        elif ckv_scale is not None or kpe_scale is not None:
-            raise ValueError("ckv_scale, kpe_scale: expected None with a 16-bit cache")
-
-        q = _joined("q_nope, q_pe", q_nope, q_pe, (batch, s_q, h))
         pages, page_size = int(ckv_cache.shape[0]), plan["page_size"]
         kv = _joined("ckv_cache, kpe_cache", ckv_cache, kpe_cache, (pages, page_size))
+        if pages == 0:  # every request is empty (FlashInfer's tests plan kv_len 0): one page of
+            # zeros stands in, which no request reads (mlakit takes no cache without memory)
+            kv = torch.zeros((1, page_size, 576), dtype=kv.dtype, device=kv.device)
+        write_lse = bool(return_lse) or lse is not None
         if out is None:
             out = torch.empty((total, h, 512), dtype=q_nope.dtype, device=q_nope.device)
-        if return_lse and lse is None:
+        if write_lse and lse is None:
             lse = torch.empty((total, h), dtype=torch.float32, device=q_nope.device)
-        _decode(
+        if ragged is None:
+            q = _joined("q_nope, q_pe", q_nope, q_pe, (batch, s_q, h))
+            out4 = _view("out", out, (batch, s_q, h, 512))
+            lse3 = _view("lse", lse, (batch, s_q, h)) if write_lse else None
+        else:
+            _, source, request, slot = ragged
+            q = _gather_rows(_joined("q_nope, q_pe", q_nope, q_pe, (total, h)), source)
+            out4, lse3 = None, None
+        result, result_lse = _decode(
             q,
             kv,
             table,
             plan["seq_lens"],
-            out=_view("out", out, (batch, s_q, h, 512)),
-            lse=_view("lse", lse, (batch, s_q, h)) if return_lse else None,
-            return_lse=bool(return_lse),
+            out=out4,
+            lse=lse3,
+            return_lse=write_lse,
             softmax_scale=plan["sm_scale"],
             causal=plan["causal"],
             k_scale=k_scale,
             max_seq_len=plan["max_seq_len"],
             backend=self._backend,
         )
-        if not return_lse:
-            return out
-        if not return_lse_base_on_e:
+        if ragged is not None:  # each ragged row from its slot
+            out.copy_(result[request, slot])
+            if write_lse:
+                lse.copy_(result_lse[request, slot].reshape(lse.shape))
+        if write_lse and not return_lse_base_on_e:
             _to_base2(lse)
-        return out, lse
+        return (out, lse) if return_lse else out
+
+    @staticmethod
+    def _k_scale(
+        kv_dtype: Any, ckv_scale: Optional[float], ckv_scale_arr: Any, kpe_scale: Optional[float]
+    ) -> Tuple[Optional[float], float]:
+        """The cache scales of ``run``, checked in FlashInfer's order (an fp8 cache needs exactly
+        one of ckv_scale and ckv_scale_arr, and kpe_scale; a 16-bit cache takes none), as
+        mlakit's one k_scale and a factor on the query's RoPE part.
+
+        mlakit's fp8 cache has one scale, applied to all 576 values: k_scale = ckv_scale. The
+        RoPE part only enters the logits, q_pe . (kpe_scale kpe) = (kpe_scale / ckv_scale) q_pe
+        . (ckv_scale kpe), so a kpe_scale of its own becomes the factor kpe_scale / ckv_scale on
+        q_pe (a copy of q_pe, rounded to its dtype: a relative error of 2^-9 in bf16 on the
+        RoPE logits, less than FlashInfer's own bf16 dequantization of the cache)."""
+        torch = sys.modules["torch"]
+        if kv_dtype != torch.float8_e4m3fn:
+            if ckv_scale is not None or ckv_scale_arr is not None or kpe_scale is not None:
+                raise ValueError(
+                    "ckv_scale, ckv_scale_arr, kpe_scale: expected None with a 16-bit cache "
+                    "(they are only valid when kv_data_type is FP8)"
+                )
+            return None, 1.0
+        if (ckv_scale is None) == (ckv_scale_arr is None):
+            raise ValueError(
+                "ckv_scale, ckv_scale_arr: Exactly one of ckv_scale or ckv_scale_arr is required "
+                f"with an fp8 cache, given {'neither' if ckv_scale is None else 'both'}"
+            )
+        if kpe_scale is None:
+            raise ValueError("kpe_scale: expected a float with an fp8 cache, given None")
+        if ckv_scale_arr is not None:
+            raise _not_supported("ckv_scale_arr", "per-token, per-128-channel cache scales",
+                                 "mlakit's fp8 cache has one scale")  # fmt: skip
+        k_scale = host_scale("ckv_scale", ckv_scale)
+        host_scale("kpe_scale", kpe_scale)
+        return k_scale, float(kpe_scale) / float(ckv_scale)

@@ -136,6 +136,20 @@ def _decode(
 # ---------------------------------------------------------------------------------------------
 
 
+def _contiguous(x: Any) -> Any:
+    """``x`` in row-major order: FlashMLA takes strided indices (its sparse test passes views
+    with padded rows), mlakit's decode dense ones. A copy of a small array only where needed (a
+    device copy on a GPU, captured with a graph)."""
+    if x is None:
+        return None
+    kind = _arrays.framework(x)
+    if kind == "torch":
+        return x.contiguous()
+    if kind == "numpy":
+        return sys.modules["numpy"].ascontiguousarray(x)
+    return x
+
+
 def _placeholder_metadata(
     cache_seqlens: Any, num_q_tokens_per_head_k: int, num_heads_k: int
 ) -> Tuple[Any, Any]:
@@ -511,12 +525,12 @@ def _flash_mla_sparse(
         softmax_scale=d_qk**-0.5 if softmax_scale is None else softmax_scale,
         q_scale=descale_q,
         k_scale=descale_k,
-        sinks=attn_sink,
-        indices=indices,
-        topk_lens=topk_length,
+        sinks=_contiguous(attn_sink),
+        indices=_contiguous(indices),
+        topk_lens=_contiguous(topk_length),
         extra_kv_cache=extra_k_cache,
-        extra_indices=extra_indices,
-        extra_topk_lens=extra_topk_length,
+        extra_indices=_contiguous(extra_indices),
+        extra_topk_lens=_contiguous(extra_topk_length),
         layout="dense" if kind in ("bf16", "fp16", "fp8_e4m3") else kind,
         kv_dtype="fp8_e4m3" if kind.startswith("fp8") else kind,
     )

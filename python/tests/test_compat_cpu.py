@@ -316,9 +316,9 @@ def test_trtllm_unsupported_arguments():
             args.pop("qk_rope_head_dim"), w.block_table, w.seq_lens, 64, **args,
         )  # fmt: skip
 
-    with pytest.raises(ValueError, match="kv_lora_rank: expected 512, given 256"):
+    with pytest.raises(NotImplementedError, match="^kv_lora_rank: 256 \\(FlashInfer's smaller "):
         call(kv_lora_rank=256)
-    with pytest.raises(ValueError, match="qk_rope_head_dim: expected 64, given 32"):
+    with pytest.raises(ValueError, match="^kv_lora_rank, qk_rope_head_dim: expected 512 and 64 "):
         call(qk_rope_head_dim=32)
     with pytest.raises(NotImplementedError, match="^skip_softmax_threshold_scale_factor: "):
         call(skip_softmax_threshold_scale_factor=1.0)

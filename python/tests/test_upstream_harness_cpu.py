@@ -1,0 +1,153 @@
+"""The harness that runs FlashMLA's and FlashInfer's own tests against the shims
+(python/tests/upstream, scripts/upstream_tests.py), on the CPU: the sample, the reasons' counts,
+the stand-ins' names and capability reports, and the plugin's outcomes on a small test file that
+passes, fails, skips and is refused by mlakit."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "upstream")
+sys.path.insert(0, HARNESS)
+import mlakit_upstream_plugin as plugin  # noqa: E402
+
+sys.path.remove(HARNESS)
+
+
+def test_sample_keeps_every_group():
+    sizes = {"one": 1, "few": 10, "grid": 19008, "sparse": 1344}
+    keep = plugin.sample_sizes(sizes, 700)
+    assert keep["one"] == 1 and keep["few"] == 10, "small groups whole"
+    assert 690 <= sum(keep.values()) <= 710
+    assert keep["grid"] > keep["sparse"] > 8, "large groups thinned by the square root"
+    assert plugin.sample_sizes(sizes, 0) == {"one": 1, "few": 8, "grid": 8, "sparse": 8}
+
+
+def test_reasons_are_counted_without_their_numbers():
+    assert plugin.normalize_reason(
+        "query: 32 query tokens per request is not supported by mlakit (mlakit decodes 1..16 "
+        "query tokens per request)\nmore"
+    ) == ("query: N query tokens per request is not supported by mlakit (mlakit decodes 1..16 "
+          "query tokens per request)")  # fmt: skip
+    assert plugin.normalize_reason("Mismatched elements: 12 / 4096 (0.3%) at (0, 1)") == (
+        "Mismatched elements: N / N (N%) at (N, N)")  # fmt: skip
+    assert plugin.normalize_reason("shape [3, 1, 576] on SM120") == "shape [...] on SM120"
+
+
+@pytest.fixture
+def standins():
+    torch = pytest.importorskip("torch")
+    path = os.path.join(HARNESS, "standin")
+    sys.path.insert(0, path)
+    try:
+        import flash_mla
+        import flashinfer
+        import flashinfer.utils
+
+        yield torch, flash_mla, flashinfer
+    finally:
+        sys.path.remove(path)
+        for name in [n for n in sys.modules if n.partition(".")[0] in ("flash_mla", "flashinfer")]:
+            del sys.modules[name]
+
+
+def test_standins_serve_the_shims_and_refuse_the_rest_by_name(standins):
+    torch, flash_mla, flashinfer = standins
+    from mlakit import compat
+
+    assert flash_mla.flash_mla_with_kvcache is compat.flash_mla_with_kvcache
+    assert flash_mla.get_mla_metadata is compat.get_mla_metadata
+    assert flashinfer.mla.BatchMLAPagedAttentionWrapper is compat.BatchMLAPagedAttentionWrapper
+    assert flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla is (
+        compat.trtllm_batch_decode_with_kv_cache_mla)  # fmt: skip
+    dims = flashinfer.mla.supported_mla_layer_dimensions
+    assert [(d.head_dimensions.kv_lora_rank, d.num_heads) for d in dims] == [
+        (512, 128), (512, 64), (256, 32)]  # fmt: skip
+    for call, name in [
+        (flash_mla.flash_mla_sparse_fwd, "flash_mla_sparse_fwd"),
+        (flashinfer.single_prefill_with_kv_cache, "single_prefill_with_kv_cache"),
+        (flashinfer.prefill.BatchPrefillWithRaggedKVCacheWrapper,
+         "BatchPrefillWithRaggedKVCacheWrapper"),
+        (flashinfer.jit.build_jit_specs, "build_jit_specs"),
+    ]:  # fmt: skip
+        with pytest.raises(NotImplementedError, match=f"^{name}: .* not supported by mlakit"):
+            call()
+    assert flashinfer.utils.get_trtllm_gen_multi_ctas_kv_counter_bytes(16, 128, 132) == 8192
+    assert flashinfer.utils.has_flashinfer_jit_cache()
+
+
+def test_standin_reports_the_capability_the_harness_sets(standins):
+    torch, _, flashinfer = standins
+    utils = flashinfer.utils
+    with pytest.raises(ValueError, match="cuda device"):
+        utils.get_compute_capability(torch.device("cpu"))
+    try:
+        utils.report_capability((10, 7))
+        assert utils.get_compute_capability(torch.device("cuda")) == (10, 7)
+        assert utils.is_sm90a_supported(torch.device("cuda"))
+        assert utils.is_sm100a_supported(torch.device("cuda"))
+        assert flashinfer.cute_dsl.utils.is_cute_dsl_arch_supported(9, 0)
+    finally:
+        utils.report_capability(None)
+    assert not utils.reports_every_backend()
+
+
+FAKE_SUITE = '''
+import pytest
+import torch
+from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+
+
+def test_passes():
+    assert True
+
+
+def test_fails():
+    assert 1 == 2, "wrong"
+
+
+def test_skips():
+    pytest.skip("the upstream test's own reason")
+
+
+@pytest.mark.parametrize("shared", [False])
+def test_refused(shared):
+    q = torch.zeros(1, 1, 4, 576, dtype=torch.bfloat16)
+    kv = torch.zeros(1, 32, 576, dtype=torch.bfloat16)
+    table = torch.zeros(1, 1, dtype=torch.int32)
+    lens = torch.ones(1, dtype=torch.int32)
+    trtllm_batch_decode_with_kv_cache_mla(q, kv, None, 128, 512, 64, table, lens, 32,
+                                          uses_shared_paged_kv_idx=shared)
+
+
+def test_raises_its_own_not_implemented():
+    raise NotImplementedError("not mlakit's")
+'''
+
+
+def test_plugin_sorts_outcomes_and_refusals(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "test_fake.py").write_text(FAKE_SUITE)
+    summary = tmp_path / "out" / "cases.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(HARNESS, "standin"), HARNESS] + [p for p in [env.get("PYTHONPATH")] if p])
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_fake.py", "-p", "mlakit_upstream_plugin",
+         "-p", "no:cacheprovider", "-c", os.devnull, "--rootdir", str(tmp_path), "-q",
+         "--mlakit-summary", str(summary)],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((tmp_path / "out" / "cases.jsonl.summary.json").read_text())
+    assert result["collected"] == 5 and result["selected"] == 5
+    assert result["outcomes"] == {"passed": 1, "failed": 2, "skipped": 1, "refused": 1}
+    (refusal,) = result["reasons"]["refused"]
+    assert refusal.startswith("uses_shared_paged_kv_idx: False (separate K and V page tables) "
+                              "is not supported by mlakit")  # fmt: skip
+    assert result["reasons"]["skipped"] == {"the upstream test's own reason": 1}
+    lines = [json.loads(line) for line in summary.read_text().splitlines()]
+    assert {r["outcome"] for r in lines if "own_not_implemented" in r["nodeid"]} == {"failed"}
