@@ -7,13 +7,11 @@
 
 The LSE follows FlashInfer: base 2 by default (``log2(sum(exp2(...)))``, what trtllm-gen and the
 wrapper return), natural log with the wrapper's ``return_lse_base_on_e=True``; an empty row is
--inf. mlakit computes natural-log LSEs and multiplies by log2(e) in place on the caller's stream
-(no host synchronization).
+-inf. The library writes the base-2 LSE itself (``Problem::lse_base2``).
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any, List, Optional, Tuple, Union
 
@@ -21,7 +19,6 @@ from . import _arrays
 from ._decoder import host_scale
 from .compat import _array_dtype, _contiguous, _decode, _not_supported, _scale_array
 
-LOG2_E = 1.0 / math.log(2.0)
 
 # FlashInfer's backend names; each means mlakit's "auto".
 _FLASHINFER_BACKENDS = ("auto", "trtllm-gen", "xqa", "cute-dsl", "sparse")
@@ -50,14 +47,6 @@ def _auto_pdl(query: Any) -> bool:
         return False
     torch = sys.modules["torch"]
     return torch.cuda.get_device_capability(query.device)[0] >= 9
-
-
-def _to_base2(lse: Any) -> None:
-    """A natural-log LSE to base 2, in place (-inf stays -inf)."""
-    if _arrays.framework(lse) == "torch":
-        lse.mul_(LOG2_E)
-    else:
-        lse *= LOG2_E
 
 
 def _trtllm_scales(
@@ -448,6 +437,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         max_seq_len=int(max_seq_len),
         pdl=pdl,
         backend=mlakit_backend,
+        lse_base2=bool(return_lse),
     )
 
     if ragged:  # gather each ragged token's row back from its slot
@@ -463,7 +453,6 @@ def trtllm_batch_decode_with_kv_cache_mla(
             lse = result_lse.reshape(b * s_q, h)
     if not return_lse:
         return out
-    _to_base2(lse)
     return out, lse
 
 
@@ -815,13 +804,12 @@ class BatchMLAPagedAttentionWrapper:
             k_scale=k_scale,
             max_seq_len=plan["max_seq_len"],
             backend=self._backend,
+            lse_base2=write_lse and not return_lse_base_on_e,
         )
         if ragged is not None:  # each ragged row from its slot
             out.copy_(result[request, slot])
             if write_lse:
                 lse.copy_(result_lse[request, slot].reshape(lse.shape))
-        if write_lse and not return_lse_base_on_e:
-            _to_base2(lse)
         return (out, lse) if return_lse else out
 
     @staticmethod
