@@ -3,12 +3,14 @@
 // masked out of the softmax, so the request's result is the one it would have without those tokens:
 // a corrupted entry contributes nothing, whatever it holds. Decoder::check_data reports it.
 //
-// A consumer warp first looks at every entry of its chunk once (chunk_has_bad_page: a load per
-// 32 pages a lane, one vote). Only in a chunk with a bad entry does it load the entries of each
-// block after its scores and vote on them (bad_tokens_of_block: two loads and two votes per block
-// of 64 tokens, one of each per block of 32) and mask. Doing that for every block, the loads
-// issued before the scores, cost 2-4% on sm90's wide tile and up to 8% on sm80's 64-row tile
-// (H200, bench/results/2026-11-27-h200-page-mask).
+// sm90: the producer warp reads every entry of a chunk anyway; it publishes each block's bits
+// with the block (SmallStorage::bad_tokens, before the stage's first barrier) and the consumers
+// read one shared-memory word a block. sm80: a consumer warp looks at every entry of its chunk
+// once (chunk_has_bad_page: a load per 32 pages a lane, one vote); only in a chunk with a bad
+// entry does it load the entries of each block after its scores and vote on them
+// (bad_tokens_of_block). Loading and voting in every block, before the scores, cost 2-4% on
+// sm90's wide tile and up to 8% on sm80's 64-row tile (H200,
+// bench/results/2026-11-27-h200-page-mask).
 #pragma once
 
 #include <cstdint>

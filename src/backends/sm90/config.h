@@ -70,8 +70,11 @@ struct SmallStorage {
   uint64_t chunk_empty[kMaxStages][kQkChunks];  // narrow tile: column chunk j of the stage consumed
   uint64_t q_full;                              // Q tile landed
   uint64_t q_empty;                             // both consumer warpgroups done with Q
-  uint64_t wg_sync[2];         // narrow tile: warpgroup w's 128 threads meet (twice a block)
-  uint64_t dequant_sync[2];    // sparse V3.2: warpgroup w's 128 threads widening a block
+  uint64_t wg_sync[2];       // narrow tile: warpgroup w's 128 threads meet (twice a block)
+  uint64_t dequant_sync[2];  // sparse V3.2: warpgroup w's 128 threads widening a block
+  // Per stage: bit j set when token j of its block lies in a page whose block-table id is out of
+  // range (written by the producer before the stage's chunk-0 barrier; 0 for the gathers).
+  uint64_t bad_tokens[kMaxStages];
   uint64_t published[2];       // warpgroup w's block: its max and P are out (128)
   float row_max[2][kRows];     // per warpgroup: the running max after its last block
   float red_sum[2][2][kRows];  // per chunk parity and warpgroup: softmax denominators

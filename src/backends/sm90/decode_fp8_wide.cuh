@@ -116,11 +116,6 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
-    // Bad page ids in the chunk? Only then are its blocks' entries voted on (page_mask.cuh); the
-    // gathers read compacted slots, checked before any read (plan/compact.h).
-    const bool check_pages =
-        p.fill == Fill::kPages && plan::chunk_has_bad_page(table_row(p, c), c.token_begin,
-                                                           c.token_end, p.page_shift, p.num_pages);
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
@@ -175,9 +170,7 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
         // Mask (past the limits, and tokens of bad pages), row max (the four lanes of a row), new
         // max from the one before.
         const uint64_t bad =
-            check_pages ? plan::bad_tokens_of_block<kBlockN>(table_row(p, c), tok0, c.token_end,
-                                                             p.page_shift, p.num_pages)
-                        : 0;
+            ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));  // page_mask.cuh
         if (tok0 + kBlockN > min(limit[0], limit[1]) || bad != 0) {
           const int32_t j_base = 2 * q;
 #pragma unroll

@@ -88,6 +88,17 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       }
       __syncwarp();
       trace(2, 8);
+      // Lane 0 publishes the tokens of bad pages (-1 ids: the whole block, or with page 32 each
+      // half; past the chunk's end they are masked anyway) for the consumers' mask
+      // (plan/page_mask.cuh), before its arrival on the stage's chunk-0 barrier, which every
+      // consumer waits for before it reads them.
+#ifndef MLAKIT_NO_PAGE_CHECKS
+      if (lane == 0) {
+        const uint32_t bad_lo = id0 < 0 ? ~0u : 0u;
+        const uint32_t bad_hi = two_pages ? (id1 < 0 ? ~0u : 0u) : bad_lo;
+        sm.bad_tokens[stage] = (uint64_t{bad_hi} << 32) | bad_lo;
+      }
+#endif
       // Lane j issues column chunk j onto its own barrier. With two pages the second is loaded
       // only when the chunk reaches it (past the length the block table may hold anything); its
       // rows are then masked and zeroed as V.
@@ -178,11 +189,6 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
-    // Bad page ids in the chunk? Only then are its blocks' entries voted on (page_mask.cuh); the
-    // gathers read compacted slots, checked before any read (plan/compact.h).
-    const bool check_pages =
-        p.fill == Fill::kPages && plan::chunk_has_bad_page(table_row(p, c), c.token_begin,
-                                                           c.token_end, p.page_shift, p.num_pages);
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
@@ -244,9 +250,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         // Mask (past the limits, and tokens of bad pages), row max (the four lanes of a row), new
         // max from the one before.
         const uint64_t bad =
-            check_pages ? plan::bad_tokens_of_block<kBlockN>(table_row(p, c), tok0, c.token_end,
-                                                             p.page_shift, p.num_pages)
-                        : 0;
+            ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));  // page_mask.cuh
         if (tok0 + kBlockN > min(limit[0], limit[1]) || bad != 0) {
           const int32_t j_base = 2 * (lane % 4);
 #pragma unroll
@@ -401,6 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
     for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.wg_sync[w], 128);
     for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.dequant_sync[w], 128);
+    for (int i = 0; i < kMaxStages; ++i) sm.bad_tokens[i] = 0;
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }

@@ -99,10 +99,11 @@ __device__ __forceinline__ bool narrow_column_steps(float (&st)[kN / 2],
   const int lane = static_cast<int>(threadIdx.x) % 32,
             warp = static_cast<int>(threadIdx.x) / 32 % 4;
   if (tok0 + kBlockN > min_limit || bad != 0) {
+    const bool bad_token[2] = {plan::bad_token(bad, tok_a), plan::bad_token(bad, tok_a + 8)};
 #pragma unroll
     for (int i = 0; i < kVals; ++i) {
-      const int32_t j = tok_a + 8 * ((i / 2) % 2);
-      if (tok0 + j >= limit[narrow_ci(i)] || plan::bad_token(bad, j)) st[i] = -INFINITY;
+      const int h = (i / 2) % 2;
+      if (tok0 + tok_a + 8 * h >= limit[narrow_ci(i)] || bad_token[h]) st[i] = -INFINITY;
     }
   }
 #pragma unroll
@@ -263,11 +264,6 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
   while (chunks.next(&c)) {
-    // Bad page ids in the chunk? Only then are its blocks' entries voted on (page_mask.cuh); the
-    // gathers read compacted slots, checked before any read (plan/compact.h).
-    const bool check_pages =
-        p.fill == Fill::kPages && plan::chunk_has_bad_page(table_row(p, c), c.token_begin,
-                                                           c.token_end, p.page_shift, p.num_pages);
     // Tokens each column sees: the chunk's, and with causal MTP fewer for early tokens.
     int32_t limit[kCols];
     int32_t min_limit = c.token_end;
@@ -337,10 +333,8 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
 
       // Mask, column max of the block, the steps of the running maxima.
       MaxStep step[kCols];
-      const uint64_t bad = check_pages
-                               ? plan::bad_tokens_of_block<kBlockN>(
-                                     table_row(p, c), tok0, c.token_end, p.page_shift, p.num_pages)
-                               : 0;
+      const uint64_t bad =
+          ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));  // page_mask.cuh
       const bool moved = narrow_column_steps<kN>(st, limit, min_limit, bad, tok0, tok_a, wg, sm,
                                                  wg_sync, scale_log2, m, step);
 

@@ -59,12 +59,6 @@ __device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
 
 // The tokens a query row of the request sees in a chunk: the chunk's, and with causal MTP fewer
 // for its early query tokens (row r is query token r / h_q).
-// The chunk's request's row of the block table (computed where it is used: kept in registers
-// across the block loop it cost the fp8 tile spills).
-__device__ __forceinline__ const int32_t* table_row(const DecodeParams& p, const plan::Chunk& c) {
-  return p.block_table + c.request * p.block_table_stride;
-}
-
 __device__ __forceinline__ int32_t visible_limit(const DecodeParams& p, const plan::Chunk& c,
                                                  int32_t r) {
   const int32_t sq = min(r / p.h_q, p.s_q - 1);

@@ -134,6 +134,14 @@ __device__ __forceinline__ void st_shared_v4_f32(uint32_t a, const float (&v)[4]
                : "memory");
 }
 
+// ld.shared.b64 d, [a], volatile: it stays where it is written (after the wgmma it follows, say)
+// rather than hoisted to where its register would live across the products.
+__device__ __forceinline__ uint64_t ld_shared_u64_here(uint32_t a) {
+  uint64_t d;
+  asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(d) : "r"(a));
+  return d;
+}
+
 // ld.shared.v4.f32 {d}, [a] (a 16-byte aligned shared-memory address).
 __device__ __forceinline__ void ld_shared_v4_f32(float (&d)[4], uint32_t a) {
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
