@@ -26,8 +26,14 @@ struct RowView {
   int64_t stride_b, stride_s, stride_h;
   int32_t h_q;
   int32_t request_tokens;
+  // > 0 when the rows are equally spaced (stride_s = h_q * stride_h, stride_b = s_q * stride_s,
+  // the contiguous tensor among them): the kernels' request then has this many rows, one
+  // stride_h apart, and offset() is one multiply-add (the divisions of the general case, in the
+  // epilogues' row loops, cost the cluster schedule 3-7%, H200).
+  int32_t uniform_rows;
 
   __host__ __device__ __forceinline__ int64_t offset(int32_t request, int32_t r) const {
+    if (uniform_rows > 0) return (int64_t{request} * uniform_rows + r) * stride_h;
     int32_t t = r / h_q;
     const int32_t h = r - t * h_q;
     int32_t i = request;
@@ -41,11 +47,15 @@ struct RowView {
 
 // q's or out's view for the kernels' rows of `p` (the problem as given, not as planned).
 inline RowView row_view(const Problem& p, int64_t stride_b, int64_t stride_s, int64_t stride_h) {
+  const bool uniform = stride_s == p.h_q * stride_h && stride_b == p.s_q * stride_s;
   return {.stride_b = stride_b,
           .stride_s = stride_s,
           .stride_h = stride_h,
           .h_q = p.h_q,
-          .request_tokens = p.sparse() ? p.s_q : 1};
+          .request_tokens = p.sparse() ? p.s_q : 1,
+          .uniform_rows = !uniform     ? 0
+                          : p.sparse() ? p.h_q
+                                       : p.s_q * p.h_q};
 }
 
 // The cache's view as the kernels address it: the token at (page, offset) lies at page *

@@ -13,8 +13,9 @@
 //    computes.
 // The producer runs one block ahead (the next block's copies are requested before the block's
 // barriers complete), reads the slots a block before it needs them and prefetches the rows into
-// L2 a block before it requests them. The cache may be a view (padded tokens or pages): a slot's
-// address comes from DecodeParams::kv_view.
+// L2 a block before it requests them. The cache may be a view with padded tokens: slot s lies at
+// s * kv_view.stride_page (the token stride; launch.cc refuses padded pages here: a division per
+// copy in the gather cost the V3.2 sparse decode 20-33%, H200).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -152,7 +153,7 @@ __device__ __forceinline__ void issue16(const DecodeParams& p, SmallStorage& sm,
   for (int k = 0; k < 4; ++k) {
     const int tk = t / 8 + 16 * k;
     const int32_t sl = slot_of(s, tk);
-    const uint8_t* src = p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + u * 16;
+    const uint8_t* src = p.kv_cache + int64_t{max(sl, 0)} * p.kv_view.stride_page + u * 16;
     const uint32_t dst = r.addr + swizzled(tk, u * 16);
 #pragma unroll
     for (int j = 0; j < kQkChunks; ++j) {
@@ -192,22 +193,23 @@ __device__ __forceinline__ void issue_v32(const DecodeParams& p, SmallStorage& s
     const int tk = t / 32 + 4 * i;
     const int32_t sl = slot_of(s, tk);
     ptx::cp_async_cg_shared_global(
-        dst + tk * 64, p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + piece * 16, sl >= 0 ? 16 : 0);
+        dst + tk * 64, p.kv_cache + int64_t{max(sl, 0)} * p.kv_view.stride_page + piece * 16,
+        sl >= 0 ? 16 : 0);
   }
   const int u = t % 8;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int tk = t / 8 + 16 * k;
     const int32_t sl = slot_of(s, tk);
-    const uint8_t* src =
-        p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + kDv + kDv / kBlockwiseGroup * 4 + u * 16;
+    const uint8_t* src = p.kv_cache + int64_t{max(sl, 0)} * p.kv_view.stride_page + kDv +
+                         kDv / kBlockwiseGroup * 4 + u * 16;
     ptx::cp_async_cg_shared_global(r.addr + kPChunk * L::kKvChunkBytes + swizzled(tk, u * 16), src,
                                    sl >= 0 ? 16 : 0);
   }
   if (t < kBlockN) {
     const int32_t sl = slot_of(s, t);
     ptx::cp_async_cg_shared_global(ptx::smem_u32(&sm.gather_scale[r.stage][t]),
-                                   p.kv_cache + p.kv_view.offset(max(sl, 0), 0) + kDv,
+                                   p.kv_cache + int64_t{max(sl, 0)} * p.kv_view.stride_page + kDv,
                                    sl >= 0 ? 16 : 0);
   }
   ptx::cp_async_commit_group();
@@ -336,7 +338,7 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
     auto prefetch = [&](int32_t b) {
       const int32_t tok = c.token_begin + b * kBlockN + t;
       if (t < kBlockN && tok < c.token_end) {
-        prefetch_l2(p.kv_cache + p.kv_view.offset(slots[tok], 0), row_bytes);
+        prefetch_l2(p.kv_cache + int64_t{slots[tok]} * p.kv_view.stride_page, row_bytes);
       }
     };
     auto issue = [&](int32_t b, const int32_t(&s2)[2]) {

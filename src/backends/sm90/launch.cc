@@ -281,6 +281,14 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const Views views = views_of(p, a);
   const bool pack_q = !views.q_uniform(p);
   const bool kv_paged = !sparse && !views.kv_uniform(p);
+  // The sparse gather reads slot s at s * the token stride (gather.cuh): padded tokens, not pages.
+  if (sparse && !views.kv_uniform(p)) {
+    return unsupported(
+        "kv_stride_page: backend sm90 gathers a sparse problem's tokens from a cache "
+        "whose pages are page_size tokens apart (",
+        int64_t{p.page_size} * views.kv_token, " elements), given ", views.kv_page,
+        " (padded pages run on the sm80 and cpu backends)");
+  }
   MLAKIT_RETURN_IF_ERROR(check_tma_strides(p, views, pack_q, kv_paged));
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const bool cluster = shape.schedule == plan::Schedule::kCluster;
