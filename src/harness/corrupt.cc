@@ -14,10 +14,12 @@ namespace {
 std::vector<BadSlot> candidates_of(const HostInputs& in) {
   const Problem& p = in.problem;
   std::vector<BadSlot> candidates;
-  if (p.sparse()) return candidates;
+  if (p.sparse() || p.context_parallel()) return candidates;
   const int32_t lag = p.causal ? p.s_q - 1 : 0;
+  // The length a run reads (the GPU backends clamp to these), so no slot lies past the row.
+  const int64_t longest = std::min<int64_t>(p.max_seq_len, in.block_table_stride * p.page_size);
   for (int32_t i = 0; i < in.batch; ++i) {
-    const int64_t bound = int64_t{in.seq_lens[i]} - lag;
+    const int64_t bound = std::min<int64_t>(in.seq_lens[i], longest) - lag;
     for (int32_t slot = 0; (int64_t{slot} + 1) * p.page_size <= bound; ++slot) {
       candidates.push_back({.request = i, .slot = slot});
     }
@@ -33,8 +35,11 @@ int64_t bad_page_room(const HostInputs& in) {
 
 Status plant_bad_pages(HostInputs* in, int count, uint64_t seed, std::vector<BadSlot>* planted) {
   planted->clear();
-  if (in->problem.sparse()) {
-    return invalid_argument("problem", "a dense problem (bad pages of a block table)", "sparse");
+  if (in->problem.sparse() || in->problem.context_parallel()) {
+    return invalid_argument("problem",
+                            "a dense problem without context parallelism (bad pages of a block "
+                            "table with global lengths)",
+                            in->problem.sparse() ? "sparse" : "cp_world > 1");
   }
   std::vector<BadSlot> candidates = candidates_of(*in);
   if (count < 0 || static_cast<size_t>(count) > candidates.size()) {

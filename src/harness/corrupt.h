@@ -24,10 +24,10 @@ struct BadSlot {
 // used slots of a dense problem's block table, at most one per page, in pages that lie wholly
 // before every query token's causal bound (so that taking them out changes no bound). The slots
 // are spread over the requests that have such pages, from a seeded choice; the result lists
-// them in block-table order. kInvalidArgument when the problem is sparse or fewer than `count`
-// such pages exist.
+// them in block-table order. kInvalidArgument when the problem is sparse or context parallel (its
+// lengths are global, its table local) or fewer than `count` such pages exist.
 Status plant_bad_pages(HostInputs* in, int count, uint64_t seed, std::vector<BadSlot>* planted);
-// How many pages plant_bad_pages could corrupt in `in` (0 for a sparse problem).
+// How many pages plant_bad_pages could corrupt in `in` (0 for a sparse or context-parallel one).
 int64_t bad_page_room(const HostInputs& in);
 
 // `in` with the planted slots taken out: each row loses those columns (the rest shift left, the

@@ -26,10 +26,10 @@ struct RowView {
   int64_t stride_b, stride_s, stride_h;
   int32_t h_q;
   int32_t request_tokens;
-  // > 0 when the rows are equally spaced (stride_s = h_q * stride_h, stride_b = s_q * stride_s,
-  // the contiguous tensor among them): the kernels' request then has this many rows, one
-  // stride_h apart, and offset() is one multiply-add (the divisions of the general case, in the
-  // epilogues' row loops, cost the cluster schedule 3-7%, H200).
+  // > 0 when the rows are equally spaced (stride_s = h_q * stride_h unless s_q is 1, stride_b =
+  // s_q * h_q * stride_h; the contiguous tensor among them): the kernels' request then has this
+  // many rows, one stride_h apart, and offset() is one multiply-add instead of the general case's
+  // divisions by h_q and s_q for every row the epilogues write.
   int32_t uniform_rows;
 
   __host__ __device__ __forceinline__ int64_t offset(int32_t request, int32_t r) const {
@@ -47,7 +47,9 @@ struct RowView {
 
 // q's or out's view for the kernels' rows of `p` (the problem as given, not as planned).
 inline RowView row_view(const Problem& p, int64_t stride_b, int64_t stride_s, int64_t stride_h) {
-  const bool uniform = stride_s == p.h_q * stride_h && stride_b == p.s_q * stride_s;
+  // (stride_s matters only with several query tokens.)
+  const bool uniform =
+      (p.s_q == 1 || stride_s == p.h_q * stride_h) && stride_b == int64_t{p.s_q} * p.h_q * stride_h;
   return {.stride_b = stride_b,
           .stride_s = stride_s,
           .stride_h = stride_h,
@@ -90,7 +92,7 @@ inline KvView kv_view(const Problem& p, const Views& v, int64_t unit) {
 // A block-table entry as the kernels use it: the page id when it names a page of the cache, else -1
 // (nothing of it is read).
 // MLAKIT_NO_PAGE_CHECKS (a compile definition for measuring what the checks cost, never for use:
-// bench/results/*-bounds) trusts every id, here and in page_mask.cuh.
+// bench/results/*-page-mask) trusts every id, here and in page_mask.cuh.
 __host__ __device__ inline int32_t valid_page(int32_t id, int32_t num_pages) {
 #ifdef MLAKIT_NO_PAGE_CHECKS
   (void)num_pages;

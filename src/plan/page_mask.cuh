@@ -86,7 +86,8 @@ __device__ __forceinline__ uint64_t bad_tokens_of_block(const int32_t* table_row
   return pages.bad_tokens(num_pages);
 }
 
-// Whether token tok0 + j of a block is in a bad page (bits from BlockPages::bad_tokens).
+// Whether token tok0 + j of a block is in a bad page (bits: sm90's SmallStorage::bad_tokens, or
+// BlockPages::bad_tokens on sm80).
 __device__ __forceinline__ bool bad_token(uint64_t bits, int32_t j) { return (bits >> j) & 1; }
 
 }  // namespace mlakit::plan

@@ -69,6 +69,17 @@ TEST(Corrupt, RefusesWhatItCannotPlant) {
   EXPECT_EQ(mlakit::harness::plant_bad_pages(&in, 2, 1, &planted).code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(planted.empty());
+  // Context parallel: global lengths over a local table; nothing is planted.
+  HostInputs cp = in;
+  cp.problem.cp_world = 2;
+  EXPECT_EQ(mlakit::harness::bad_page_room(cp), 0);
+  EXPECT_EQ(mlakit::harness::plant_bad_pages(&cp, 1, 1, &planted).code(),
+            StatusCode::kInvalidArgument);
+  // Lengths past what the table addresses: only slots inside the row.
+  HostInputs long_len = inputs(1, 16, {64}, case_seed());
+  long_len.seq_lens[0] = 1 << 20;
+  EXPECT_EQ(mlakit::harness::bad_page_room(long_len),
+            std::min<int64_t>(long_len.problem.max_seq_len, long_len.block_table_stride * 16) / 16);
 }
 
 // The reference without the slots equals a sparse run over the tokens of the good pages (per

@@ -6,6 +6,7 @@
 // records (scripts/sanitize.sh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>

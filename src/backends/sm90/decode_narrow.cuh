@@ -84,10 +84,10 @@ __device__ __forceinline__ int narrow_col(int lane, int ci) {
 }
 
 // Masks S^T of a block (the thread's tokens tok_a, tok_a + 8 of the block at tok0; columns past
-// their limit, and all of a token in a bad page: bits of BlockPages::bad_tokens), takes each
-// column's max over the warpgroup (the 8 lanes of a column, then its 4 warps through shared memory:
-// one warpgroup sync) and works out each column's step from the running max m (which it advances).
-// Returns whether any of the thread's columns moved.
+// their limit, and all of a token in a bad page: the producer's SmallStorage::bad_tokens), takes
+// each column's max over the warpgroup (the 8 lanes of a column, then its 4 warps through shared
+// memory: one warpgroup sync) and works out each column's step from the running max m (which it
+// advances). Returns whether any of the thread's columns moved.
 template <int kN>
 __device__ __forceinline__ bool narrow_column_steps(float (&st)[kN / 2],
                                                     const int32_t (&limit)[kN / 4],
