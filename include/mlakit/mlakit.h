@@ -213,7 +213,7 @@ std::string describe(const Problem& problem);  // one line, for logs and tables
 // log2(sum_j exp(s[j])) = lse * log2(e) instead (-inf stays -inf; weights exp2(lse2_k - max)),
 // what FlashInfer and engines that merge with exp2 expect; merge_partials (mlakit/cp.h) takes
 // either (MergeArgs::lse_base2). FlashMLA's convention (+inf for an empty row) is its shim's
-// business (python/mlakit/compat.py).
+// business (python/mlakit/_flashmla.py).
 // ---------------------------------------------------------------------------------------------
 inline constexpr float kDefaultSoftmaxScale = 0.041666666666666664f;  // 1/sqrt(576)
 // 1/sqrt(512), what FlashMLA uses by default with the V4 layout (d_qk 512): set it explicitly.

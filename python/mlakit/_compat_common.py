@@ -70,7 +70,7 @@ def _decode(
             q, kv_cache, block_table, seq_lens, out=out, lse=lse, return_lse=return_lse,
             softmax_scale=softmax_scale, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
             indices=indices, topk_lens=topk_lens, causal=causal, max_seq_len=max_seq_len,
-            pdl=pdl, backend=backend, lse_base2=lse_base2,
+            pdl=pdl, backend=backend, lse_base2=bool(lse_base2) and bool(return_lse),
         )  # fmt: skip
         return result if return_lse else (result, None)
 
