@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from . import _cache
+from . import _cache, cp
 from ._decoder import host_scale
 
 if not hasattr(torch.library, "custom_op"):
@@ -130,6 +130,9 @@ def _problem(
     extra_kv_cache: Optional[torch.Tensor] = None,
     extra_indices: Optional[torch.Tensor] = None,
     lse_base2: bool = False,
+    cp_world: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
 ) -> Dict[str, Any]:
     """The Decoder arguments of one call, read from the tensors' metadata only (so that the fake
     implementation runs the same checks on fake tensors), with the scales checked against it."""
@@ -178,6 +181,9 @@ def _problem(
         tactic=tactic,
         extra_topk=int(extra_indices.shape[-1]) if extra_indices is not None else 0,
         extra_page_size=_page_size(extra_kv_cache) if extra_kv_cache is not None else 0,
+        cp_world=int(cp_world),
+        cp_rank=int(cp_rank),
+        cp_interleave=int(cp_interleave),
     )
 
 
@@ -207,10 +213,13 @@ def _decode_op(
     extra_indices: Optional[torch.Tensor] = None,
     extra_topk_lens: Optional[torch.Tensor] = None,
     lse_base2: bool = False,
+    cp_world: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
 ) -> None:
     problem = _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor,
                        q_scale, k_scale, causal, pdl, backend, tactic, extra_kv_cache,
-                       extra_indices, lse_base2)  # fmt: skip
+                       extra_indices, lse_base2, cp_world, cp_rank, cp_interleave)  # fmt: skip
     if max_seq_len > 0:
         seq_len = max_seq_len
     elif problem["topk"] > 0:
@@ -218,6 +227,11 @@ def _decode_op(
     else:
         pages = int(block_table.shape[-1]) if block_table is not None else 1
         seq_len = pages * problem["page_size"]
+        if cp_world > 1 and 0 <= cp_rank < cp_world and cp_interleave >= 1:
+            # The table addresses local positions; the longest global length whose local part
+            # fits is the global position of the first local one past it. (Invalid cp fields are
+            # left to the library's validation, which names them.)
+            seq_len = cp.global_position(seq_len, cp_world, cp_rank, cp_interleave)
     device = q.device
     key = (device.type, device.index)
     if device.type == "cuda":
@@ -255,13 +269,14 @@ def _decode_op(
 def _decode_fake(
     q, kv_cache, block_table, seq_lens, out, lse, sinks, indices, topk_lens, q_scale_tensor,
     k_scale_tensor, softmax_scale, q_scale, k_scale, causal, max_seq_len, pdl, backend, tactic,
-    extra_kv_cache=None, extra_indices=None, extra_topk_lens=None, lse_base2=False,
+    extra_kv_cache=None, extra_indices=None, extra_topk_lens=None, lse_base2=False, cp_world=1,
+    cp_rank=0, cp_interleave=1,
 ):  # fmt: skip
     # Writes out (and lse) in place and returns nothing; the checks that metadata decides (dtypes,
     # scales) raise here as they would at run time, so that torch.compile reports them.
     _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor, q_scale,
              k_scale, causal, pdl, backend, tactic, extra_kv_cache, extra_indices,
-             lse_base2)  # fmt: skip
+             lse_base2, cp_world, cp_rank, cp_interleave)  # fmt: skip
     return None
 
 
@@ -297,6 +312,9 @@ def decode(
     pdl: bool = False,
     backend: str = "auto",
     tactic: int = -1,
+    cp_world: int = 1,
+    cp_rank: int = 0,
+    cp_interleave: int = 1,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """MLA decode on PyTorch tensors through the ``mlakit::decode`` custom op.
 
@@ -319,10 +337,14 @@ def decode(
         causal: with s_q > 1, token t sees positions < L - s_q + 1 + t.
         softmax_scale: None: 1/sqrt(d_qk) (d_qk = q.shape[-1]).
         max_seq_len: bound on the cached lengths for sizing the decoder; None: what the block
-            table can address (``block_table.shape[1] * page_size``), or topk when sparse.
+            table can address (``block_table.shape[1] * page_size``; with ``cp_world > 1`` the
+            longest global length whose local part fits that), or topk when sparse.
         out_dtype: dtype of a new ``out``; None: the cache's dtype if 16-bit, else q's, else
             bfloat16.
         pdl, backend, tactic: as for ``mlakit.Decoder`` (host tensors use the cpu backend).
+        cp_world, cp_rank, cp_interleave: context parallelism, as for ``mlakit.Decoder``: the
+            cache and block table are this rank's shard, ``seq_lens`` global; needs an lse and no
+            sinks (the merge applies them). ``mlakit.cp.sharded_decode`` runs the whole step.
 
     Returns:
         ``out`` [b, s_q, h_q, 512], or ``(out, lse)`` when an lse was given or asked for.
@@ -364,5 +386,8 @@ def decode(
         extra_indices,
         extra_topk_lens,
         bool(lse_base2),
+        int(cp_world),
+        int(cp_rank),
+        int(cp_interleave),
     )
     return (out, lse) if lse is not None else out
