@@ -13,6 +13,13 @@ gathers the partials of all ranks (its own communication: NCCL, torch.distribute
     rank_of          the rank that holds a global position
     global_position  the global position of a rank's local position
     merge_partials   the partials of all ranks -> the attention output (and the global LSE)
+
+With PyTorch, the communication of the step over torch.distributed (``mlakit.cp_dist``, imported
+on first use so that this module needs no PyTorch):
+
+    merge_allgather             all-gather of the partials, every rank merges all heads
+    merge_reduce_scatter_heads  all-to-all by heads, rank r merges heads r*h_q/N .. (r+1)*h_q/N-1
+    sharded_decode              this rank's decode (mlakit.torch.decode) and one of the merges
 """
 
 from __future__ import annotations
@@ -23,6 +30,17 @@ from . import _arrays, _mlakit
 from .ops import _placement, _shape
 
 __all__ = ["local_len", "local_position", "rank_of", "global_position", "merge_partials"]
+
+_DIST = ("merge_allgather", "merge_reduce_scatter_heads", "sharded_decode")
+
+
+def __getattr__(name: str) -> Any:
+    # The torch.distributed functions, re-exported without importing PyTorch with this module.
+    if name in _DIST:
+        from . import cp_dist
+
+        return getattr(cp_dist, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check(world: int, interleave: int, rank: int = 0) -> None:
