@@ -113,7 +113,7 @@ def _all_gather(gathered: torch.Tensor, local: torch.Tensor, group: Any) -> None
         try:
             # As the concatenation along dim 0, the one form of the output every backend takes
             # (gloo refuses the stacked [N, ...] form that NCCL also accepts).
-            flat = gathered.view((-1,) + tuple(local.shape[1:]))
+            flat = gathered.view((gathered.shape[0] * local.shape[0],) + tuple(local.shape[1:]))
             dist.all_gather_into_tensor(flat, local, group=group)
             return
         except (RuntimeError, NotImplementedError) as e:
@@ -130,8 +130,9 @@ def _single_rank(partial_out, partial_lse, sinks, lse_base2, out, lse):
     the merge of that one partial (the sinks applied, written into out / lse)."""
     if sinks is None and out is None and lse is None:
         return partial_out, partial_lse
-    return merge_partials(partial_out.unsqueeze(0), partial_lse.unsqueeze(0), sinks=sinks,
-                          out=out, lse=lse, lse_base2=lse_base2)  # fmt: skip
+    return merge_partials(partial_out.contiguous().unsqueeze(0),
+                          partial_lse.contiguous().unsqueeze(0), sinks=sinks, out=out, lse=lse,
+                          lse_base2=lse_base2)  # fmt: skip
 
 
 def merge_allgather(
@@ -241,7 +242,7 @@ def merge_reduce_scatter_heads(
 
 
 # Arguments of mlakit.torch.decode that sharded_decode sets itself.
-_SET_BY_STEP = ("cp_world", "cp_rank", "return_lse")
+_SET_BY_STEP = ("cp_world", "cp_rank")
 
 
 def sharded_decode(
@@ -289,8 +290,8 @@ def sharded_decode(
 
     Raises:
         ValueError: an unknown mode, h_q not a multiple of N with mode "heads", cp_interleave < 1,
-        wrong shapes or devices. TypeError: an argument that the step sets (cp_world, cp_rank,
-        return_lse through decode_args), wrong dtypes.
+        wrong shapes or devices. TypeError: cp_world or cp_rank given (the group sets them),
+        wrong dtypes.
     """
     if mode not in _MODES:
         raise ValueError(f"mode: expected one of {', '.join(_MODES)}, given {mode!r}")
@@ -310,9 +311,8 @@ def sharded_decode(
         )
     want_lse = return_lse or lse is not None
     if world == 1:
-        result = decode(q, kv_cache, block_table, seq_lens, sinks=sinks, lse_base2=lse_base2,
-                        out=out, lse=lse, return_lse=want_lse, **decode_args)  # fmt: skip
-        return result
+        return decode(q, kv_cache, block_table, seq_lens, sinks=sinks, lse_base2=lse_base2,
+                      out=out, lse=lse, return_lse=want_lse, **decode_args)  # fmt: skip
     part_out, part_lse = decode(q, kv_cache, block_table, seq_lens, return_lse=True,
                                 lse_base2=lse_base2, cp_world=world, cp_rank=rank,
                                 cp_interleave=int(cp_interleave), **decode_args)  # fmt: skip
