@@ -1,6 +1,8 @@
+// Synthetic workloads on the host (harness/workload.h): random inputs of a problem's shape in
+// storage form, poisoned where nothing should be read, and the sequence lengths they are made for.
+// The context-parallel shards are in workload_cp.cc, the copies on the device in
+// workload_device.cc.
 #include "harness/workload.h"
-
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +10,8 @@
 #include <limits>
 #include <numeric>
 
-#include "core/cuda_check.h"
 #include "core/numeric.h"
 #include "core/parallel.h"
-#include "mlakit/cp.h"
 
 namespace mlakit::harness {
 namespace {
@@ -450,162 +450,6 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
   }
   if (p.has_extra()) make_extra(p, rng, opt, &in);
   return in;
-}
-
-HostInputs shard_inputs(const HostInputs& global, int32_t world, int32_t rank, int32_t interleave,
-                        const WorkloadOptions& opt) {
-  const Problem& gp = global.problem;
-  HostInputs in;
-  in.problem = gp;
-  in.problem.cp_world = world;
-  in.problem.cp_rank = rank;
-  in.problem.cp_interleave = interleave;
-  in.problem.return_lse = true;
-  in.problem.has_sinks = false;
-  const Problem& p = in.problem;
-  in.batch = global.batch;
-  in.q = global.q;
-  in.seq_lens = global.seq_lens;
-  in.softmax_scale = global.softmax_scale;
-  in.q_scale = global.q_scale;
-  in.k_scale = global.k_scale;
-
-  // Local pages: request i's local tokens fill pages of its own, numbered from the end of the
-  // cache down (so that a local page id differs from its index), after opt.extra_pages NaN ones.
-  std::vector<int64_t> local_pages(in.batch);
-  int64_t total = 0, max_pages = 0;
-  for (int i = 0; i < in.batch; ++i) {
-    const int64_t n = cp_local_len(global.seq_lens[i], world, rank, interleave);
-    local_pages[i] = (n + p.page_size - 1) / p.page_size;
-    total += local_pages[i];
-    max_pages = std::max(max_pages, local_pages[i]);
-  }
-  in.num_pages = std::max<int64_t>(total + opt.extra_pages, 1);
-  in.block_table_stride = std::max<int64_t>(1, max_pages + opt.extra_block_slots);
-  in.block_table.assign(in.batch * in.block_table_stride,
-                        static_cast<int32_t>(in.num_pages + 7919));
-  const size_t page_bytes = kv_page_bytes(p.kv_dtype, p.kv_layout, p.page_size);
-  in.kv.assign(static_cast<size_t>(in.num_pages) * page_bytes, 0xff);  // NaN in every dtype
-  const bool v4 = p.kv_layout == KvLayout::kFp8V4;
-  const size_t data_bytes = v4 ? kV4DataBytes : kv_token_bytes(p.kv_dtype, p.kv_layout);
-  int64_t next_page = in.num_pages - 1;
-  for (int i = 0; i < in.batch; ++i) {
-    int32_t* table = &in.block_table[i * in.block_table_stride];
-    const int32_t* global_table = &global.block_table[i * global.block_table_stride];
-    for (int64_t k = 0; k < local_pages[i]; ++k) table[k] = static_cast<int32_t>(next_page--);
-    for (int64_t g = 0; g < global.seq_lens[i]; ++g) {
-      if (cp_rank_of(g, world, interleave) != rank) continue;
-      const int64_t j = cp_local_position(g, world, interleave);
-      const uint8_t* src = &global.kv[global_table[g / p.page_size] * page_bytes];
-      uint8_t* dst = &in.kv[table[j / p.page_size] * page_bytes];
-      const int64_t src_off = g % p.page_size, dst_off = j % p.page_size;
-      std::memcpy(dst + dst_off * data_bytes, src + src_off * data_bytes, data_bytes);
-      if (v4) {
-        const int64_t scales = int64_t{p.page_size} * kV4DataBytes;
-        std::memcpy(dst + scales + dst_off * kV4ScaleBytes, src + scales + src_off * kV4ScaleBytes,
-                    kV4ScaleBytes);
-      }
-    }
-  }
-  return in;
-}
-
-// ---------------------------------------------------------------------------------------------
-
-DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
-  if (bytes > 0 && cudaMalloc(&ptr_, bytes) != cudaSuccess) {
-    ptr_ = nullptr;
-    size_ = 0;
-  }
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), size_(other.size_) {
-  other.ptr_ = nullptr;
-  other.size_ = 0;
-}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-    ptr_ = other.ptr_;
-    size_ = other.size_;
-    other.ptr_ = nullptr;
-    other.size_ = 0;
-  }
-  return *this;
-}
-
-namespace {
-
-template <typename T>
-Status upload_vector(const std::vector<T>& host, DeviceBuffer* buffer) {
-  if (host.empty()) return Status::Ok();
-  *buffer = DeviceBuffer(host.size() * sizeof(T));
-  if (buffer->get() == nullptr) {
-    return Status(StatusCode::kCudaError,
-                  str_cat("cudaMalloc of ", host.size() * sizeof(T), " bytes failed"));
-  }
-  MLAKIT_CUDA_RETURN(
-      cudaMemcpy(buffer->get(), host.data(), buffer->size(), cudaMemcpyHostToDevice));
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status DeviceInputs::upload(const HostInputs& h, DeviceInputs* d) {
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.q, &d->q));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.kv, &d->kv));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.block_table, &d->block_table));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.seq_lens, &d->seq_lens));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.indices, &d->indices));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.topk_lens, &d->topk_lens));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.sinks, &d->sinks));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.extra_kv, &d->extra_kv));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.extra_indices, &d->extra_indices));
-  MLAKIT_RETURN_IF_ERROR(upload_vector(h.extra_topk_lens, &d->extra_topk_lens));
-  d->out = DeviceBuffer(h.out_bytes());
-  d->lse = DeviceBuffer(h.lse_count() * sizeof(float));
-  if (d->out.get() == nullptr || d->lse.get() == nullptr) {
-    return Status(StatusCode::kCudaError, "cudaMalloc of the output failed");
-  }
-  d->args = h.args(d->out.get(), d->lse.as<float>());
-  d->args.q = d->q.get();
-  d->args.kv_cache = d->kv.get();
-  if (!h.problem.sparse()) {
-    d->args.block_table = d->block_table.as<int32_t>();
-    d->args.seq_lens = d->seq_lens.as<int32_t>();
-  } else {
-    d->args.indices = d->indices.as<int32_t>();
-    d->args.topk_lens = h.topk_lens.empty() ? nullptr : d->topk_lens.as<int32_t>();
-  }
-  d->args.sinks = h.sinks.empty() ? nullptr : d->sinks.as<float>();
-  if (h.problem.has_extra()) {
-    d->args.extra_kv_cache = d->extra_kv.get();
-    d->args.extra_indices = d->extra_indices.as<int32_t>();
-    d->args.extra_topk_lens =
-        h.extra_topk_lens.empty() ? nullptr : d->extra_topk_lens.as<int32_t>();
-  }
-  return Status::Ok();
-}
-
-Status DeviceInputs::download(const HostInputs& h, void* out_host, float* lse_host) const {
-  MLAKIT_CUDA_RETURN(cudaMemcpy(out_host, out.get(), h.out_bytes(), cudaMemcpyDeviceToHost));
-  if (lse_host != nullptr) {
-    MLAKIT_CUDA_RETURN(
-        cudaMemcpy(lse_host, lse.get(), h.lse_count() * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  return Status::Ok();
-}
-
-Status DeviceInputs::poison(const HostInputs& h) const {
-  // 0xff bytes are NaN in bf16, fp16 and fp32 alike.
-  MLAKIT_CUDA_RETURN(cudaMemset(out.get(), 0xff, h.out_bytes()));
-  MLAKIT_CUDA_RETURN(cudaMemset(lse.get(), 0xff, h.lse_count() * sizeof(float)));
-  return Status::Ok();
 }
 
 }  // namespace mlakit::harness

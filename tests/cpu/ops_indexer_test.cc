@@ -1,0 +1,292 @@
+// The indexer ops' cpu references (include/mlakit/ops.h) against independent brute-force checks:
+// the indexer logits against a float64 brute force, top-k against a stable sort. Plus the argument
+// checks. The append ops are in ops_append_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "cpu_run.h"
+#include "mlakit/ops.h"
+#include "ops_rng.h"
+
+namespace mlakit_test {
+namespace {
+
+using mlakit::ops::Device;
+namespace ops = mlakit::ops;
+
+// ---------------------------------------------------------------------------------------------
+// Indexer logits
+// ---------------------------------------------------------------------------------------------
+
+uint8_t random_e4m3(Rng& rng) {
+  for (;;) {
+    const auto b = static_cast<uint8_t>(rng.below(256));
+    if ((b & 0x7f) != 0x7f) return b;  // not NaN
+  }
+}
+
+TEST(OpsIndexerLogits, MatchesFloat64BruteForce) {
+  Rng rng(case_seed());
+  struct Case {
+    int batch, next_n, heads, page_size;
+    std::vector<int32_t> lens;
+  };
+  const Case cases[] = {
+      {4, 1, 64, 64, {0, 1, 63, 200}},
+      {3, 2, 64, 16, {1, 2, 77}},
+      {2, 4, 8, 1, {3, 40}},
+      {1, 3, 128, 32, {129}},
+  };
+  for (const Case& c : cases) {
+    const int64_t max_len = *std::max_element(c.lens.begin(), c.lens.end()) + 5;
+    const int64_t bt_stride = (max_len + c.page_size - 1) / c.page_size + 1;
+    const int64_t num_pages = c.batch * bt_stride + 2;
+    const size_t page_bytes = ops::indexer_page_bytes(c.page_size);
+    // Every page NaN-poisoned first (e4m3 NaN keys, NaN scales); the used ones get random data.
+    std::vector<uint8_t> cache(num_pages * page_bytes, 0x7f);
+    std::vector<int32_t> table(c.batch * bt_stride);
+    std::vector<int32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng.gen);
+    int next = 0;
+    for (int i = 0; i < c.batch; ++i) {
+      for (int64_t pg = 0; pg < bt_stride; ++pg) {
+        const bool used = pg * c.page_size < c.lens[i];
+        table[i * bt_stride + pg] = used ? perm[next++] : 1 << 30;  // unused: out of range
+        if (!used) continue;
+        uint8_t* page = cache.data() + table[i * bt_stride + pg] * page_bytes;
+        for (int64_t e = 0; e < int64_t{c.page_size} * 128; ++e) page[e] = random_e4m3(rng);
+        for (int o = 0; o < c.page_size; ++o) {
+          const float s = std::exp(rng.normal()) * 0.01f;
+          std::memcpy(page + c.page_size * 128 + 4 * o, &s, 4);
+        }
+      }
+    }
+    const int64_t rows = int64_t{c.batch} * c.next_n;
+    std::vector<uint8_t> q(rows * c.heads * 128);
+    for (auto& b : q) b = random_e4m3(rng);
+    std::vector<float> w(rows * c.heads);
+    for (auto& x : w) x = rng.normal();
+    const int64_t ld = max_len + 3;
+    std::vector<float> logits(rows * ld, NAN);
+
+    ops::IndexerLogitsArgs a;
+    a.batch = c.batch;
+    a.next_n = c.next_n;
+    a.heads = c.heads;
+    a.q = q.data();
+    a.weights = w.data();
+    a.index_cache = cache.data();
+    a.num_pages = num_pages;
+    a.page_size = c.page_size;
+    a.block_table = table.data();
+    a.block_table_stride = bt_stride;
+    a.seq_lens = c.lens.data();
+    a.logits = logits.data();
+    a.max_len = max_len;
+    a.logits_stride = ld;
+    const Status s = ops::indexer_logits(Device::kCpu, a);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+
+    for (int i = 0; i < c.batch; ++i) {
+      for (int t = 0; t < c.next_n; ++t) {
+        const int64_t r = int64_t{i} * c.next_n + t;
+        for (int64_t j = 0; j < ld; ++j) {
+          const float got = logits[r * ld + j];
+          if (j >= max_len) {
+            EXPECT_TRUE(std::isnan(got)) << "column past max_len written";
+            continue;
+          }
+          // Visible: j <= L - next_n + t.
+          if (j > int64_t{c.lens[i]} - c.next_n + t) {
+            EXPECT_EQ(got, -std::numeric_limits<float>::infinity()) << i << " " << t << " " << j;
+            continue;
+          }
+          const int32_t page = table[i * bt_stride + j / c.page_size];
+          const uint8_t* base = cache.data() + page * page_bytes;
+          float scale;
+          std::memcpy(&scale, base + c.page_size * 128 + 4 * (j % c.page_size), 4);
+          double expect = 0;
+          for (int h = 0; h < c.heads; ++h) {
+            double dot = 0;
+            for (int d = 0; d < 128; ++d) {
+              dot += static_cast<double>(mlakit::e4m3_to_float(q[(r * c.heads + h) * 128 + d])) *
+                     mlakit::e4m3_to_float(base[(j % c.page_size) * 128 + d]);
+            }
+            expect += w[r * c.heads + h] * std::max(0.0, dot * scale);
+          }
+          EXPECT_NEAR(got, expect, 1e-6 * std::fabs(expect) + 1e-30)
+              << "row " << r << " position " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsIndexerLogits, RefusesBadArgumentsAndCuda) {
+  std::vector<uint8_t> q(64 * 128), cache(132 * 64);
+  std::vector<float> w(64), logits(100);
+  const std::vector<int32_t> table = {0, 5};
+  std::vector<int32_t> lens = {100};
+  ops::IndexerLogitsArgs a;
+  a.batch = 1;
+  a.q = q.data();
+  a.weights = w.data();
+  a.index_cache = cache.data();
+  a.num_pages = 1;
+  a.block_table = table.data();
+  a.block_table_stride = 2;
+  a.seq_lens = lens.data();
+  a.logits = logits.data();
+  a.max_len = 100;
+  Status s = ops::indexer_logits(Device::kCpu, a);
+  EXPECT_NE(s.message().find("block_table[0, 1]: expected a page id in 0..0, given 5"),
+            std::string::npos)
+      << s.message();
+  lens[0] = 101;
+  s = ops::indexer_logits(Device::kCpu, a);
+  EXPECT_NE(s.message().find("seq_lens[0]: expected 0..100, given 101"), std::string::npos)
+      << s.message();
+  a.next_n = 17;
+  s = ops::indexer_logits(Device::kCpu, a);
+  EXPECT_NE(s.message().find("next_n: expected 1..16, given 17"), std::string::npos) << s.message();
+  a.next_n = 1;
+  EXPECT_EQ(ops::indexer_logits(Device::kCuda, a).code(), StatusCode::kUnsupported);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Top-k
+// ---------------------------------------------------------------------------------------------
+
+// The k largest of row[0:n] by a stable sort (ties: lower position), in position order.
+std::vector<int64_t> brute_topk(const float* row, int64_t n, int k) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return row[x] > row[y]; });
+  order.resize(std::min<int64_t>(n, k));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+struct TopkCase {
+  int k;
+  int next_n;
+  int page_size;
+  std::vector<int32_t> lens;
+  bool ties;  // values from a handful of levels
+};
+
+void run_topk_case(const TopkCase& c, Rng& rng) {
+  const int batch = static_cast<int>(c.lens.size());
+  const int64_t max_len = std::max<int64_t>(1, *std::max_element(c.lens.begin(), c.lens.end()));
+  const int64_t bt_stride = (max_len + c.page_size - 1) / c.page_size + 2;
+  const int64_t rows = int64_t{batch} * c.next_n;
+  const int64_t ld = max_len + 7;
+  std::vector<float> logits(rows * ld);
+  for (auto& x : logits) {
+    x = c.ties ? static_cast<float>(rng.below(5) + 1) : rng.normal();
+  }
+  std::vector<int32_t> table(batch * bt_stride);
+  for (auto& id : table) id = static_cast<int32_t>(rng.below(1000));
+  std::vector<int32_t> indices(rows * c.k, 0x7eadbeef), positions(rows * c.k, 0x7eadbeef);
+  ops::TopkArgs a;
+  a.batch = batch;
+  a.next_n = c.next_n;
+  a.k = c.k;
+  a.logits = logits.data();
+  a.max_len = max_len;
+  a.logits_stride = ld;
+  a.seq_lens = c.lens.data();
+  a.block_table = table.data();
+  a.block_table_stride = bt_stride;
+  a.page_size = c.page_size;
+  a.indices = indices.data();
+  a.positions = positions.data();
+  const Status s = ops::topk_indices(Device::kCpu, a);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  for (int i = 0; i < batch; ++i) {
+    for (int t = 0; t < c.next_n; ++t) {
+      const int64_t r = int64_t{i} * c.next_n + t;
+      const int64_t n = std::clamp<int64_t>(int64_t{c.lens[i]} - c.next_n + 1 + t, 0, c.lens[i]);
+      const auto want = brute_topk(logits.data() + r * ld, n, c.k);
+      for (int m = 0; m < c.k; ++m) {
+        const int64_t p = m < static_cast<int64_t>(want.size()) ? want[m] : -1;
+        const int32_t slot =
+            p < 0 ? -1
+                  : static_cast<int32_t>(table[i * bt_stride + p / c.page_size] * c.page_size +
+                                         p % c.page_size);
+        ASSERT_EQ(positions[r * c.k + m], p)
+            << "k " << c.k << " len " << c.lens[i] << " row " << r << " output " << m;
+        ASSERT_EQ(indices[r * c.k + m], slot) << "row " << r << " output " << m;
+      }
+    }
+  }
+}
+
+TEST(OpsTopk, EdgeLengthsAgainstStableSort) {
+  Rng rng(case_seed());
+  for (const int k : {1, 7, 64}) {
+    const std::vector<int32_t> lens = {0, 1, k - 1, k, k + 1, 3 * k + 5, 1000};
+    for (const bool ties : {false, true}) {
+      run_topk_case({.k = k, .next_n = 1, .page_size = 16, .lens = lens, .ties = ties}, rng);
+    }
+  }
+}
+
+TEST(OpsTopk, CausalRowsAndPageSizes) {
+  Rng rng(case_seed());
+  for (const int page_size : {1, 64}) {
+    for (const int next_n : {2, 4}) {
+      run_topk_case({.k = 16,
+                     .next_n = next_n,
+                     .page_size = page_size,
+                     .lens = {0, 2, 16, 17, 18, 500},
+                     .ties = true},
+                    rng);
+    }
+  }
+  run_topk_case(
+      {.k = 2048, .next_n = 1, .page_size = 64, .lens = {2047, 2048, 2049, 20000}, .ties = false},
+      rng);
+}
+
+TEST(OpsTopk, RefusesBadArguments) {
+  std::vector<float> logits(10);
+  std::vector<int32_t> lens = {11}, table = {0}, indices(4);
+  ops::TopkArgs a;
+  a.batch = 1;
+  a.k = 4;
+  a.logits = logits.data();
+  a.max_len = 10;
+  a.seq_lens = lens.data();
+  a.block_table = table.data();
+  a.block_table_stride = 1;
+  a.page_size = 16;
+  a.indices = indices.data();
+  Status s = ops::topk_indices(Device::kCpu, a);
+  EXPECT_NE(s.message().find("seq_lens[0]: expected 0..10, given 11"), std::string::npos)
+      << s.message();
+  lens[0] = 10;
+  table[0] = -3;
+  s = ops::topk_indices(Device::kCpu, a);
+  EXPECT_NE(s.message().find("block_table[0, 0]"), std::string::npos) << s.message();
+  a.k = 0;
+  s = ops::topk_indices(Device::kCpu, a);
+  EXPECT_NE(s.message().find("k: expected 1..65536, given 0"), std::string::npos) << s.message();
+  a.k = 4;
+  a.page_size = 4;
+  s = ops::topk_indices(Device::kCpu, a);
+  EXPECT_NE(s.message().find("block_table_stride: expected 3.."), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace mlakit_test
