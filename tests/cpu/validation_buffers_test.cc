@@ -148,7 +148,11 @@ TEST(ValidateArgs, OutInTheBlockTablesUnusedColumnsIsRefused) {
   p.max_seq_len = p.page_size;  // a run reads one page id a row
   call.args.batch = 1;
   call.args.block_table_stride = 8;  // the table holds 2 rows of 4: 8 ids
-  call.args.out = const_cast<int32_t*>(call.args.block_table) + 4;
+  // The table in a region of its own: out over its unused columns overlaps it alone, whatever the
+  // heap put next to the original (the cache once sat there, and the refusal named kv_cache).
+  char* table = isolate(call.args.block_table, 8 * sizeof(int32_t));
+  call.args.block_table = reinterpret_cast<const int32_t*>(table);
+  call.args.out = table + 4 * sizeof(int32_t);
   EXPECT_TRUE(is_error(mlakit::validate_args(p, call.args, 0, nullptr, 0),
                        StatusCode::kInvalidArgument, "out", {"overlap block_table"}));
   // A sparse run ignores the block table, whatever it holds: not judged.
