@@ -63,6 +63,7 @@ def _decode(
 ) -> Tuple[Any, Any]:
     """One decode through mlakit.torch (torch tensors) or a cached Decoder; returns (out, lse)
     (lse in base 2 with ``lse_base2``, written so by the library)."""
+    lse_base2 = bool(lse_base2) and bool(return_lse)  # the library refuses base 2 without an lse
     if _arrays.framework(q) == "torch":
         from . import torch as mlakit_torch
 
@@ -70,7 +71,7 @@ def _decode(
             q, kv_cache, block_table, seq_lens, out=out, lse=lse, return_lse=return_lse,
             softmax_scale=softmax_scale, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
             indices=indices, topk_lens=topk_lens, causal=causal, max_seq_len=max_seq_len,
-            pdl=pdl, backend=backend, lse_base2=bool(lse_base2) and bool(return_lse),
+            pdl=pdl, backend=backend, lse_base2=lse_base2,
         )  # fmt: skip
         return result if return_lse else (result, None)
 
@@ -99,7 +100,7 @@ def _decode(
         sinks=sinks is not None,
         topk=topk,
         lse=return_lse,
-        lse_base2=bool(lse_base2) and bool(return_lse),
+        lse_base2=lse_base2,
         pdl=pdl,
         backend="cpu" if host and backend == "auto" else backend,
     )

@@ -19,45 +19,6 @@
 
 namespace mlakit::plan {
 
-// The block-table entries behind a block of kTokens (32 or 64) tokens starting at tok0: lane j of
-// a warp holds the entry of token tok0 + j (and tok0 + j + 32).
-template <int kTokens>
-struct BlockPages {
-  static_assert(kTokens == 32 || kTokens == 64, "a warp votes on 32 tokens at a time");
-  static constexpr int kLoads = kTokens / 32;
-  int32_t id[kLoads] = {};
-
-  // Loads the entries of `table_row` (the request's row of the block table); tokens at or past
-  // token_end read none (they are masked by length and count as good here).
-  __device__ __forceinline__ void load(const int32_t* table_row, int32_t tok0, int32_t token_end,
-                                       int page_shift) {
-#ifdef MLAKIT_NO_PAGE_CHECKS
-    return;
-#endif
-    const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
-#pragma unroll
-    for (int k = 0; k < kLoads; ++k) {
-      const int32_t tok = tok0 + lane + 32 * k;
-      id[k] = tok < token_end ? table_row[tok >> page_shift] : 0;
-    }
-  }
-
-  // Bit j set: token tok0 + j lies in a page outside [0, num_pages). Warp-collective: every lane
-  // of the warp calls it, and every lane gets the whole block's bits.
-  __device__ __forceinline__ uint64_t bad_tokens(int32_t num_pages) const {
-#ifdef MLAKIT_NO_PAGE_CHECKS
-    return 0;
-#endif
-    uint64_t bits = 0;
-#pragma unroll
-    for (int k = 0; k < kLoads; ++k) {
-      const uint32_t vote = __ballot_sync(0xffffffffu, valid_page(id[k], num_pages) < 0);
-      bits |= uint64_t{vote} << (32 * k);
-    }
-    return bits;
-  }
-};
-
 // Whether any block-table entry behind tokens [token_begin, token_end) of `table_row` is outside
 // [0, num_pages). Warp-collective: every lane of the warp calls it and gets the answer.
 __device__ __forceinline__ bool chunk_has_bad_page(const int32_t* table_row, int32_t token_begin,
@@ -75,19 +36,33 @@ __device__ __forceinline__ bool chunk_has_bad_page(const int32_t* table_row, int
   return __any_sync(0xffffffffu, bad);
 }
 
-// BlockPages' load and vote at once (for a chunk known to hold a bad page: the loads' latency is
-// paid there only, and no entries stay in registers across the scores).
+// Bit j set: token tok0 + j of the block of kTokens (32 or 64) tokens at tok0 lies in a page
+// outside [0, num_pages); tokens at or past token_end count as good (they are masked by length).
+// Lane j loads the entry of token tok0 + j (and + 32), then the warp votes. Warp-collective:
+// every lane calls it and gets the whole block's bits. For a chunk known to hold a bad page: the
+// loads' latency is paid there only.
 template <int kTokens>
 __device__ __forceinline__ uint64_t bad_tokens_of_block(const int32_t* table_row, int32_t tok0,
                                                         int32_t token_end, int page_shift,
                                                         int32_t num_pages) {
-  BlockPages<kTokens> pages;
-  pages.load(table_row, tok0, token_end, page_shift);
-  return pages.bad_tokens(num_pages);
+  static_assert(kTokens == 32 || kTokens == 64, "a warp votes on 32 tokens at a time");
+#ifdef MLAKIT_NO_PAGE_CHECKS
+  return 0;
+#endif
+  const int32_t lane = static_cast<int32_t>(threadIdx.x % 32);
+  uint64_t bits = 0;
+#pragma unroll
+  for (int k = 0; k < kTokens / 32; ++k) {
+    const int32_t tok = tok0 + lane + 32 * k;
+    const int32_t id = tok < token_end ? table_row[tok >> page_shift] : 0;
+    const uint32_t vote = __ballot_sync(0xffffffffu, valid_page(id, num_pages) < 0);
+    bits |= uint64_t{vote} << (32 * k);
+  }
+  return bits;
 }
 
 // Whether token tok0 + j of a block is in a bad page (bits: sm90's SmallStorage::bad_tokens, or
-// BlockPages::bad_tokens on sm80).
+// bad_tokens_of_block on sm80).
 __device__ __forceinline__ bool bad_token(uint64_t bits, int32_t j) { return (bits >> j) & 1; }
 
 }  // namespace mlakit::plan

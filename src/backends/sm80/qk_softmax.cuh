@@ -91,7 +91,7 @@ __device__ __forceinline__ float advance_row(ScoreState<Cfg>& st, int e, float n
 }
 
 // Masks the scores of the tile starting at token `tile_start` (past the rows' bounds, and the
-// tokens of bad pages: bits of plan::BlockPages::bad_tokens) and publishes each row's max.
+// tokens of bad pages: bits of plan::bad_tokens_of_block) and publishes each row's max.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
                                                      const ScoreState<Cfg>& st,
