@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
+#include "mlakit/cp.h"
 #include "plan/compact.h"
 
 namespace mlakit::plan {
@@ -55,7 +56,11 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
 }  // namespace
 
 Problem rows_as_requests(const Problem& p) {
-  if (!p.sparse()) return p;
+  if (!p.sparse()) {
+    Problem d = p;
+    d.max_seq_len = static_cast<int32_t>(cp_local_max_seq_len(p));
+    return d;
+  }
   Problem d = p;
   d.s_q = 1;
   d.max_batch = p.max_batch * p.s_q;

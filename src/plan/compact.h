@@ -30,8 +30,9 @@ struct CompactParams {
 };
 
 // The dense problem the plan and the decode kernels see for a sparse one: its rows (request, query
-// token) as requests of one query token, each as long as its top-k; not causal. Other problems
-// unchanged.
+// token) as requests of one query token, each as long as its top-k; not causal. A dense problem
+// unchanged but for its max_seq_len with context parallelism: the rank's longest local length
+// (cp_local_max_seq_len), what its plan and workspace must cover.
 Problem rows_as_requests(const Problem& problem);
 
 // Workspace bytes of the compacted slots and counts for `rows` rows of `topk` (256-aligned parts).

@@ -200,12 +200,12 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.block_table = compact.slots;
     params.block_table_stride = p.topk;
     params.seq_lens = compact.counts;
-    params.max_len = p.topk;
+    params.lens = plan::plain_lengths(p.topk);
     params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.num_tokens, INT32_MAX));
   }
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
-    MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
-                                             stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(
+        plan::launch_plan(shape, view, params.seq_lens, a.batch, params.lens, stream, setup.pdl));
   }
   if (launches & kLaunchDecode) {
     const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;

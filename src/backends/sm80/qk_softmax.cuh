@@ -49,10 +49,15 @@ struct ScoreState {
 };
 
 // Tokens at or past this bound are masked for query row r of the request: the chunk's end, and
-// with causal MTP the positions token r / h_q must not see. Recomputed where needed (the last
-// tiles of a chunk) rather than held in registers.
+// with causal MTP the positions token r / h_q must not see (with context parallelism counted
+// from the global length: plan::Lengths::causal_bound). Recomputed where needed (the last tiles
+// of a chunk) rather than held in registers.
 __device__ __forceinline__ int visible_bound(const DecodeParams& p, const plan::Chunk& c, int r) {
-  return min(p.causal ? c.seq_len - p.s_q + 1 + r / p.h_q : c.seq_len, c.token_end);
+  if (!p.causal) return min(c.seq_len, c.token_end);
+  const int back = p.s_q - 1 - r / p.h_q;
+  return min(
+      p.context_parallel ? p.lens.causal_bound(p.seq_lens[c.request], back) : c.seq_len - back,
+      c.token_end);
 }
 
 // Where a row's P is measured from once its max moves from old_max to new_max (raw score units):

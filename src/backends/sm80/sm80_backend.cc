@@ -38,11 +38,6 @@ Status available(const DeviceInfo& device) {
 }
 
 Status can_run(const Problem& problem, const DeviceInfo& device) {
-  if (problem.context_parallel()) {
-    return unsupported(
-        "cp_world ", problem.cp_world,
-        " (context parallelism) is not supported by backend sm80 yet (supported: 1)");
-  }
   if (problem.has_extra()) {
     return unsupported("an extra cache (extra_topk ", problem.extra_topk,
                        ") is not supported by backend sm80 (supported: none)");

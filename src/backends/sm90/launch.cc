@@ -316,7 +316,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.block_table = compact.slots;
     params.block_table_stride = p.topk;
     params.seq_lens = compact.counts;
-    params.max_len = p.topk;
+    params.lens = plan::plain_lengths(p.topk);
     params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
   }
   const void* q_rows = a.q;
@@ -334,8 +334,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     q_row_stride = p.d_qk;
   }
   if (!setup.inline_plan && !cluster) {
-    MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
-                                             stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(
+        plan::launch_plan(shape, view, params.seq_lens, a.batch, params.lens, stream, setup.pdl));
   }
   // L2 promotion: 256 bytes for the wide tile, none for the narrow one. One call (H200,
   // 2026-11-21), wide / narrow tile, 256 B against none: h_q 16 b 128 L 8192 narrow 304 -> 280 us,

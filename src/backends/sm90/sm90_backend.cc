@@ -64,11 +64,6 @@ Status can_run_sparse(const Problem& p) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo&) {
-  if (p.context_parallel()) {
-    return unsupported(
-        "cp_world ", p.cp_world,
-        " (context parallelism) is not supported by backend sm90 yet (supported: 1)");
-  }
   if (p.has_extra()) {
     return unsupported("an extra cache (extra_topk ", p.extra_topk,
                        ") is not supported by backend sm90 (supported: none)");
