@@ -5,7 +5,8 @@ writes a summary with counts (docs/python.md, "Upstream test suites").
 The upstream test files are not part of this repository: export them first (from the projects'
 repositories, into UPSTREAM/flashmla/tests/... and UPSTREAM/flashinfer/tests/...), then
 
-    python3 scripts/upstream_tests.py UPSTREAM OUT [--suite NAME ...] [--scale F] [--collect-only]
+    python3 scripts/upstream_tests.py UPSTREAM OUT [--suite NAME ...] [--scale F] [--jobs N]
+                                      [--collect-only]
 
 Each suite runs in its own pytest process with the stand-in packages ``flash_mla`` and
 ``flashinfer`` (python/tests/upstream/standin) first on PYTHONPATH and the plugin
@@ -18,12 +19,18 @@ Each suite keeps a deterministic sample of its cases (every test function repres
 a time budget, after which its remaining cases are reported as not run: together about five
 minutes of testing on an H100. ``--scale`` multiplies both; ``--scale 0`` runs everything.
 
+``--jobs N`` runs N pytest processes per suite at once, each with a shard of the same selection
+(the plugin's --mlakit-shard: dealt round-robin within each test function, so the slow ones are
+spread). The budget holds for each process, so it still bounds the suite's wall time. With
+several GPUs visible the processes take one each in turn; with one they share it.
+
 OUT receives five files: summary.md (the table, printed last too), summary.json, junit.xml (one
-<testsuite> per suite), cases.jsonl (one line per case: suite, node id, outcome, reason,
-seconds) and log.txt (pytest's output).
+<testsuite> per suite, its shards merged), cases.jsonl (one line per case: suite, node id,
+outcome, reason, seconds) and log.txt (pytest's output, shard after shard).
 """
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -83,6 +90,19 @@ def has_module(name: str) -> bool:
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
+def visible_gpus() -> List[str]:
+    """The GPUs a child process may be given through CUDA_VISIBLE_DEVICES: those it names, else
+    those nvidia-smi lists (none without one)."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:
+        return [d.strip() for d in named.split(",") if d.strip()]
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    return [str(i) for i in range(sum(ln.startswith("GPU ") for ln in listing.splitlines()))]
+
+
 def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
     root = os.path.join(os.path.abspath(args.upstream), suite.project)
     missing = [f for f in suite.files if not os.path.isfile(os.path.join(root, f))]
@@ -90,17 +110,16 @@ def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
         return {"error": f"not exported: {', '.join(os.path.join(root, f) for f in missing)}"}
     scale = args.scale
     sample = 0 if scale == 0 else max(1, int(round(suite.sample * scale)))
+    # The budget bounds each process's testing, so the suite's wall time: with --jobs the same
+    # sample finishes sooner, and the budget still only guards it.
     budget = 0 if scale == 0 else suite.budget * scale
-    cases = os.path.join(work, suite.name + ".jsonl")
-    junit = os.path.join(work, suite.name + ".xml")
     command = [
         sys.executable, "-m", "pytest", *suite.files,
         "-p", "mlakit_upstream_plugin", "-p", "no:cacheprovider",
         "-c", os.devnull, "--rootdir", root, "-q", "-rfE", "--tb=short",
         "-W", "ignore::pytest.PytestCollectionWarning",
-        "--junitxml", junit, "-o", f"junit_suite_name={suite.name}",
-        "--mlakit-summary", cases, "--mlakit-sample", str(sample),
-        "--mlakit-budget", str(budget),
+        "-o", f"junit_suite_name={suite.name}",
+        "--mlakit-sample", str(sample), "--mlakit-budget", str(budget),
     ]  # fmt: skip
     if args.collect_only:
         command.append("--collect-only")
@@ -110,51 +129,137 @@ def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
     paths = [os.path.join(HARNESS, "standin"), HARNESS, root]
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONUNBUFFERED"] = "1"
-    print(f"== {suite.name}: {suite.what}", flush=True)
-    log.write(f"\n== {suite.name}: {' '.join(command)}\n")
-    log.flush()
+    jobs = args.jobs
+    gpus = visible_gpus() if jobs > 1 else []
+    if jobs > 1:  # shared out, where the caller has not said otherwise: the cores, ...
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+        # ... and a GPU's memory: FlashInfer's tests empty PyTorch's cache once a process holds
+        # more than this fraction of it (its default, 0.9, is for a GPU of one's own).
+        per_gpu = -(-jobs // max(1, len(gpus)))
+        env.setdefault("FLASHINFER_TEST_MEMORY_THRESHOLD", f"{0.9 / per_gpu:.3g}")
+    print(f"== {suite.name}: {suite.what}" + (f" ({jobs} processes)" if jobs > 1 else ""),
+          flush=True)  # fmt: skip
     start = time.monotonic()
+    shards = []
+    for k in range(jobs):
+        part = os.path.join(work, f"{suite.name}.{k}")
+        shard_env = dict(env)
+        if len(gpus) > 1:
+            shard_env["CUDA_VISIBLE_DEVICES"] = gpus[k % len(gpus)]
+        shard_command = command + ["--junitxml", part + ".xml", "--mlakit-summary", part + ".jsonl",
+                                   "--mlakit-shard", f"{k}/{jobs}"]  # fmt: skip
+        where = f"shard {k}/{jobs}" + (f", GPU {gpus[k % len(gpus)]}" if len(gpus) > 1 else "")
+        header = f"\n== {suite.name}" + (f" ({where})" if jobs > 1 else "")
+        # One process writes into log.txt as it goes; several each into a part, copied after.
+        out = log if jobs == 1 else open(part + ".log", "w")
+        out.write(f"{header}: {' '.join(shard_command)}\n")
+        out.flush()
+        child = subprocess.Popen(shard_command, cwd=root, env=shard_env, stdout=out,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
+        shards.append((part, out, child))
     limit = None if budget == 0 else budget + 300  # collection, start-up, one slow case
-    try:
-        done = subprocess.run(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=limit)  # fmt: skip
-        status = done.returncode
-    except subprocess.TimeoutExpired:
-        status = "killed after its time limit"
+    statuses = []
+    for part, out, child in shards:
+        try:
+            left = None if limit is None else max(0.0, start + limit - time.monotonic())
+            statuses.append(child.wait(timeout=left))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            statuses.append("killed after its time limit")
+        if out is not log:
+            out.close()
+            with open(part + ".log") as f:
+                log.write(f.read())
+            log.flush()
     seconds = round(time.monotonic() - start, 1)
-    summary_path = cases + ".summary.json"
-    if not os.path.isfile(summary_path):
-        return {"error": f"pytest exit status {status}: no summary (see log.txt)",
-                "seconds": seconds}  # fmt: skip
-    with open(summary_path) as f:
-        summary = json.load(f)
-    summary.update(exitstatus=status, wall_seconds=seconds, sample=sample, budget=budget)
+    parts = []
+    for (part, _, _), status in zip(shards, statuses):
+        if not os.path.isfile(part + ".jsonl.summary.json"):
+            shard = f"shard {part.rsplit('.', 1)[1]}: " if jobs > 1 else ""
+            return {"error": f"{shard}pytest exit status {status}: no summary (see log.txt)",
+                    "seconds": seconds}  # fmt: skip
+        with open(part + ".jsonl.summary.json") as f:
+            parts.append(dict(json.load(f), exitstatus=status))
+    summary = merge_summaries(parts)
+    if "error" in summary:
+        summary["seconds"] = seconds
+    else:
+        summary.update(wall_seconds=seconds, sample=sample, budget=budget, jobs=jobs)
+        if jobs > 1:
+            summary["notes"].append(
+                f"run as {jobs} pytest processes at once, each with a shard of the selection "
+                "(dealt round-robin within each test function)"
+                + (f" and the budget of {budget_text(budget)}" if budget else "")
+                + (f", on {len(gpus)} GPUs in turn" if len(gpus) > 1 else ""))  # fmt: skip
     return summary
 
 
-def merge_junit(work: str, names: List[str], path: str) -> None:
+def merge_summaries(parts: List[Dict]) -> Dict:
+    """The plugin's summaries of the shards of one suite as one. Every shard collected the
+    suite and drew the same selection (its hash shows it), then ran its share."""
+    first = parts[0]
+    if any(p["selection"] != first["selection"] for p in parts):
+        return {"error": "the shards drew different selections: collection is not deterministic "
+                         f"({', '.join(sorted(set(p['selection'] for p in parts)))})"}  # fmt: skip
+    selected: collections.Counter = collections.Counter()
+    outcomes: collections.Counter = collections.Counter()
+    reasons: Dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for p in parts:
+        selected.update(p["selected_by_group"])
+        outcomes.update(p["outcomes"])
+        for outcome, counts in p["reasons"].items():
+            reasons[outcome].update(counts)
+    # Of several shards, one left without a case exits 5 (no tests): not a failure of the suite.
+    statuses = [p["exitstatus"] for p in parts
+                if len(parts) == 1 or p["selected"] or p["exitstatus"] != 5]  # fmt: skip
+    merged = dict(
+        first,
+        selected=sum(selected.values()),
+        selected_by_group=dict(selected),
+        outcomes=dict(outcomes),
+        reasons={k: dict(v.most_common()) for k, v in reasons.items()},
+        notes=list(first["notes"]),
+        exitstatus=next((s for s in statuses if s != 0), 0),
+        seconds=max(p["seconds"] for p in parts),
+    )
+    if len(parts) > 1:  # each shard's seconds of testing: how well the cases were spread
+        merged["seconds_by_shard"] = [p["seconds"] for p in parts]
+    return merged
+
+
+def merge_junit(work: str, parts: Dict[str, List[str]], path: str) -> None:
+    """One <testsuite> per suite, named after it, from its shards' junit files."""
     merged = ElementTree.Element("testsuites")
-    for name in names:
-        part = os.path.join(work, name + ".xml")
-        if os.path.isfile(part):
-            root = ElementTree.parse(part).getroot()
-            suites = [root] if root.tag == "testsuite" else list(root)
-            for suite in suites:
-                suite.set("name", name)
-                merged.append(suite)
+    for name, names in parts.items():
+        into = None
+        for part in names:
+            if not os.path.isfile(os.path.join(work, part + ".xml")):
+                continue
+            root = ElementTree.parse(os.path.join(work, part + ".xml")).getroot()
+            for suite in [root] if root.tag == "testsuite" else list(root):
+                if into is None:
+                    into = suite
+                    into.set("name", name)
+                    merged.append(into)
+                    continue
+                into.extend(list(suite))
+                for key in ("tests", "errors", "failures", "skipped"):
+                    into.set(key, str(int(into.get(key, 0)) + int(suite.get(key, 0))))
+                into.set("time", str(max(float(into.get("time", 0)), float(suite.get("time", 0)))))
     ElementTree.ElementTree(merged).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def merge_cases(work: str, names: List[str], path: str) -> None:
+def merge_cases(work: str, parts: Dict[str, List[str]], path: str) -> None:
     with open(path, "w") as out:
-        for name in names:
-            part = os.path.join(work, name + ".jsonl")
-            if not os.path.isfile(part):
-                continue
-            with open(part) as f:
-                for line in f:
-                    record = json.loads(line)
-                    out.write(json.dumps({"suite": name, **record}) + "\n")
+        for name, names in parts.items():
+            for part in names:
+                if not os.path.isfile(os.path.join(work, part + ".jsonl")):
+                    continue
+                with open(os.path.join(work, part + ".jsonl")) as f:
+                    for line in f:
+                        record = json.loads(line)
+                        out.write(json.dumps({"suite": name, **record}) + "\n")
 
 
 def trim_log(path: str) -> None:
@@ -198,8 +303,9 @@ def markdown(results: Dict[str, Dict], suites: List[Suite]) -> str:
         if "error" in s:
             parts += [f"Not run: {s['error']}", ""]
             continue
+        per = " per process" if s.get("jobs", 1) > 1 and s["budget"] else ""
         parts.append(f"Collected {s['collected']} cases, ran {s['selected']} "
-                     f"(sample {s['sample'] or 'all'}, budget {budget_text(s['budget'])}), "
+                     f"(sample {s['sample'] or 'all'}, budget {budget_text(s['budget'])}{per}), "
                      f"pytest exit status {s['exitstatus']}, {s['wall_seconds']} s.")  # fmt: skip
         parts += [f"- {note}" for note in s.get("notes", [])] + [""]
         for outcome in OUTCOMES:
@@ -226,7 +332,12 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiplies every sample and budget; 0 runs every case")  # fmt: skip
     parser.add_argument("--collect-only", action="store_true", help="count the cases, run none")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="pytest processes per suite at once, each with a shard of its cases "
+                        "(several GPUs: one each in turn); default 1")  # fmt: skip
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error("--jobs must be 1 or more")
     suites = [s for s in SUITES if not args.suite or s.name in args.suite]
     os.makedirs(args.out, exist_ok=True)
     results: Dict[str, Dict] = {}
@@ -234,9 +345,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as work, open(log_path, "w") as log:
         for suite in suites:
             results[suite.name] = run_suite(suite, args, work, log)
-        names = [s.name for s in suites]
-        merge_junit(work, names, os.path.join(args.out, "junit.xml"))
-        merge_cases(work, names, os.path.join(args.out, "cases.jsonl"))
+        parts = {s.name: [f"{s.name}.{k}" for k in range(args.jobs)] for s in suites}
+        merge_junit(work, parts, os.path.join(args.out, "junit.xml"))
+        merge_cases(work, parts, os.path.join(args.out, "cases.jsonl"))
     trim_log(log_path)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(results, f, indent=1)

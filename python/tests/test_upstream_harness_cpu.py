@@ -1,12 +1,15 @@
 """The harness that runs FlashMLA's and FlashInfer's own tests against the shims
 (python/tests/upstream, scripts/upstream_tests.py), on the CPU: the sample, the reasons' counts,
 the stand-ins' names and capability reports, and the plugin's outcomes on a small test file that
-passes, fails, skips and is refused by mlakit."""
+passes, fails, skips and is refused by mlakit, and the runner's shards (--jobs) and their merge."""
 
+import argparse
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 
 import pytest
 
@@ -151,3 +154,80 @@ def test_plugin_sorts_outcomes_and_refusals(tmp_path):
     assert result["reasons"]["skipped"] == {"the upstream test's own reason": 1}
     lines = [json.loads(line) for line in summary.read_text().splitlines()]
     assert {r["outcome"] for r in lines if "own_not_implemented" in r["nodeid"]} == {"failed"}
+
+
+def test_deal_spreads_every_group_over_the_shards():
+    keys = [("fast", i * 7919 % 101) for i in range(101)] + [("slow", i) for i in range(5)]
+    shard_of = plugin.deal(keys, 4)
+    for group in ("slow", "fast"):
+        counts = [sum(1 for k, s in zip(keys, shard_of) if k[0] == group and s == shard)
+                  for shard in range(4)]  # fmt: skip
+        assert max(counts) - min(counts) <= 1, (group, counts)
+    sizes = [shard_of.count(shard) for shard in range(4)]
+    assert sum(sizes) == len(keys) and max(sizes) - min(sizes) <= 1
+    assert plugin.parse_shard("2/3") == (2, 3)
+    for bad in ("3/3", "1", "-1/2", "a/b"):
+        with pytest.raises(pytest.UsageError):
+            plugin.parse_shard(bad)
+
+
+SHARDED_SUITE = '''
+import pytest
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_fast(i):
+    assert True
+
+
+@pytest.mark.parametrize("i", range(5))
+def test_slow(i):
+    assert True
+
+
+def test_fails():
+    assert False, "wrong"
+'''
+
+
+def _script():
+    path = os.path.join(HARNESS, "..", "..", "..", "scripts", "upstream_tests.py")
+    spec = importlib.util.spec_from_file_location("upstream_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("scale", [0.0, 1.0])
+def test_jobs_split_the_same_selection_and_merge_it(tmp_path, scale):
+    """scripts/upstream_tests.py --jobs: the shards run the cases that one process runs, once
+    each, and the five outputs merge them."""
+    script = _script()
+    (tmp_path / "up" / "proj" / "tests").mkdir(parents=True)
+    (tmp_path / "up" / "proj" / "tests" / "test_sharded.py").write_text(SHARDED_SUITE)
+    suite = script.Suite("fake", "proj", ["tests/test_sharded.py"], 20, 60, "a fake suite")
+    runs = {}
+    for jobs in (1, 3):
+        work = tmp_path / f"work{jobs}"
+        work.mkdir()
+        args = argparse.Namespace(upstream=str(tmp_path / "up"), scale=scale, collect_only=False,
+                                  jobs=jobs)  # fmt: skip
+        with open(work / "log.txt", "w") as log:
+            summary = script.run_suite(suite, args, str(work), log)
+        parts = {"fake": [f"fake.{k}" for k in range(jobs)]}
+        script.merge_cases(str(work), parts, str(work / "cases.jsonl"))
+        script.merge_junit(str(work), parts, str(work / "junit.xml"))
+        cases = [json.loads(line) for line in (work / "cases.jsonl").read_text().splitlines()]
+        (junit,) = ElementTree.parse(work / "junit.xml").getroot()
+        runs[jobs] = summary, [c["nodeid"] for c in cases], junit
+    one, three = runs[1], runs[3]
+    assert "error" not in three[0], three[0]
+    assert len(three[1]) == len(set(three[1])) and set(three[1]) == set(one[1])
+    assert len(one[1]) == (36 if scale == 0 else 20)
+    assert three[0]["selection"] == one[0]["selection"]
+    for key in ("collected", "selected", "collected_by_group", "selected_by_group", "outcomes",
+                "reasons", "exitstatus"):  # fmt: skip
+        assert three[0][key] == one[0][key], key
+    assert three[0]["exitstatus"] == 1 and three[0]["outcomes"]["failed"] == 1
+    assert three[2].get("name") == "fake" and int(three[2].get("tests")) == len(one[1])
+    assert int(three[2].get("failures")) == 1 and len(three[2]) == len(one[1])

@@ -20,6 +20,10 @@ What it adds to a plain pytest run of the upstream files:
   function keeps at least 8, or all it has; see ``sample_sizes``); ``--mlakit-budget S`` skips
   what is left once S seconds have passed (reported as not run). Both are reported with the
   full counts.
+* ``--mlakit-shard K/N`` keeps the K-th of N shards of that selection (0 <= K < N): its cases
+  dealt round-robin within each test function, so that every shard gets its share of the slow
+  ones. scripts/upstream_tests.py --jobs runs the N shards at once; each process draws the same
+  sample, and the summary's ``selection`` (a hash of the whole selection) shows that they did.
 * ``--mlakit-summary PATH`` appends one JSON line per case (outcome, reason, duration) and
   writes ``PATH.summary.json`` at the end: collected and selected counts, outcome counts and the
   distinct reasons with counts.
@@ -66,6 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mlakit-budget", type=float, default=0.0,
                     help="seconds of testing, then the rest is not run (0: no limit)")  # fmt: skip
     group.addoption("--mlakit-seed", type=int, default=0, help="seed of the sample and order")
+    group.addoption("--mlakit-shard", default="0/1", help="K/N: the K-th of N shards (0/1: all)")
     group.addoption("--flashmla-dtype", choices=("bf16", "fp16"), default="bf16",
                     help="the dense FlashMLA test's --dtype (its default: bf16)")  # fmt: skip
 
@@ -162,7 +167,10 @@ def _mlakit_flashmla_main_settings(request: pytest.FixtureRequest):
     torch.cuda.set_device(0)
     if kind == "sparse":
         torch.set_float32_matmul_precision("high")
-        torch.set_num_threads(32)
+        # main() asks for 32 CPU threads; a runner that shares the machine between several
+        # processes (scripts/upstream_tests.py --jobs) sets OMP_NUM_THREADS, which then wins.
+        if "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(32)
     try:
         yield
     finally:
@@ -272,6 +280,25 @@ def sample_sizes(sizes: Dict[str, int], total: int, floor: int = 8) -> Dict[str,
     return keep
 
 
+def parse_shard(text: str) -> Tuple[int, int]:
+    """``"K/N"`` as (K, N), checked."""
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+        raise pytest.UsageError(f"--mlakit-shard {text}: expected K/N with 0 <= K < N")
+    return int(k), int(n)
+
+
+def deal(keys: List[Tuple[str, int]], shards: int) -> List[int]:
+    """The shard of each case, given its (group, order key): round-robin through the cases sorted
+    by group, then key, so that each group's cases (the slow test functions' too) spread evenly
+    and the shards' sizes differ by one at most."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    shard_of = [0] * len(keys)
+    for position, i in enumerate(order):
+        shard_of[i] = position % shards
+    return shard_of
+
+
 class _State:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -279,6 +306,8 @@ class _State:
         self.sample = int(config.getoption("--mlakit-sample"))
         self.budget = float(config.getoption("--mlakit-budget"))
         self.seed = int(config.getoption("--mlakit-seed"))
+        self.shard, self.shards = parse_shard(config.getoption("--mlakit-shard"))
+        self.selection = ""  # a hash of the selection's node ids, before sharding
         self.collected: Dict[str, int] = {}
         self.selected: Dict[str, int] = {}
         self.notes: List[str] = []
@@ -332,6 +361,14 @@ def pytest_collection_modifyitems(
         )
     # A seeded order, so that a run cut short by its budget has run a sample of every group.
     keep.sort(key=lambda i: _stable_key(i.nodeid, state.seed + 1))
+    state.selection = hashlib.sha1("\n".join(i.nodeid for i in keep).encode()).hexdigest()[:16]
+    if state.shards > 1:
+        keys = [(_group_of(i), _stable_key(i.nodeid, state.seed + 1)) for i in keep]
+        shard_of = deal(keys, state.shards)
+        others = [i for i, s in zip(keep, shard_of) if s != state.shard]
+        keep = [i for i, s in zip(keep, shard_of) if s == state.shard]
+        if others:
+            config.hook.pytest_deselected(items=others)
     items[:] = keep
     selected: collections.Counter = collections.Counter(_group_of(i) for i in keep)
     state.selected = dict(selected)
@@ -441,6 +478,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "outcomes": dict(state.counts),
         "reasons": {k: dict(v.most_common()) for k, v in state.reasons.items()},
         "notes": state.notes,
+        "selection": state.selection,
         "exitstatus": int(exitstatus),
         "seconds": round(time.monotonic() - state.start, 1) if state.start else 0.0,
     }
