@@ -19,6 +19,13 @@
 
 namespace mlakit::plan {
 
+// MLAKIT_NO_PAGE_CHECKS (decode_params.h) removes the bits too; sm80 tests this constant.
+#ifdef MLAKIT_NO_PAGE_CHECKS
+inline constexpr bool kPageChecks = false;
+#else
+inline constexpr bool kPageChecks = true;
+#endif
+
 // Whether any block-table entry behind tokens [token_begin, token_end) of `table_row` is outside
 // [0, num_pages). Warp-collective: every lane of the warp calls it and gets the answer.
 __device__ __forceinline__ bool chunk_has_bad_page(const int32_t* table_row, int32_t token_begin,
