@@ -167,7 +167,11 @@ struct alignas(128) SharedStorage : ScoreBuffers<T, Cfg> {
   float row_sum[Cfg::kSColGroups][Cfg::kRows];   // per token group: softmax denominators
   float alpha[Cfg::kRows];                       // rescale of O for the current tile
   float row_scale[Cfg::kRows];                   // epilogue: 1 / sum (times the sink factor)
-  plan::PartPlan part;                           // persistent: this CTA's part
+  // Bit j: token j of the tile in stage i is in a bad page (plan/page_mask.cuh). Published with the
+  // tile by whoever read its page ids: the copying threads OR theirs in (plain loop,
+  // decode_kernel.cuh), score warp 0 stores the word (kRoles, decode_roles.cuh).
+  uint32_t bad_tokens[kMaxStages];
+  plan::PartPlan part;  // persistent: this CTA's part
 
   static constexpr size_t smem_bytes(int stages) {
     return sizeof(SharedStorage) + static_cast<size_t>(stages) * kStageBytes;

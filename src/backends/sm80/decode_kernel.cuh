@@ -37,11 +37,21 @@
 
 namespace mlakit::sm80 {
 
+// A copying thread's bits of bad tokens (KvLoader::bad_tokens) of the tile it copies into `stage`,
+// ORed into the stage's word: the compute warps read it after the barrier that makes the tile
+// visible, and compute_tile clears it once they have. An atomic only in a tile with a bad id.
+template <typename T, typename Cfg>
+__device__ __forceinline__ void publish_bad_tokens(SharedStorage<T, Cfg>& s, int stage,
+                                                   uint32_t bits) {
+  if (plan::kPageChecks && bits != 0) atomicOr(&s.bad_tokens[stage], bits);
+}
+
 // Issues the copies of the chunk's first stages - 1 KV tiles, one commit group each (the Q tile's
 // copies, issued before, travel with tile 0). All block-table reads in flight at once, then the
 // copies.
 template <typename T, typename Cfg>
-__device__ __forceinline__ void issue_first_tiles(const KvLoader<T, Cfg>& loader, uint32_t s_kv0,
+__device__ __forceinline__ void issue_first_tiles(SharedStorage<T, Cfg>& s,
+                                                  const KvLoader<T, Cfg>& loader, uint32_t s_kv0,
                                                   const plan::Chunk& c, int stages, int n_tiles) {
   TilePages<Cfg> first_pages[kMaxStages - 1];
 #pragma unroll
@@ -55,32 +65,30 @@ __device__ __forceinline__ void issue_first_tiles(const KvLoader<T, Cfg>& loader
       if (stage < n_tiles) {
         loader.load(s_kv0 + stage * kStageBytes, c.token_begin + stage * kBlockN,
                     first_pages[stage]);
+        publish_bad_tokens(s, stage, loader.bad_tokens(first_pages[stage]));
       }
       ptx::cp_async_commit_group();
     }
   }
 }
 
-// The math of tile t of a chunk, in the stage at s_kv (visible to every warp): scores, mask, row
-// maxima (a barrier), P and alpha (a barrier), O += P V. scale_log2: the scores' scale.
+// The math of tile t of a chunk, in stage `stage` at s_kv (visible to every warp): scores, mask,
+// row maxima (a barrier), P and alpha (a barrier), O += P V. scale_log2: the scores' scale.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, SharedStorage<T, Cfg>& s,
                                              const plan::Chunk& c, int row0, int t, uint32_t s_q,
-                                             uint32_t s_kv, float scale_log2, QFragments<Cfg>& qf,
-                                             ScoreState<Cfg>& st, OutAccumulators<Cfg>& o,
-                                             bool check_pages) {
+                                             int stage, uint32_t s_kv, float scale_log2,
+                                             QFragments<Cfg>& qf, ScoreState<Cfg>& st,
+                                             OutAccumulators<Cfg>& o) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float acc[Cfg::kSNTiles][4];
   const int tile_start = c.token_begin + t * kBlockN;
   if (t == 0) load_q_fragments<Cfg>(s_q, warp, lane, qf);
   compute_scores_split_k<T, Cfg>(qf, s_q, s_kv, s.score_parts, warp, lane, acc);
-  // In a chunk with a bad page id, the tokens of the tile's bad pages (plan/page_mask.cuh).
-  const uint64_t bad = check_pages ? plan::bad_tokens_of_block<kBlockN>(
-                                         p.block_table + c.request * p.block_table_stride,
-                                         tile_start, c.token_end, p.page_shift, p.num_pages)
-                                   : 0;
-  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, tile_start, bad, s);
-  __syncthreads();  // tile_max complete
+  mask_and_publish_max<T, Cfg>(acc, st, p, c, row0, tile_start, bad_tokens_of_stage(s, stage), s);
+  __syncthreads();  // tile_max complete; every warp has read the stage's bad-token bits
+  // Cleared for the stage's next tile, whose copying threads OR into it after the next barrier.
+  if (plan::kPageChecks && threadIdx.x == 0) s.bad_tokens[stage] = 0;
   softmax_to_shared<T, Cfg>(acc, st, scale_log2, s);
   __syncthreads();  // P and alpha complete
   accumulate_pv<T, Cfg>(s, s_kv, warp, lane, o);
@@ -100,10 +108,7 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
   if (!q_loaded) load_q<T, Cfg>(s_q, p, c.request, row0);
   KvLoader<T, Cfg> loader(p, c);
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-  const bool check_pages =
-      plan::chunk_has_bad_page(p.block_table + c.request * p.block_table_stride, c.token_begin,
-                               c.token_end, p.page_shift, p.num_pages);
-  issue_first_tiles<T, Cfg>(loader, s_kv0, c, stages, n_tiles);
+  issue_first_tiles<T, Cfg>(s, loader, s_kv0, c, stages, n_tiles);
   TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
   ScoreState<Cfg> st;
   QFragments<Cfg> qf;  // this warp's slice of Q, loaded with the first tile
@@ -118,14 +123,15 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     const int next = t + stages - 1;
     if (next < n_tiles) {
       loader.load(s_kv0 + write_stage * kStageBytes, c.token_begin + next * kBlockN, next_pages);
+      publish_bad_tokens(s, write_stage, loader.bad_tokens(next_pages));
       next_pages = loader.fetch_pages(c.token_begin + (next + 1) * kBlockN);
     }
     ptx::cp_async_commit_group();
     write_stage = write_stage + 1 == stages ? 0 : write_stage + 1;
 
-    const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
+    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, read_stage, s_kv0 + read_stage * kStageBytes,
+                         p.scale_log2, qf, st, o);
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, p.scale_log2, qf, st, o, check_pages);
   }
   ptx::cp_async_wait_group<0>();  // only empty groups remain
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, p.scale_log2, 1.0f);
@@ -156,13 +162,11 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
   ptx::cp_async_commit_group();
   const Fp8KvLoader<T, Cfg> loader(p, c);
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-  const bool check_pages =
-      plan::chunk_has_bad_page(p.block_table + c.request * p.block_table_stride, c.token_begin,
-                               c.token_end, p.page_shift, p.num_pages);
   Fp8TileRegs<Cfg> regs;
   for (int t = 0; t < stages - 1 && t < n_tiles; ++t) {
     loader.fetch(c.token_begin + t * kBlockN, regs);
     loader.store(s_kv0 + t * kStageBytes, regs);
+    publish_bad_tokens(s, t, regs.bad);
   }
   if (stages - 1 < n_tiles) loader.fetch(c.token_begin + (stages - 1) * kBlockN, regs);
   ScoreState<Cfg> st;
@@ -178,13 +182,14 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
     const int next = t + stages - 1;
     if (next < n_tiles) {
       loader.store(s_kv0 + write_stage * kStageBytes, regs);
+      publish_bad_tokens(s, write_stage, regs.bad);
       if (next + 1 < n_tiles) loader.fetch(c.token_begin + (next + 1) * kBlockN, regs);
     }
     write_stage = write_stage + 1 == stages ? 0 : write_stage + 1;
 
-    const uint32_t s_kv = s_kv0 + read_stage * kStageBytes;
+    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, read_stage, s_kv0 + read_stage * kStageBytes,
+                         scale_log2, qf, st, o);
     read_stage = read_stage + 1 == stages ? 0 : read_stage + 1;
-    compute_tile<T, Cfg>(p, s, c, row0, t, s_q, s_kv, scale_log2, qf, st, o, check_pages);
   }
   ptx::cp_async_wait_group<0>();
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, scale_log2, scales.v);
@@ -214,8 +219,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       load_q<T, Cfg, 32 * Cfg::kScoreWarps>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
     }
     roles::init_barriers<T, Cfg>(s);
-  } else if (q_loaded) {
-    load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
+  } else {
+    // The copying threads OR into the stages' bad-token words (publish_bad_tokens): clear before
+    // the barrier below or with the persistent plan.
+    if (plan::kPageChecks && threadIdx.x < kMaxStages) s.bad_tokens[threadIdx.x] = 0;
+    if (q_loaded) load_q<T, Cfg>(ptx::smem_u32(s.q), p, cta, m_tile * Cfg::kRows);
   }
   // Tactic 4 (p.speculate): a persistent CTA that plans itself does so now, on the lengths as
   // they are, and confirms the part after the wait (part_plan.cuh). Not in the kRoles loop: there
@@ -242,8 +250,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (threadIdx.x == 0) s.part = pp;
     }
     __syncthreads();
-  } else if constexpr (Cfg::kRoles) {
-    __syncthreads();  // the mbarriers are initialized
+  } else if constexpr (Cfg::kRoles || plan::kPageChecks) {
+    __syncthreads();  // the mbarriers (kRoles) or the bad-token words are initialized
   }
   if constexpr (Cfg::kRoles) {
     roles::run<T, Cfg>(p, s, m_tile, cta, q_loaded);

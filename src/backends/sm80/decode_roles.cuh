@@ -115,6 +115,10 @@ struct TileSlot {
       parity ^= 1u;
     }
   }
+  // The stage of tile g - back (back < stages).
+  __device__ __forceinline__ int stage_back(int back, int stages) const {
+    return stage >= back ? stage - back : stage - back + stages;
+  }
 };
 
 // Once per CTA, before any chunk: the stages' mbarriers (a barrier of all threads follows).
@@ -191,6 +195,10 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   // Warp 0 reads the page ids of the tiles the output warps copy in the loop (tile t - 1 + stages
   // after the barrier of tile t), a tile ahead, and publishes them before that barrier: a
   // block-table read in the output warps' loop stalled them (O takes most of their registers).
+  // With them it stores each tile's bad-token bits in the word of the tile's stage
+  // (SharedStorage::bad_tokens), and those of the first `stages` tiles (copied with the output
+  // warps' own reads of the ids) before the first barrier below; every score warp reads a tile's
+  // word after the barrier that brings it its whole scores.
   const int stages = p.stages;
   const bool pages_lane = warp == 0;
   const int32_t* g_pages = p.block_table + c.request * p.block_table_stride;
@@ -200,21 +208,31 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
                ? plan::valid_page(g_pages[pos >> p.page_shift], p.num_pages)
                : 0;
   };
+  const auto store_bad_tokens = [&](int stage, int32_t id) {
+    const uint32_t bits = __ballot_sync(0xffffffffu, id < 0);
+    if (lane == 0) s.bad_tokens[stage] = bits;
+  };
   int32_t page = pages_lane ? page_of(stages) : 0;
   ScoreState<Cfg> st;
   const int mask_from = visible_bound(p, c, row0);
-  // In a chunk with a bad page id, the tokens of each tile's bad pages (plan/page_mask.cuh).
-  const bool check_pages =
-      plan::chunk_has_bad_page(g_pages, c.token_begin, c.token_end, p.page_shift, p.num_pages);
-  const auto bad_tokens = [&](int tile_start) -> uint64_t {
-    return check_pages ? plan::bad_tokens_of_block<kBlockN>(g_pages, tile_start, c.token_end,
-                                                            p.page_shift, p.num_pages)
-                       : 0;
-  };
   TileSlot slot(g0, stages);
+  if (plan::kPageChecks && pages_lane) {
+    int32_t first_ids[kMaxStages];  // all reads in flight at once
+#pragma unroll
+    for (int i = 0; i < kMaxStages; ++i) first_ids[i] = i < stages ? page_of(i) : 0;
+    TileSlot tile = slot;
+#pragma unroll
+    for (int i = 0; i < kMaxStages; ++i) {
+      if (i < stages) {
+        store_bad_tokens(tile.stage, first_ids[i]);
+        tile.advance(stages);
+      }
+    }
+  }
   // Tile t's scores, then its swap; tile t's softmax runs inside the score loop of tile t + 1,
   // and the barrier of all threads that publishes P of tile t follows that loop.
   float v[4][4];  // whole scores of the tile whose softmax is pending
+  uint32_t bad;   // its bad-token bits
   // Whether the next tile's copies have landed, tested before the barrier so that the test's
   // latency passes with the barrier and the swap rather than at the top of the next tile.
   bool next_ready;
@@ -231,6 +249,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     send_partials(s_q, warp, lane, slot.tile_parity, acc);
     cta_sync();  // the partials of the first tile
     receive_partials(s_q, warp, lane, slot.tile_parity, acc, v);
+    bad = bad_tokens_of_stage(s, slot.stage);
     slot.advance(stages);
   }
 #pragma unroll 1
@@ -240,10 +259,11 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     // t - 1 (at the end of this loop). They read this buffer last after the barrier of tile t - 3.
     if (pages_lane && t >= 2) {
       s.tile_pages[t & 1][lane] = page;
+      // Its stage held tile t - 2, whose word the score warps read before the last barrier.
+      if (plan::kPageChecks) store_bad_tokens(slot.stage_back(2, stages), page);
       page = page_of(stages + t - 1);
     }
-    mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + (t - 1) * kBlockN, mask_from,
-                        bad_tokens(c.token_begin + (t - 1) * kBlockN));
+    mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + (t - 1) * kBlockN, mask_from, bad);
     float acc[2][4][4];
     const int b = (t - 1) & 1;
     scores.template run<kScoreAhead, kSoftmaxStep>(s_kv0 + slot.stage * kStageBytes, qf, acc, [&] {
@@ -253,11 +273,11 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     send_partials(s_q, warp, lane, slot.tile_parity, acc);
     cta_sync();  // P of tile t - 1, the partials of tile t
     receive_partials(s_q, warp, lane, slot.tile_parity, acc, v);
+    bad = bad_tokens_of_stage(s, slot.stage);
   }
   {
     const int t = n_tiles - 1, b = t & 1;
-    mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + t * kBlockN, mask_from,
-                        bad_tokens(c.token_begin + t * kBlockN));
+    mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + t * kBlockN, mask_from, bad);
     softmax_full_rows<T, Cfg>(v, st, p.scale_log2, s.p_buf[b], s.alpha_buf[b]);
     cta_sync();  // P of the last tile
   }

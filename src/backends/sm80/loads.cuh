@@ -83,6 +83,17 @@ class KvLoader {
     return pages;
   }
 
+  // Bit j set: token j of the tile, one this thread copies with `pages`, is in a bad page
+  // (fetch_pages made its id -1; plan/page_mask.cuh).
+  __device__ __forceinline__ uint32_t bad_tokens(const TilePages<Cfg>& pages) const {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
+      if (pages.page[pass] < 0) bits |= 1u << token(pass);
+    }
+    return bits;
+  }
+
   // Copies the tile starting at `tile_start` into `s_kv`.
   __device__ __forceinline__ void load(uint32_t s_kv, int tile_start,
                                        const TilePages<Cfg>& pages) const {

@@ -31,6 +31,7 @@ struct Fp8Pieces {
 template <typename Cfg>
 struct Fp8TileRegs {
   uint32_t w[Fp8Pieces<Cfg>::kPerThread][Fp8Pieces<Cfg>::kWords];
+  uint32_t bad;  // bit j: token j, one of whose pieces this thread holds, is in a bad page
 };
 
 // Widens kWords words of e4m3 (dims d0 .. d0 + 4 kWords - 1 of a row) and stores them as T at
@@ -94,6 +95,7 @@ class Fp8KvLoader {
 
   // The tile starting at token `tile_start` into registers (zeros past the chunk's end).
   __device__ __forceinline__ void fetch(int tile_start, Fp8TileRegs<Cfg>& r) const {
+    r.bad = 0;
 #pragma unroll
     for (int k = 0; k < Pieces::kPerThread; ++k) {
       const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
@@ -108,6 +110,8 @@ class Fp8KvLoader {
         load_words<Pieces::kWords>(g_kv_ + view_.offset(page, pos & ((1 << page_shift_) - 1)) +
                                        idx % Pieces::kPerToken * Pieces::kBytes,
                                    r.w[k]);
+      } else if (pos < token_end_) {
+        r.bad |= 1u << row;
       }
     }
   }

@@ -95,8 +95,14 @@ __device__ __forceinline__ float advance_row(ScoreState<Cfg>& st, int e, float n
   return alpha;
 }
 
+// The bad-token bits of the tile in `stage` (SharedStorage::bad_tokens), once it is visible.
+template <typename T, typename Cfg>
+__device__ __forceinline__ uint32_t bad_tokens_of_stage(const SharedStorage<T, Cfg>& s, int stage) {
+  return plan::kPageChecks ? s.bad_tokens[stage] : 0;
+}
+
 // Masks the scores of the tile starting at token `tile_start` (past the rows' bounds, and the
-// tokens of bad pages: bits of plan::bad_tokens_of_block) and publishes each row's max.
+// tokens of bad pages: bits of bad_tokens_of_stage) and publishes each row's max.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void mask_and_publish_max(float (&acc)[Cfg::kSNTiles][4],
                                                      const ScoreState<Cfg>& st,
