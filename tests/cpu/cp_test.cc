@@ -321,15 +321,17 @@ TEST(CpValidate, GlobalLengthWhoseShareOverflowsTheLocalTable) {
   EXPECT_TRUE(run_cpu(local).status.ok());
 }
 
-TEST(CpValidate, GpuBackendsRefuseContextParallelismByName) {
+// The GPU backends decode a rank's shard (tests/gpu/cp_decode_test.cc): whatever else they say of
+// a problem without a device, they do not refuse it for its cp fields.
+TEST(CpValidate, GpuBackendsDoNotRefuseContextParallelism) {
   int checked = 0;
   for (const char* name : {"sm80", "sm90"}) {
     const mlakit::BackendEntry* entry = mlakit::find_backend(name);
     ASSERT_NE(entry, nullptr) << name;
     const Status s = entry->can_run(cp_problem(), mlakit::DeviceInfo{});
     if (s.message().find("not in this build") != std::string::npos) continue;
-    EXPECT_TRUE(is_error(s, StatusCode::kUnsupported, "cp_world 4",
-                         {"context parallelism", std::string("backend ") + name}));
+    EXPECT_EQ(s.message().find("cp_world"), std::string::npos) << name << ": " << s.to_string();
+    EXPECT_EQ(s.message().find("context parallelism"), std::string::npos) << name;
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << "a build without the GPU backends";
