@@ -12,7 +12,6 @@
 
 #include "core/numeric.h"
 #include "core/views.h"
-#include "mlakit/cp.h"
 #include "mlakit/mlakit.h"
 #include "plan/plan.h"
 
@@ -115,8 +114,8 @@ struct DecodeParamsBase {
   float lse_scale;
   PlanView plan;  // metadata and partials in the workspace
   Schedule schedule;
-  const int32_t* seq_lens;    // [b], global lengths with context parallelism
-  Lengths lens;               // how an entry of seq_lens counts (its tokens in this cache)
+  const int32_t* seq_lens;    // [b]; with context parallelism the rank's (cp_lengths.h)
+  int32_t max_len;            // lengths are clamped to [0, max_len]
   int32_t inline_plan;        // 1: persistent, each CTA plans its part (plan/part_plan.cuh)
   int32_t fixed_cost_blocks;  // inline_plan: the plan shape's partition constants
   int32_t min_chunk_blocks;
@@ -129,9 +128,9 @@ struct DecodeParamsBase {
   // (its copies fill zeros: valid_page) and its tokens are masked (page_mask.cuh).
   int32_t num_pages;
   int32_t causal;  // 1 when s_q > 1 and causal: token t sees positions < L - s_q + 1 + t
-  // 1 with context parallelism (Problem::cp_world > 1): a causal bound is then counted from the
-  // global length (Lengths::causal_bound), not from the chunk's local one.
-  int32_t context_parallel;
+  // Context parallelism with causal MTP: [b, s_q] the tokens of this rank that token t sees
+  // (cp_lengths.h), not derivable from the local length; else null.
+  const int32_t* causal_bounds;
   float scale_log2;  // softmax_scale * log2(e)
   // fp8 dequantization scales (fp8/read_scales): a device pointer to one float, read at run time,
   // or else the host value (1 for 16-bit inputs).
@@ -140,25 +139,6 @@ struct DecodeParamsBase {
   float q_scale;
   float k_scale;
 };
-
-// The kernels' Lengths for `given` as planned into `p` (rows_as_requests): lengths past what the
-// block table can address are clamped, so the kernels never read past it. A sparse problem's
-// lengths are its rows' compacted counts (at most p.max_seq_len = topk; set by its launch).
-inline Lengths lengths(const Problem& p, const Problem& given, const RunArgs& a) {
-  const int64_t reach = a.block_table_stride * p.page_size;
-  if (p.sparse() || !given.context_parallel()) {
-    return plain_lengths(static_cast<int32_t>(std::min<int64_t>(p.max_seq_len, reach)));
-  }
-  const int32_t max_len = given.max_seq_len;
-  const auto capped = [&](int64_t v) {
-    return static_cast<int32_t>(std::min<int64_t>(v, int64_t{max_len} + 1));
-  };
-  return {.max_len = max_len,
-          .max_local = static_cast<int32_t>(std::min<int64_t>(cp_local_max_seq_len(given), reach)),
-          .cp_round = capped(int64_t{given.cp_interleave} * given.cp_world),
-          .cp_offset = capped(int64_t{given.cp_rank} * given.cp_interleave),
-          .cp_interleave = given.cp_interleave};
-}
 
 // p: the problem as the plan sees it (planned, rows_as_requests); given: as the caller gave it
 // (its views and LSE base).
@@ -177,7 +157,10 @@ inline DecodeParamsBase decode_params_base(const Problem& p, const Problem& give
       .plan = view,
       .schedule = shape.schedule,
       .seq_lens = a.seq_lens,
-      .lens = lengths(p, given, a),
+      // Lengths past what the block table can address are clamped: the kernels never read past.
+      // (With context parallelism p.max_seq_len is the rank's longest: rows_as_requests.)
+      .max_len = static_cast<int32_t>(
+          std::min<int64_t>(p.max_seq_len, a.block_table_stride * p.page_size)),
       .inline_plan = inline_plan ? 1 : 0,
       .fixed_cost_blocks = shape.fixed_cost_blocks,
       .min_chunk_blocks = shape.min_chunk_blocks,
@@ -188,7 +171,7 @@ inline DecodeParamsBase decode_params_base(const Problem& p, const Problem& give
       .page_shift = std::countr_zero(static_cast<uint32_t>(p.page_size)),
       .num_pages = static_cast<int32_t>(std::min<int64_t>(a.num_pages, INT32_MAX)),
       .causal = p.causal && p.s_q > 1 ? 1 : 0,
-      .context_parallel = lengths(p, given, a).cp_round > 0 ? 1 : 0,
+      .causal_bounds = nullptr,  // set with the local lengths (cp_lengths.h)
       .scale_log2 = a.softmax_scale * 1.4426950408889634f,
       .q_scale_ptr = p.q_dtype == DType::kFP8E4M3 ? a.q_scale_ptr : nullptr,
       .k_scale_ptr = p.kv_dtype == DType::kFP8E4M3 ? a.k_scale_ptr : nullptr,

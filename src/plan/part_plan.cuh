@@ -88,7 +88,7 @@ __device__ __forceinline__ HeldLens load_held_lens(const PlanInputs& in) {
         i < in.batch
             ? (kBeforeWait ? ptx::ld_relaxed_gpu_global_b32(in.seq_lens + i) : in.seq_lens[i])
             : 0;
-    h.len[k] = in.lens.of(raw);
+    h.len[k] = clamp_len(raw, in.max_len);
   }
   return h;
 }
@@ -228,7 +228,7 @@ __device__ __forceinline__ PartPlan part_plan_from_meta(const PlanView& view, in
 __device__ __forceinline__ PlanInputs plan_inputs(const DecodeParamsBase& p) {
   return PlanInputs{.seq_lens = p.seq_lens,
                     .batch = p.batch,
-                    .lens = p.lens,
+                    .max_len = p.max_len,
                     .block_n = p.plan.block_n,
                     .fixed_cost_blocks = p.fixed_cost_blocks,
                     .min_chunk_blocks = p.min_chunk_blocks,

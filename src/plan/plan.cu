@@ -32,20 +32,20 @@ size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 struct PlanKernelParams {
   const int32_t* seq_lens;  // [batch]
   int32_t batch;
-  Lengths lens;
+  int32_t max_len;  // lengths are clamped to [0, max_len]
   int32_t fixed_cost_blocks;
   int32_t min_chunk_blocks;
   PlanView view;
 };
 
 __device__ __forceinline__ int32_t load_len(const PlanKernelParams& p, int32_t i) {
-  return clamped_len(p.seq_lens, i, p.batch, p.lens);
+  return clamped_len(p.seq_lens, i, p.batch, p.max_len);
 }
 
 __device__ __forceinline__ PlanInputs plan_inputs(const PlanKernelParams& p) {
   return {.seq_lens = p.seq_lens,
           .batch = p.batch,
-          .lens = p.lens,
+          .max_len = p.max_len,
           .block_n = p.view.block_n,
           .fixed_cost_blocks = p.fixed_cost_blocks,
           .min_chunk_blocks = p.min_chunk_blocks,
@@ -293,10 +293,10 @@ int32_t one_shot_max_splits(const PlanShape& s, int32_t batch) {
 }
 
 Status launch_plan(const PlanShape& s, const PlanView& view, const int32_t* seq_lens, int32_t batch,
-                   const Lengths& lens, cudaStream_t stream, bool pdl) {
+                   int32_t max_len, cudaStream_t stream, bool pdl) {
   const PlanKernelParams params{.seq_lens = seq_lens,
                                 .batch = batch,
-                                .lens = lens,
+                                .max_len = max_len,
                                 .fixed_cost_blocks = s.fixed_cost_blocks,
                                 .min_chunk_blocks = s.min_chunk_blocks,
                                 .view = view};

@@ -54,54 +54,10 @@ enum class Schedule : int32_t {
   kCluster = 2,
 };
 
-// How the kernels turn a request's entry in seq_lens into the number of its tokens in this cache.
-// Without context parallelism: the entry clamped to [0, max_len]. With it (Problem::cp_world > 1)
-// seq_lens holds global lengths: clamped to [0, max_len], counted on this rank (mlakit/cp.h,
-// cp_local_len), then clamped to [0, max_local], what the rank's block table reaches. Local
-// positions keep the global order, so a causal bound is a local prefix too (causal_bound).
-struct Lengths {
-  int32_t max_len;    // global lengths are clamped to [0, max_len]
-  int32_t max_local;  // context parallel: local lengths are clamped to [0, max_local]
-  // Context parallel: I * N and r * I (each at most max_len + 1, which changes no count of a
-  // clamped length and keeps them in 32 bits), and I; cp_round 0 without context parallelism.
-  int32_t cp_round, cp_offset, cp_interleave;
-
-  // The tokens of this rank among global positions [0, g), g <= max_len (none if g <= 0).
-  __host__ __device__ __forceinline__ int32_t on_rank(int32_t g) const {
-    if (cp_round == 0) return g > 0 ? g : 0;
-    if (g <= 0) return 0;
-    const uint32_t rounds = static_cast<uint32_t>(g) / static_cast<uint32_t>(cp_round);
-    const int32_t rest = g - static_cast<int32_t>(rounds) * cp_round - cp_offset;
-    const int32_t local =
-        static_cast<int32_t>(rounds) * cp_interleave + clamp(rest, 0, cp_interleave);
-    return local < max_local ? local : max_local;
-  }
-  // A request's tokens in this cache, from its entry in seq_lens.
-  __host__ __device__ __forceinline__ int32_t of(int32_t len) const {
-    return on_rank(clamp(len, 0, max_len));
-  }
-  // With causal MTP: the tokens in this cache that a query token `back` positions before the
-  // request's last one sees (global positions < L - back), from the request's entry in seq_lens.
-  __host__ __device__ __forceinline__ int32_t causal_bound(int32_t len, int32_t back) const {
-    return on_rank(clamp(len, 0, max_len) - back);
-  }
-
- private:
-  __host__ __device__ static constexpr int32_t clamp(int32_t v, int32_t lo, int32_t hi) {
-    return v < lo ? lo : v > hi ? hi : v;
-  }
-};
-
-// Lengths for clamping only (no context parallelism).
-__host__ __device__ constexpr Lengths plain_lengths(int32_t max_len) {
-  return {
-      .max_len = max_len, .max_local = max_len, .cp_round = 0, .cp_offset = 0, .cp_interleave = 1};
-}
-
 // Per request, written by the plan kernel (or, persistent with the plan in the decode kernel, by
 // its CTA 0: part_plan.cuh). 16 bytes: one vector load.
 struct alignas(16) RequestMeta {
-  int32_t seq_len;       // tokens in this cache (Lengths::of)
+  int32_t seq_len;       // clamped to [0, max_len]
   int32_t num_splits;    // chunks: 0 (empty request), 1 (written directly) or more (partials)
   int32_t first;         // persistent: the part of the first chunk; one-shot: blocks per chunk
   int32_t split_offset;  // first partial slot when num_splits > 1
@@ -185,9 +141,9 @@ PlanView plan_view(const PlanShape& shape, const WorkspaceLayout& layout, void* 
 // about two per request otherwise, and no more than the longest request has blocks.
 int32_t one_shot_max_splits(const PlanShape& shape, int32_t batch);
 
-// Launches the plan kernel for `batch` requests: reads seq_lens[0:batch] (as `lens` counts them)
-// and writes the requests (and, persistent, parts) metadata of `view`.
+// Launches the plan kernel for `batch` requests: reads seq_lens[0:batch] (clamped to
+// [0, max_len]) and writes the requests (and, persistent, parts) metadata of `view`.
 Status launch_plan(const PlanShape& shape, const PlanView& view, const int32_t* seq_lens,
-                   int32_t batch, const Lengths& lens, cudaStream_t stream, bool pdl);
+                   int32_t batch, int32_t max_len, cudaStream_t stream, bool pdl);
 
 }  // namespace mlakit::plan

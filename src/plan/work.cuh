@@ -11,7 +11,7 @@ namespace mlakit::plan {
 // A contiguous range of one request's tokens.
 struct Chunk {
   int32_t request;
-  int32_t seq_len;      // the request's tokens in this cache (Lengths::of)
+  int32_t seq_len;      // the request's (clamped) length
   int32_t token_begin;  // multiple of block_n
   int32_t token_end;    // <= seq_len
   // Partial slot; -1 when the chunk is the whole request (written directly); kSlotCluster when
@@ -31,17 +31,16 @@ inline constexpr int32_t kSlotCluster = -2;
 // One loop serves every schedule, so a kernel inlines its chunk code once.
 class ChunkIterator {
  public:
-  // part: persistent, this CTA's part (shared memory); seq_lens and lens: the inputs (lens is
-  // held by reference: the kernel's parameters).
+  // part: persistent, this CTA's part (shared memory); seq_lens and max_len: the inputs.
   __device__ __forceinline__ ChunkIterator(const PlanView& view, Schedule schedule, int32_t cta,
                                            int32_t batch, const PartPlan* part,
-                                           const int32_t* seq_lens, const Lengths& lens)
+                                           const int32_t* seq_lens, int32_t max_len)
       : view_(view),
         part_(part),
         seq_lens_(seq_lens),
         cta_(cta),
         batch_(batch),
-        lens_(lens),
+        max_len_(max_len),
         schedule_(schedule),
         request_(schedule == Schedule::kPersistent ? part->begin_request : 0) {}
 
@@ -51,7 +50,7 @@ class ChunkIterator {
       if (request_++ > 0) return false;
       const int32_t splits = view_.max_splits, size = view_.cluster_size;
       const int32_t request = cta_ / splits, split = cta_ % splits;
-      const int32_t seq_len = clamped_len(seq_lens_, request, batch_, lens_);
+      const int32_t seq_len = clamped_len(seq_lens_, request, batch_, max_len_);
       const int32_t blocks = ceil_div(seq_len, view_.block_n);
       const int32_t per = ceil_div(blocks, splits);
       const int32_t begin = min(split * per, blocks);
@@ -86,7 +85,7 @@ class ChunkIterator {
       const PartPlan pp = *part_;
       const int32_t r = request_;
       if (r > min(pp.end_request, batch_ - 1)) return false;
-      const int32_t seq_len = clamped_len(seq_lens_, r, batch_, lens_);
+      const int32_t seq_len = clamped_len(seq_lens_, r, batch_, max_len_);
       const int32_t blocks = ceil_div(seq_len, view_.block_n);
       const int32_t begin = r == pp.begin_request ? pp.begin_block : 0;
       const int32_t end = r == pp.end_request ? pp.end_block : blocks;
@@ -109,7 +108,7 @@ class ChunkIterator {
   const int32_t* seq_lens_;
   int32_t cta_;
   int32_t batch_;
-  const Lengths& lens_;
+  int32_t max_len_;
   Schedule schedule_;
   // Persistent: the next request to look at; one-shot, cluster: the chunks handed out.
   int32_t request_;

@@ -1,8 +1,8 @@
 // Issue 38: the GPU backends decode a context-parallel rank's shard (Problem::cp_world > 1): the
-// rank's local block table and the GLOBAL lengths, from which the kernels count the rank's tokens
-// and the causal bounds of MTP tokens (plan::Lengths). Each rank's result, for every tactic,
-// equals the cpu backend's on the same shard (rows without a visible token: out 0, lse -inf), and
-// the ranks' GPU partials merged (merge_partials) equal the unsharded cpu decode.
+// rank's local block table and the GLOBAL lengths, from which a small kernel counts the rank's
+// tokens and the causal bounds of MTP tokens (plan/cp_lengths.h). Each rank's result, for every
+// tactic, equals the cpu backend's on the same shard (rows without a visible token: out 0, lse
+// -inf), and the ranks' GPU partials merged (merge_partials) equal the unsharded cpu decode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,13 +15,14 @@
 #include "harness/compare.h"
 #include "harness/workload.h"
 #include "mlakit/cp.h"
-#include "plan/plan.h"
+#include "plan/cp_lengths.h"
 #include "sm80_test_util.h"
 
 namespace mlakit::testing {
 namespace {
 
-// plan::Lengths (host-callable) counts what cp_local_len counts, clamps included.
+// plan::Lengths (host-callable; the cp_lengths kernel's arithmetic) counts what cp_local_len
+// counts, clamps included.
 TEST(CpLengths, CountsTheRanksTokensAndCausalBounds) {
   for (const int world : {2, 3, 4, 64}) {
     for (const int interleave : {1, 5, 64}) {
@@ -32,12 +33,7 @@ TEST(CpLengths, CountsTheRanksTokensAndCausalBounds) {
         p.cp_world = world;
         p.cp_rank = rank;
         p.cp_interleave = interleave;
-        const plan::Lengths lens{
-            .max_len = max_len,
-            .max_local = static_cast<int32_t>(std::min<int64_t>(cp_local_max_seq_len(p), reach)),
-            .cp_round = std::min(world * interleave, max_len + 1),
-            .cp_offset = std::min(rank * interleave, max_len + 1),
-            .cp_interleave = interleave};
+        const plan::Lengths lens = plan::cp_lengths(p, reach);
         for (int32_t len = -3; len <= max_len + 5; ++len) {
           const int64_t g = std::clamp(len, 0, max_len);
           const int64_t want = std::min<int64_t>(cp_local_len(g, world, rank, interleave), reach);

@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kRoles) {
     roles::run<T, Cfg>(p, s, m_tile, cta, q_loaded);
   } else {
-    plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.lens);
+    plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
     plan::Chunk c;
     bool first = true;
     [[maybe_unused]] fp8::Scales scales;

@@ -9,6 +9,7 @@
 #include "core/views.h"
 #include "kernels/common/combine.h"
 #include "plan/compact.h"
+#include "plan/cp_lengths.h"
 
 namespace mlakit::sm80 {
 namespace {
@@ -155,9 +156,12 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
       int64_t{device.sm_count} * ctas_per_sm / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
-  setup->workspace_bytes = p.sparse()
-                               ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
-                               : setup->layout.bytes;
+  // The region at compact_offset: a sparse problem's compacted slots, or a context-parallel
+  // rank's lengths (cp_lengths.h).
+  setup->workspace_bytes =
+      p.sparse() ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
+      : problem.context_parallel() ? setup->compact_offset + plan::cp_lengths_bytes(problem)
+                                   : setup->layout.bytes;
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->speculate = tactic == 4 && !roles;
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
@@ -200,12 +204,21 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.block_table = compact.slots;
     params.block_table_stride = p.topk;
     params.seq_lens = compact.counts;
-    params.lens = plan::plain_lengths(p.topk);
+    params.max_len = p.topk;
     params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.num_tokens, INT32_MAX));
+  } else if (p.context_parallel()) {
+    // The rank's lengths and causal bounds, counted from the global lengths (cp_lengths.h).
+    const plan::CpLengthsParams cp =
+        plan::cp_lengths_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
+    if (launches & kLaunchPlan) {
+      MLAKIT_RETURN_IF_ERROR(plan::launch_cp_lengths(cp, stream, setup.pdl));
+    }
+    params.seq_lens = cp.local_lens;
+    params.causal_bounds = cp.causal_bounds;
   }
   if ((launches & kLaunchPlan) && !setup.inline_plan) {
-    MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, params.seq_lens, a.batch, params.lens, stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
+                                             stream, setup.pdl));
   }
   if (launches & kLaunchDecode) {
     const int64_t ctas = int64_t{one_shot ? max_splits * a.batch : shape.num_parts} * setup.m_tiles;

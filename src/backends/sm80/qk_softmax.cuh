@@ -49,15 +49,15 @@ struct ScoreState {
 };
 
 // Tokens at or past this bound are masked for query row r of the request: the chunk's end, and
-// with causal MTP the positions token r / h_q must not see (with context parallelism counted
-// from the global length: plan::Lengths::causal_bound). Recomputed where needed (the last tiles
-// of a chunk) rather than held in registers.
+// with causal MTP the positions token r / h_q must not see (with context parallelism the bound
+// counted from the global length: DecodeParamsBase::causal_bounds). Recomputed where needed (the
+// last tiles of a chunk) rather than held in registers.
 __device__ __forceinline__ int visible_bound(const DecodeParams& p, const plan::Chunk& c, int r) {
   if (!p.causal) return min(c.seq_len, c.token_end);
-  const int back = p.s_q - 1 - r / p.h_q;
-  return min(
-      p.context_parallel ? p.lens.causal_bound(p.seq_lens[c.request], back) : c.seq_len - back,
-      c.token_end);
+  if (p.causal_bounds != nullptr) {  // (rows past the tile's last are clamped to a real token)
+    return min(p.causal_bounds[c.request * p.s_q + min(r / p.h_q, p.s_q - 1)], c.token_end);
+  }
+  return min(c.seq_len - p.s_q + 1 + r / p.h_q, c.token_end);
 }
 
 // Where a row's P is measured from once its max moves from old_max to new_max (raw score units):

@@ -120,7 +120,7 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
   // spreads the banks as there: the odd quads load token 2q + 1 first).
   const uint32_t pair_sel = (q & 1) ? 0x0040u : 0x4000u;
 
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.lens);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};

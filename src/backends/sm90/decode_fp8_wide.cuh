@@ -112,7 +112,7 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
   const uint32_t pack_sel = (q & 1) ? 0x4501u : 0x5410u;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
 
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.lens);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {

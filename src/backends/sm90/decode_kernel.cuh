@@ -57,7 +57,7 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
   const int page_size = 1 << p.page_shift;
   const bool two_pages = page_size < kBlockN;  // page 32: two pages per block
   const int32_t row0 = m_tile * kTileRows;
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.lens);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -133,7 +133,7 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
 template <typename L>
 __device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int32_t cta) {
   SmallStorage& sm = *s.small;
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.lens);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_block = 0;
   while (chunks.next(&c)) {
@@ -185,7 +185,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   const float scale_log2 = p.scale_log2;
   const float k_scale = fp8::read_scales(p).v;  // sparse V3.2: the cache's extra scale
 
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.lens);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Several clusters per request: the combine kernel merges their C partials.
     const int32_t request = cta / splits, clusters = splits / p.plan.cluster_size;
     p.plan.requests[request] =
-        plan::RequestMeta{.seq_len = plan::clamped_len(p.seq_lens, request, p.batch, p.lens),
+        plan::RequestMeta{.seq_len = plan::clamped_len(p.seq_lens, request, p.batch, p.max_len),
                           .num_splits = clusters,
                           .first = 0,
                           .split_offset = request * clusters};

@@ -58,15 +58,14 @@ __device__ __forceinline__ uint32_t swizzled(int row, int col_bytes) {
 }
 
 // The tokens a query row of the request sees in a chunk: the chunk's, and with causal MTP fewer
-// for its early query tokens (row r is query token r / h_q); with context parallelism counted
-// from the global length (plan::Lengths::causal_bound).
+// for its early query tokens (row r is query token r / h_q); with context parallelism the bound
+// counted from the global length (DecodeParamsBase::causal_bounds).
 __device__ __forceinline__ int32_t visible_limit(const DecodeParams& p, const plan::Chunk& c,
                                                  int32_t r) {
+  const int32_t sq = min(r / p.h_q, p.s_q - 1);
   if (!p.causal) return min(c.token_end, c.seq_len);
-  const int32_t back = p.s_q - 1 - min(r / p.h_q, p.s_q - 1);
-  const int32_t bound =
-      p.context_parallel ? p.lens.causal_bound(p.seq_lens[c.request], back) : c.seq_len - back;
-  return min(c.token_end, bound);
+  return min(c.token_end, p.causal_bounds != nullptr ? p.causal_bounds[c.request * p.s_q + sq]
+                                                     : c.seq_len - (p.s_q - 1 - sq));
 }
 
 // The blocks of a chunk and a consumer warpgroup's share of them: blocks alternate between the

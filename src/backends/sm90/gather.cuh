@@ -322,7 +322,7 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
   const uint32_t kv_smem = ptx::smem_u32(s.kv);
   const bool v32 = p.fill == Fill::kGatherV32;
   const uint32_t row_bytes = v32 ? kBlockwiseBytes : kRow16Bytes;  // read of each token
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.lens);
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {

@@ -17,6 +17,7 @@
 #include "core/views.h"
 #include "kernels/common/combine.h"
 #include "plan/compact.h"
+#include "plan/cp_lengths.h"
 
 namespace mlakit::sm90 {
 namespace {
@@ -237,10 +238,12 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                        device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
+  // The region at compact_offset: a sparse problem's compacted slots, or a context-parallel
+  // rank's lengths (cp_lengths.h).
   setup->q_pack_offset =
       p.sparse()
           ? setup->compact_offset + (plan::compact_bytes(p.max_batch, p.topk) + 255) / 256 * 256
-          : setup->compact_offset;
+          : setup->compact_offset + plan::cp_lengths_bytes(problem);
   // Room for q packed (pack_q.h) whatever the run's views: any run may pass one.
   setup->workspace_bytes = setup->q_pack_offset + packed_q_bytes(p);
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
@@ -316,8 +319,15 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.block_table = compact.slots;
     params.block_table_stride = p.topk;
     params.seq_lens = compact.counts;
-    params.lens = plan::plain_lengths(p.topk);
+    params.max_len = p.topk;
     params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
+  } else if (p.context_parallel()) {
+    // The rank's lengths and causal bounds, counted from the global lengths (cp_lengths.h).
+    const plan::CpLengthsParams cp =
+        plan::cp_lengths_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
+    MLAKIT_RETURN_IF_ERROR(plan::launch_cp_lengths(cp, stream, setup.pdl));
+    params.seq_lens = cp.local_lens;
+    params.causal_bounds = cp.causal_bounds;
   }
   const void* q_rows = a.q;
   int64_t q_row_stride = views.q_h;
@@ -334,8 +344,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     q_row_stride = p.d_qk;
   }
   if (!setup.inline_plan && !cluster) {
-    MLAKIT_RETURN_IF_ERROR(
-        plan::launch_plan(shape, view, params.seq_lens, a.batch, params.lens, stream, setup.pdl));
+    MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
+                                             stream, setup.pdl));
   }
   // L2 promotion: 256 bytes for the wide tile, none for the narrow one. One call (H200,
   // 2026-11-21), wide / narrow tile, 256 B against none: h_q 16 b 128 L 8192 narrow 304 -> 280 us,
