@@ -17,10 +17,12 @@
 //
 // Both are asynchronous on `stream` (the decode, the communication and the merge kernel follow
 // each other there), allocate nothing, never synchronize the host, and can be captured in a CUDA
-// graph (NCCL 2.9+). The current CUDA device must be the communicator's. A thread that drives
-// several communicators (one process, several GPUs) calls each rank's merge from a thread of its
-// own, not inside ncclGroupStart/ncclGroupEnd: the merge kernel must follow the communication on
-// the stream, and inside a group NCCL defers the communication to ncclGroupEnd.
+// graph (NCCL 2.9+). The communicator is a blocking one (NCCL's default; a non-blocking one,
+// ncclConfig_t::blocking 0, is refused when a call returns ncclInProgress), and the current CUDA
+// device must be its device. A thread that drives several communicators (one process, several
+// GPUs) calls each rank's merge from a thread of its own, not inside ncclGroupStart/ncclGroupEnd:
+// the merge kernel must follow the communication on the stream, and inside a group NCCL defers
+// the communication to ncclGroupEnd.
 #pragma once
 
 #include <cstddef>

@@ -28,6 +28,15 @@ namespace {
 Status nccl_status(ncclResult_t result, ncclComm_t comm, const char* call, const char* file,
                    int line) {
   if (result == ncclSuccess) return Status::Ok();
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)  // non-blocking communicators
+  if (result == ncclInProgress) {
+    // A non-blocking communicator (ncclConfig_t::blocking 0) may enqueue the communication after
+    // returning: the merge kernel would not follow it on the stream.
+    return unsupported(call, " returned ncclInProgress at ", file, ":", line,
+                       ": the merges take blocking communicators only (ncclConfig_t::blocking 1, "
+                       "NCCL's default)");
+  }
+#endif
   const StatusCode code = result == ncclUnhandledCudaError ? StatusCode::kCudaError
                           : result == ncclInvalidArgument || result == ncclInvalidUsage
                               ? StatusCode::kInvalidArgument
@@ -50,6 +59,15 @@ Status nccl_status(ncclResult_t result, ncclComm_t comm, const char* call, const
 Status comm_info(ncclComm_t comm, int* world, int* rank) {
   if (comm == nullptr) return invalid_argument("comm", "an NCCL communicator", "nullptr");
   int device = -1, current = -1;
+  ncclResult_t state = ncclSuccess;  // an error a previous operation left, or initialization
+  MLAKIT_NCCL_RETURN(comm, ncclCommGetAsyncError(comm, &state));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  if (state == ncclInProgress) {
+    return invalid_argument("comm", "an initialized communicator", "one still initializing");
+  }
+#endif
+  MLAKIT_RETURN_IF_ERROR(
+      nccl_status(state, comm, "the communicator (ncclCommGetAsyncError)", __FILE__, __LINE__));
   MLAKIT_NCCL_RETURN(comm, ncclCommCount(comm, world));
   MLAKIT_NCCL_RETURN(comm, ncclCommUserRank(comm, rank));
   MLAKIT_NCCL_RETURN(comm, ncclCommCuDevice(comm, &device));
