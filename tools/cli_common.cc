@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -261,6 +262,19 @@ bool uses_device(const std::vector<std::string>& backends, const DeviceInfo& dev
   return false;
 }
 
+Status parse_backend(const std::string& spec, std::string* name, int* tactic) {
+  const size_t colon = spec.find(':');
+  *name = spec.substr(0, colon);
+  if (colon == std::string::npos) return Status::Ok();
+  const char* first = spec.c_str() + colon + 1;
+  const char* last = spec.c_str() + spec.size();
+  const auto [end, error] = std::from_chars(first, last, *tactic);
+  if (error != std::errc() || end != last || first == last) {
+    return invalid_argument("--backend", "name or name:tactic (e.g. sm80:1)", spec);
+  }
+  return Status::Ok();
+}
+
 std::vector<std::string> expand_backends(const std::string& spec, bool gpu_present) {
   std::vector<std::string> names;
   if (spec == "all") {
@@ -321,9 +335,6 @@ Status reference_for(const harness::HostInputs& in, int k, Reference* ref) {
   return cpu->run(args, nullptr, 0, nullptr);
 }
 
-namespace {
-
-// Compares an output (out_dtype bits, and lse when the problem returns it) with the reference.
 Verdict judge(const harness::HostInputs& in, const Reference& ref, const std::vector<uint8_t>& out,
               const std::vector<float>& lse) {
   const Problem& p = in.problem;
@@ -336,8 +347,6 @@ Verdict judge(const harness::HostInputs& in, const Reference& ref, const std::ve
   v.ok = v.cmp.passes(tol) && v.unwritten == 0;
   return v;
 }
-
-}  // namespace
 
 Status verify_device(const Decoder& decoder, const harness::HostInputs& in,
                      const harness::DeviceInputs& dev, const Reference& ref, Verdict* v) {

@@ -64,6 +64,10 @@ struct Work {
 };
 Work count_work(const harness::HostInputs& inputs);
 
+// One backend of --backend, "name" or "name:tactic" (e.g. sm80:1): its name, and its tactic when
+// it gives one (`tactic` is left alone otherwise). An error names --backend.
+Status parse_backend(const std::string& spec, std::string* name, int* tactic);
+
 // Backends named by --backend: "auto", "all" (every available backend that runs on the memory
 // of this machine), or a comma list.
 std::vector<std::string> expand_backends(const std::string& spec, bool gpu_present);
@@ -97,6 +101,11 @@ struct Verdict {
   harness::Comparison cmp;  // the first ref.k requests against the reference
   int64_t unwritten = 0;    // NaN left anywhere in the output (every request is checked)
 };
+// Compares an output of every request of `inputs` (out_dtype bits; lse when the problem returns
+// it) with the reference: its first ref.k requests within harness::default_tolerance, and no NaN
+// left anywhere.
+Verdict judge(const harness::HostInputs& inputs, const Reference& ref,
+              const std::vector<uint8_t>& out, const std::vector<float>& lse);
 // Poisons the device output, runs `decoder` once on `device` inputs, and compares.
 Status verify_device(const Decoder& decoder, const harness::HostInputs& inputs,
                      const harness::DeviceInputs& device, const Reference& ref, Verdict* verdict);

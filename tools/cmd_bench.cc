@@ -1,7 +1,6 @@
 // mlakit bench: runs problems on one or more backends, checks each result against the cpu
 // reference, and prints time, TB/s, TFLOP/s and the share of the roofline.
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include <optional>
 #include <tuple>
 
+#include "bench.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "core/check.h"
@@ -20,20 +20,6 @@
 
 namespace mlakit::tools {
 namespace {
-
-struct BenchFlags {
-  SweepFlags sweep;
-  std::string backend = "auto";
-  int tactic = -1;
-  int replays = 15, warmup = 3;
-  double settle_ms = 0;
-  int verify_requests = 2;
-  bool no_verify = false;
-  std::string json_path;
-  std::string tune_cache;
-  std::string reference_csv;
-  double peak_tbs = 0, peak_tflops = 0;
-};
 
 struct Row {
   std::string backend, note;
@@ -48,18 +34,9 @@ struct Row {
 Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
                  const harness::HostInputs& in, std::optional<Reference>* ref,
                  const DeviceInfo& device, Row* row) {
-  // "name" or "name:tactic"
-  const size_t colon = backend.find(':');
-  const std::string name = backend.substr(0, colon);
+  std::string name;
   int tactic = f.tactic;
-  if (colon != std::string::npos) {
-    const char* first = backend.c_str() + colon + 1;
-    const char* last = backend.c_str() + backend.size();
-    const auto [end, error] = std::from_chars(first, last, tactic);
-    if (error != std::errc() || end != last || first == last) {
-      return invalid_argument("--backend", "name or name:tactic (e.g. sm80:1)", backend);
-    }
-  }
+  MLAKIT_RETURN_IF_ERROR(parse_backend(backend, &name, &tactic));
   std::unique_ptr<Decoder> decoder;
   MLAKIT_RETURN_IF_ERROR(Decoder::create(
       c.problem, {.backend = name, .tactic = tactic, .tune_cache_path = f.tune_cache}, &decoder));
@@ -179,6 +156,7 @@ void print_row(const Row& r, const Peaks& peaks, const ReferenceTimes& reference
 }
 
 int run_bench(BenchFlags& f, bool defaults, bool run) {
+  if (f.cp.world > 1) return run_bench_cp(f, run);
   const DeviceInfo device = current_device();
   if (f.sweep.batch.empty() && f.sweep.grid.empty()) {
     f.sweep.batch = {device.present ? 64 : 4};
@@ -300,6 +278,54 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
 
 }  // namespace
 
+Status check_cp_flags(const BenchFlags& f) {
+  const int n = f.cp.world;
+  if (expand_backends(f.backend, true).size() != 1 || f.backend == "all") {
+    return invalid_argument("--backend", "one backend (or auto) with --cp", f.backend);
+  }
+  if (f.sweep.topk != 0) {
+    return invalid_argument("--topk", "0 with --cp (the sharded workloads are dense)",
+                            f.sweep.topk);
+  }
+  if (!f.reference_csv.empty()) {
+    return invalid_argument("--reference", "none with --cp", f.reference_csv);
+  }
+  if (f.cp.interleave.empty() || f.cp.merge.empty()) {
+    return invalid_argument("--cp-interleave/--cp-merge", "at least one value each", "none");
+  }
+  for (const int i : f.cp.interleave) {
+    if (i < 1 || i > kMaxSeqLen) {
+      return invalid_argument("--cp-interleave", str_cat("1..", kMaxSeqLen), i);
+    }
+  }
+  for (const std::string& m : f.cp.merge) {
+    if (m != "allgather" && m != "heads") {
+      return invalid_argument("--cp-merge", "allgather or heads", m);
+    }
+    if (m != "heads") continue;
+    for (const int h : f.sweep.heads) {
+      if (h % n != 0) {
+        return invalid_argument("--heads",
+                                str_cat("multiples of --cp ", n, " with --cp-merge heads"), h);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+#ifndef MLAKIT_WITH_NCCL
+int run_bench_cp(BenchFlags& f, bool) {
+  Status st = check_cp_flags(f);
+  if (st.ok()) {
+    st = unsupported("--cp ", f.cp.world,
+                     ": this mlakit was built without NCCL (cmake -DMLAKIT_NCCL=ON, with "
+                     "MLAKIT_NCCL_ROOT where it is not found: docs/context-parallel.md)");
+  }
+  std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+  return 2;
+}
+#endif
+
 void add_bench_command(CLI::App& app, const CommandContext& context) {
   auto* cmd = app.add_subcommand(
       "bench",
@@ -333,6 +359,21 @@ void add_bench_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--json", f->json_path, "also write the results as JSON to this file");
   cmd->add_option("--peak-tbs", f->peak_tbs, "read bandwidth ceiling in TB/s for %roof");
   cmd->add_option("--peak-tflops", f->peak_tflops, "matrix ceiling in TFLOP/s for %roof");
+  cmd->add_option(
+         "--cp", f->cp.world,
+         "context parallel over GPUs 0..N-1 (NCCL): each request's cache sharded over N GPUs, "
+         "each decodes its shard, the partials merged (--cp-merge); times the unsharded decode "
+         "on GPU 0, each rank's, the merge with its communication, the whole step, against the "
+         "target unsharded / N + 15 us. 1: the plain bench")
+      ->check(CLI::Range(1, kMaxCpWorld));
+  cmd->add_option("--cp-interleave", f->cp.interleave,
+                  "with --cp: tokens per shard block (1: vLLM's DCP; 64: SGLang, TensorRT-LLM "
+                  "Helix), comma list")
+      ->delimiter(',');
+  cmd->add_option("--cp-merge", f->cp.merge,
+                  "with --cp: allgather (every GPU gets every head) or heads (all-to-all, each GPU "
+                  "its h_q / N heads), comma list")
+      ->delimiter(',');
   cmd->callback([cmd, f, context] {
     *context.exit_code = run_bench(*f, cmd->parse_order().empty(), context.run);
   });

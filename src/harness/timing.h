@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "harness/power.h"
@@ -46,6 +47,24 @@ Status time_gpu(const Decoder& decoder, const std::vector<DeviceInputs>& copies,
 // caller rotates its `copies` input copies by k), replayed as time_gpu does; per-call times.
 Status time_gpu_launches(const std::function<Status(int k, Stream stream)>& launch, int copies,
                          const TimingOptions& options, Timing* timing);
+
+// Steps that span several GPUs (a context-parallel decode and its NCCL merge; timing_ranks.cc).
+// Rank r runs on device devices[r].
+//
+// for_each_rank: fn(r) for every rank at once, each on a thread of its own with its device
+// current (a rank's NCCL calls may wait for the other ranks' on the host); the first failure.
+Status for_each_rank(std::span<const int> devices, const std::function<Status(int rank)>& fn);
+// time_gpu_ranks: one uncaptured call launch(r, 0, stream) per rank, then each rank's graph of
+// max(min_launches, copies) calls launch(r, k, stream) (the caller rotates its copies by k), both
+// on every rank at once (for_each_rank), then one host thread replays every rank's graph
+// together: warm-up, settling (a number of replays fixed from the time of the first), the timed
+// replays. Every rank replays as often as the others, so that the collectives inside always
+// find their peers. per_rank[r]: rank r's time per call (events on its stream); step: per
+// replay the slowest rank's, the median over replays. No power reading.
+Status time_gpu_ranks(std::span<const int> devices,
+                      const std::function<Status(int rank, int k, Stream stream)>& launch,
+                      int copies, const TimingOptions& options, std::vector<Timing>* per_rank,
+                      Timing* step);
 
 // Median of `replays` wall-clock calls of `call` (host work).
 Status time_cpu_calls(const std::function<Status()>& call, int replays, Timing* timing);

@@ -321,5 +321,45 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
   EXPECT_TRUE(has(r, "append,topk")) << r.output;
 }
 
+// bench --cp N: flags that do not go with it are refused by name before anything runs, then more
+// GPUs than the machine has (or a build without NCCL). --cp 1 is the plain bench.
+TEST_F(Cli, BenchCpRefusesByName) {
+  auto refused = [](std::vector<std::string> args, const std::string& message) {
+    args.insert(args.begin(), "bench");
+    const Result r = run_mlakit(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(has(r, message)) << r.output;
+  };
+  refused({"--cp", "4", "--cp-merge", "allgather,heads", "--heads", "16,6"},
+          "--heads: expected multiples of --cp 4 with --cp-merge heads, given 6");
+  refused({"--cp", "2", "--cp-merge", "scatter"},
+          "--cp-merge: expected allgather or heads, given scatter");
+  refused({"--cp", "2", "--cp-interleave", "1,0"},
+          "--cp-interleave: expected 1..16777216, given 0");
+  refused({"--cp", "2", "--topk", "64"}, "--topk: expected 0 with --cp");
+  refused({"--cp", "2", "--backend", "sm80,sm90"},
+          "--backend: expected one backend (or auto) with --cp, given sm80,sm90");
+  refused({"--cp", "2", "--reference", "bench/reference/flashmla_h200.csv"},
+          "--reference: expected none with --cp");
+  const Result range = run_mlakit({"bench", "--cp", "65"});
+  EXPECT_NE(range.exit_code, 0) << range.output;
+  EXPECT_TRUE(has(range, "--cp")) << range.output;
+
+  const Result gpus = run_mlakit({"bench", "--cp", "2", "--heads", "16"});
+  EXPECT_EQ(gpus.exit_code, 2) << gpus.output;
+  EXPECT_TRUE(has(gpus, "--cp: expected at most the ") || has(gpus, "built without NCCL"))
+      << gpus.output;
+  if (!mlakit::current_device().present) {
+    EXPECT_TRUE(has(gpus, "at most the 0 GPUs of this machine") || has(gpus, "built without NCCL"))
+        << gpus.output;
+  }
+
+  const Result one =
+      run_mlakit({"bench", "--cp", "1", "--backend", "cpu", "--heads", "1", "--batch", "2",
+                  "--seq-len", "16", "--replays", "1", "--warmup", "0"});
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_TRUE(has(one, "reference")) << one.output;
+}
+
 }  // namespace
 #endif  // MLAKIT_PROGRAM

@@ -1,0 +1,592 @@
+// mlakit bench --cp N: the context-parallel decode step over GPUs 0..N-1 of this machine
+// (docs/context-parallel.md). One process drives them: one NCCL communicator per GPU
+// (ncclCommInitAll), one stream per GPU, one host thread per GPU for the calls that may wait on
+// the other ranks (harness::for_each_rank, time_gpu_ranks).
+//
+// Per case: the global workload of the bench's flags, sharded per rank (harness::shard_inputs),
+// one Decoder per rank with its cp fields, each rank's decode then the NCCL merge
+// (mlakit/cp_nccl.h); the merged result checked against the cpu reference of the unsharded
+// problem (every rank's: allgather results must be bitwise equal, heads results are put together);
+// timed with graph replays over cold input copies: the unsharded decode on GPU 0, each rank's
+// decode alone, the merge with its communication alone, the whole step. The issue's target for
+// the step: the unsharded time / N + 15 us. A rank whose decode runs on the cpu backend (no GPU
+// backend takes cp_world > 1) gets its partial computed on the host and uploaded: then only the
+// merge is timed.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
+
+#include "bench.h"
+#include "cli_common.h"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "core/host_memory.h"
+#include "harness/timing.h"
+#include "mlakit/cp.h"
+#include "mlakit/cp_nccl.h"
+
+namespace mlakit::tools {
+namespace {
+
+// Issue 38's target: the sharded step within the unsharded decode / N plus this.
+constexpr double kTargetOverheadUs = 15;
+
+struct CpCase {
+  Case c;
+  int interleave = 1;
+  CpMerge merge = CpMerge::kAllGather;
+};
+
+// The communicators of GPUs 0..N-1, destroyed with it.
+struct Comms {
+  std::vector<ncclComm_t> comms;
+  ~Comms() {
+    for (ncclComm_t c : comms) {
+      if (c != nullptr) ncclCommDestroy(c);
+    }
+  }
+  Status init(int world) {
+    std::vector<int> devices(world);
+    std::iota(devices.begin(), devices.end(), 0);
+    comms.assign(world, nullptr);
+    const ncclResult_t r = ncclCommInitAll(comms.data(), world, devices.data());
+    if (r != ncclSuccess) {
+      comms.clear();
+      return Status(StatusCode::kInternal,
+                    str_cat("ncclCommInitAll of ", world, " GPUs: ", ncclGetErrorString(r)));
+    }
+    return Status::Ok();
+  }
+};
+
+// One rank of a case: its shard, its decoder, the device copies of its inputs (their out / lse
+// are its partial), the merge's workspace and result.
+struct Rank {
+  harness::HostInputs in;  // the shard (its cache released once uploaded)
+  std::unique_ptr<Decoder> decoder;
+  std::vector<harness::DeviceInputs> copies;
+  harness::DeviceBuffer workspace, sinks;
+  size_t workspace_bytes = 0;
+  harness::DeviceBuffer merge_workspace, out, lse;
+  size_t merge_workspace_bytes = 0;
+  uint64_t cache_bytes = 0;
+};
+
+struct CpRow {
+  CpCase cc;
+  int world = 0;
+  std::string backend, single_backend, check = "-", note;
+  int tactic = 0;
+  bool ok = true;
+  bool host_partials = false;              // the ranks decoded on the host: only the merge is timed
+  harness::Timing single;                  // the unsharded decode on GPU 0 (median_us 0: not run)
+  std::vector<harness::Timing> rank;       // each rank's decode alone
+  std::vector<harness::Timing> comm_rank;  // each rank's merge with its communication
+  harness::Timing comm, step;              // slowest rank per replay: merge alone, whole step
+  uint64_t cache_bytes = 0;                // the unsharded cache
+  std::vector<uint64_t> rank_cache_bytes;  // each rank's
+  double slowest_rank_us() const {
+    double t = 0;
+    for (const harness::Timing& r : rank) t = std::max(t, r.median_us);
+    return t;
+  }
+  double target_us() const {
+    return single.median_us > 0 ? single.median_us / world + kTargetOverheadUs : 0;
+  }
+};
+
+// A non-blocking stream of the current device, destroyed with it.
+struct StreamOf {
+  cudaStream_t stream = nullptr;
+  Status create() {
+    MLAKIT_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return Status::Ok();
+  }
+  ~StreamOf() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+Status alloc(size_t bytes, harness::DeviceBuffer* buffer, const char* what) {
+  *buffer = harness::DeviceBuffer(std::max<size_t>(bytes, 256));
+  if (buffer->get() == nullptr) {
+    return Status(StatusCode::kCudaError, str_cat("cudaMalloc of ", bytes, " bytes (", what, ")"));
+  }
+  return Status::Ok();
+}
+
+// The global problem's rows of one rank's merged result (out [b, s_q, heads, 512]).
+int merged_heads(const CpCase& cc, int world) {
+  return cc.merge == CpMerge::kHeads ? cc.c.problem.h_q / world : cc.c.problem.h_q;
+}
+
+NcclMergeArgs merge_args(const CpCase& cc, const Rank& rank, int k, bool lse) {
+  const harness::DeviceInputs& d = rank.copies[k % rank.copies.size()];
+  const Problem& p = cc.c.problem;
+  return {.batch = cc.c.batch,
+          .s_q = p.s_q,
+          .h_q = p.h_q,
+          .dtype = p.out_dtype,
+          .partial_out = d.args.out,
+          .partial_lse = d.args.lse,
+          .sinks = p.has_sinks ? rank.sinks.as<float>() : nullptr,
+          .out = rank.out.get(),
+          .lse = lse ? rank.lse.as<float>() : nullptr};
+}
+
+// Why no GPU backend runs a rank's problem (when auto chose the cpu backend).
+std::string gpu_refusals(const Problem& p) {
+  std::string why;
+  for (const BackendInfo& b : list_backends()) {
+    if (!b.device_memory || !b.available) continue;
+    const Status st = can_run(b.name, p);
+    if (!st.ok()) why += str_cat(why.empty() ? "" : "; ", b.name, ": ", st.message());
+  }
+  return why;
+}
+
+// Sets up rank r of the case on GPU r: the shard, the decoder, the device copies, the buffers.
+// With a decoder on host memory, the partial is computed here and uploaded.
+Status setup_rank(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
+                  int world, int r, Rank* rank) {
+  MLAKIT_CUDA_RETURN(cudaSetDevice(r));
+  const DeviceInfo device = current_device();
+  harness::WorkloadOptions wopt;
+  wopt.seed = f.sweep.seed;
+  rank->in = harness::shard_inputs(global, world, r, cc.interleave, wopt);
+  rank->cache_bytes = rank->in.kv.size();
+  std::string name;
+  int tactic = f.tactic;
+  MLAKIT_RETURN_IF_ERROR(parse_backend(f.backend, &name, &tactic));
+  MLAKIT_RETURN_IF_ERROR(Decoder::create(
+      rank->in.problem, {.backend = name, .tactic = tactic, .tune_cache_path = f.tune_cache},
+      &rank->decoder));
+  const Problem& p = rank->in.problem;
+  if (rank->decoder->device_memory()) {
+    MLAKIT_RETURN_IF_ERROR(harness::upload_cold_copies(rank->in, device.l2_bytes,
+                                                       device.global_mem_bytes / 3, &rank->copies));
+    rank->workspace_bytes = rank->decoder->workspace_bytes();
+    MLAKIT_RETURN_IF_ERROR(alloc(rank->workspace_bytes, &rank->workspace, "decode workspace"));
+  } else {
+    // The partial from the host decoder, uploaded as the one copy's out / lse.
+    std::vector<uint8_t> out(rank->in.out_bytes());
+    std::vector<float> lse(rank->in.lse_count());
+    MLAKIT_RETURN_IF_ERROR(
+        rank->decoder->run(rank->in.args(out.data(), lse.data()), nullptr, 0, nullptr));
+    rank->copies.resize(1);
+    harness::DeviceInputs& d = rank->copies[0];
+    MLAKIT_RETURN_IF_ERROR(alloc(out.size(), &d.out, "partial out"));
+    MLAKIT_RETURN_IF_ERROR(alloc(lse.size() * sizeof(float), &d.lse, "partial lse"));
+    MLAKIT_CUDA_RETURN(cudaMemcpy(d.out.get(), out.data(), out.size(), cudaMemcpyHostToDevice));
+    MLAKIT_CUDA_RETURN(
+        cudaMemcpy(d.lse.get(), lse.data(), lse.size() * sizeof(float), cudaMemcpyHostToDevice));
+    d.args.out = d.out.get();
+    d.args.lse = d.lse.as<float>();
+  }
+  std::vector<uint8_t>().swap(rank->in.kv);  // uploaded: the host copy is no longer needed
+  if (global.problem.has_sinks) {
+    MLAKIT_RETURN_IF_ERROR(alloc(global.sinks.size() * sizeof(float), &rank->sinks, "sinks"));
+    MLAKIT_CUDA_RETURN(cudaMemcpy(rank->sinks.get(), global.sinks.data(),
+                                  global.sinks.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  const int heads = merged_heads(cc, world);
+  const size_t rows = size_t(cc.c.batch) * p.s_q * heads;
+  MLAKIT_RETURN_IF_ERROR(alloc(rows * kDv * dtype_bytes(p.out_dtype), &rank->out, "merged out"));
+  MLAKIT_RETURN_IF_ERROR(alloc(rows * sizeof(float), &rank->lse, "merged lse"));
+  MLAKIT_RETURN_IF_ERROR(nccl_merge_workspace_bytes(cc.merge, world, merge_args(cc, *rank, 0, true),
+                                                    &rank->merge_workspace_bytes));
+  return alloc(rank->merge_workspace_bytes, &rank->merge_workspace, "merge workspace");
+}
+
+// Each rank's decode (poisoned partial), then the merges (poisoned results): all on every rank at
+// once; then the merged results compared with the reference.
+Status verify(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
+              std::vector<Rank>& ranks, Comms& comms, CpRow* row) {
+  const int world = static_cast<int>(ranks.size());
+  std::vector<int> devices(world);
+  std::iota(devices.begin(), devices.end(), 0);
+  const bool lse = f.sweep.lse;
+  // Poisoning (cudaMemset, on the legacy stream) is waited for before the rank's own stream runs.
+  if (!row->host_partials) {
+    // The decodes first, so that a rank that fails never leaves the others' collectives waiting.
+    MLAKIT_RETURN_IF_ERROR(harness::for_each_rank(devices, [&](int r) -> Status {
+      Rank& rank = ranks[r];
+      MLAKIT_RETURN_IF_ERROR(rank.copies[0].poison(rank.in));
+      MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
+      StreamOf stream;
+      MLAKIT_RETURN_IF_ERROR(stream.create());
+      MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[0].args, rank.workspace.get(),
+                                               rank.workspace_bytes, stream.stream));
+      MLAKIT_CUDA_RETURN(cudaStreamSynchronize(stream.stream));
+      return Status::Ok();
+    }));
+  }
+  MLAKIT_RETURN_IF_ERROR(harness::for_each_rank(devices, [&](int r) -> Status {
+    Rank& rank = ranks[r];
+    MLAKIT_CUDA_RETURN(cudaMemset(rank.out.get(), 0xff, rank.out.size()));  // NaN
+    MLAKIT_CUDA_RETURN(cudaMemset(rank.lse.get(), 0xff, rank.lse.size()));
+    MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
+    StreamOf stream;
+    MLAKIT_RETURN_IF_ERROR(stream.create());
+    MLAKIT_RETURN_IF_ERROR(merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, 0, lse),
+                                      rank.merge_workspace.get(), rank.merge_workspace_bytes,
+                                      stream.stream));
+    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(stream.stream));
+    return Status::Ok();
+  }));
+  if (f.no_verify) return Status::Ok();
+
+  // The whole result [b, s_q, h_q, 512] (and lse): rank 0's with allgather (the others must equal
+  // it bit for bit), each rank's heads put together with heads.
+  const Problem& p = global.problem;
+  const int heads = merged_heads(cc, world);
+  const size_t rows = size_t(cc.c.batch) * p.s_q, head_bytes = kDv * dtype_bytes(p.out_dtype);
+  std::vector<uint8_t> out(global.out_bytes()), part(rows * heads * head_bytes);
+  std::vector<float> out_lse(global.lse_count()), part_lse(rows * heads);
+  for (int r = 0; r < world; ++r) {
+    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
+    MLAKIT_CUDA_RETURN(
+        cudaMemcpy(part.data(), ranks[r].out.get(), part.size(), cudaMemcpyDeviceToHost));
+    MLAKIT_CUDA_RETURN(cudaMemcpy(part_lse.data(), ranks[r].lse.get(),
+                                  part_lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    if (cc.merge == CpMerge::kAllGather) {
+      if (r == 0) {
+        out = part;
+        out_lse = part_lse;
+      } else if (part != out || (lse && std::memcmp(part_lse.data(), out_lse.data(),
+                                                    part_lse.size() * sizeof(float)) != 0)) {
+        row->ok = false;
+        row->note = str_cat("rank ", r, "'s merged result differs from rank 0's");
+      }
+      continue;
+    }
+    for (size_t i = 0; i < rows; ++i) {
+      std::memcpy(&out[(i * p.h_q + r * heads) * head_bytes], &part[i * heads * head_bytes],
+                  heads * head_bytes);
+      std::memcpy(&out_lse[i * p.h_q + r * heads], &part_lse[i * heads], heads * sizeof(float));
+    }
+  }
+  Reference ref;
+  MLAKIT_RETURN_IF_ERROR(
+      reference_for(global, std::min(cc.c.batch, std::max(1, f.verify_requests)), &ref));
+  const Verdict v = judge(global, ref, out, out_lse);
+  row->ok = row->ok && v.ok;
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%s %.1e", row->ok ? "ok" : "FAIL", v.cmp.rel_l2_err);
+  row->check = buf;
+  if (!v.ok) row->note = str_cat(row->note, row->note.empty() ? "" : "; ", v.cmp.summary());
+  return Status::Ok();
+}
+
+// The unsharded decode on GPU 0, when its inputs fit there.
+Status time_single(const BenchFlags& f, const Case& c, const harness::HostInputs& global,
+                   const harness::TimingOptions& topt, CpRow* row) {
+  MLAKIT_CUDA_RETURN(cudaSetDevice(0));
+  const DeviceInfo device = current_device();
+  size_t free_bytes = 0, total = 0;
+  MLAKIT_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total));
+  const uint64_t need = harness::device_input_bytes(c.problem, c.lens);
+  if (need > free_bytes) {
+    row->note = str_cat("unsharded: its inputs need ", need, " bytes, more than the ", free_bytes,
+                        " free on GPU 0");
+    return Status::Ok();
+  }
+  std::string name;
+  int tactic = f.tactic;
+  MLAKIT_RETURN_IF_ERROR(parse_backend(f.backend, &name, &tactic));
+  std::unique_ptr<Decoder> decoder;
+  MLAKIT_RETURN_IF_ERROR(Decoder::create(
+      c.problem, {.backend = name, .tactic = tactic, .tune_cache_path = f.tune_cache}, &decoder));
+  row->single_backend = str_cat(decoder->backend_name(c.batch), ":", decoder->tactic(c.batch));
+  if (!decoder->device_memory()) {
+    row->note =
+        str_cat("unsharded: runs on ", decoder->backend_name(c.batch), " (host): not timed");
+    return Status::Ok();
+  }
+  std::vector<harness::DeviceInputs> copies;
+  MLAKIT_RETURN_IF_ERROR(
+      harness::upload_cold_copies(global, device.l2_bytes, device.global_mem_bytes / 3, &copies));
+  return harness::time_gpu(*decoder, copies, topt, &row->single);
+}
+
+Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* row) {
+  const Case& c = cc.c;
+  const int world = f.cp.world;
+  harness::WorkloadOptions wopt;
+  wopt.seed = f.sweep.seed;
+  const harness::HostInputs global = harness::make_inputs(c.problem, c.lens, wopt);
+  row->cache_bytes = global.kv.size();
+  harness::TimingOptions topt;
+  topt.replays = f.replays;
+  topt.warmup = f.warmup;
+  topt.settle_ms = f.settle_ms;
+  MLAKIT_RETURN_IF_ERROR(time_single(f, c, global, topt, row));
+
+  std::vector<Rank> ranks(world);
+  for (int r = 0; r < world; ++r) {
+    Status st = setup_rank(f, cc, global, world, r, &ranks[r]);
+    if (!st.ok()) return Status(st.code(), str_cat("rank ", r, ": ", st.message()));
+    row->rank_cache_bytes.push_back(ranks[r].cache_bytes);
+  }
+  const Decoder& d0 = *ranks[0].decoder;
+  row->backend = str_cat(f.backend == "auto" ? "auto>" : "", d0.backend_name(c.batch));
+  row->tactic = d0.tactic(c.batch);
+  row->host_partials = !d0.device_memory();
+  for (const Rank& rank : ranks) {
+    if (rank.decoder->device_memory() != d0.device_memory()) {
+      return unsupported("the ranks' decoders run on host and on device memory (",
+                         d0.backend_name(c.batch), ", ", rank.decoder->backend_name(c.batch),
+                         "): pass --backend");
+    }
+  }
+  if (row->host_partials) {
+    row->note =
+        str_cat(row->note, row->note.empty() ? "" : "; ", "the ranks decode on ",
+                d0.backend_name(c.batch), " (host): only the merge is timed",
+                f.backend == "auto" ? str_cat(" (", gpu_refusals(ranks[0].in.problem), ")") : "");
+  }
+  MLAKIT_RETURN_IF_ERROR(verify(f, cc, global, ranks, comms, row));
+
+  std::vector<int> devices(world);
+  std::iota(devices.begin(), devices.end(), 0);
+  int copies = 1;
+  for (const Rank& rank : ranks) copies = std::max(copies, static_cast<int>(rank.copies.size()));
+  const bool lse = f.sweep.lse;
+  const auto merge = [&](int r, int k, Stream stream) {
+    const Rank& rank = ranks[r];
+    return merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, k, lse),
+                      rank.merge_workspace.get(), rank.merge_workspace_bytes, stream);
+  };
+  MLAKIT_RETURN_IF_ERROR(
+      harness::time_gpu_ranks(devices, merge, copies, topt, &row->comm_rank, &row->comm));
+  if (row->host_partials) return Status::Ok();
+  for (int r = 0; r < world; ++r) {
+    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
+    row->rank.emplace_back();
+    MLAKIT_RETURN_IF_ERROR(
+        harness::time_gpu(*ranks[r].decoder, ranks[r].copies, topt, &row->rank.back()));
+  }
+  std::vector<harness::Timing> step_rank;
+  return harness::time_gpu_ranks(
+      devices,
+      [&](int r, int k, Stream stream) -> Status {
+        const Rank& rank = ranks[r];
+        MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[k % rank.copies.size()].args,
+                                                 rank.workspace.get(), rank.workspace_bytes,
+                                                 stream));
+        return merge(r, k, stream);
+      },
+      copies, topt, &step_rank, &row->step);
+}
+
+// The host and device memory of each case: the unsharded inputs and one shard on the host (the
+// shards' caches are released once uploaded), rank 0's shard (the largest) on each GPU. The
+// unsharded decode's device copy is not required: a case that does not fit GPU 0 is run sharded
+// alone (the capacity that context parallelism adds).
+Status check_cp_memory(const std::vector<CpCase>& cases, int world) {
+  const uint64_t host = host_memory_bytes();
+  std::vector<size_t> free_bytes(world, 0);
+  for (int r = 0; r < world; ++r) {
+    size_t total = 0;
+    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
+    MLAKIT_CUDA_RETURN(cudaMemGetInfo(&free_bytes[r], &total));
+  }
+  for (const CpCase& cc : cases) {
+    const Case& c = cc.c;
+    const Problem& p = c.problem;
+    std::vector<int32_t> local(c.lens.size());
+    for (size_t i = 0; i < local.size(); ++i) {
+      local[i] = static_cast<int32_t>(cp_local_len(c.lens[i], world, 0, cc.interleave));
+    }
+    // One rank's partial (out and lse) of every row.
+    const uint64_t partial = static_cast<uint64_t>(c.batch) * p.s_q * p.h_q *
+                             (kDv * dtype_bytes(p.out_dtype) + sizeof(float));
+    // The inputs, a shard, a partial, the merged result and the reference's.
+    const uint64_t need =
+        harness::input_bytes(p, c.lens) + harness::input_bytes(p, local) + 3 * partial;
+    const auto what = [&] {
+      return str_cat("case h_q ", p.h_q, ", s_q ", p.s_q, ", page ", p.page_size, ", batch ",
+                     c.batch, ", seq_len ", c.seq_len, c.variable ? " (var)" : "", ", cp ", world,
+                     " needs ");
+    };
+    if (need > host) {
+      return unsupported(what(), need, " bytes of host memory, more than the ", host,
+                         " this process can have");
+    }
+    // The shard with its partial, the merge's workspace (at most N + 1 partials: allgather's N
+    // gathered ones; heads' received and packed ones are 2) and its result (at most a partial).
+    const uint64_t device_need = harness::device_input_bytes(p, local) + (world + 2) * partial;
+    for (int r = 0; r < world; ++r) {
+      if (device_need > free_bytes[r]) {
+        return unsupported(what(), device_need, " bytes of device memory on GPU ", r,
+                           ", more than the ", free_bytes[r], " free there");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void print_header() {
+  std::printf("%-12s %4s %4s %5s %7s %3s %5s %3s %5s %-9s %9s %9s %9s %9s %9s %4s %8s %8s  %s\n",
+              "backend", "h_q", "s_q", "batch", "seq_len", "var", "page", "cp", "I", "merge",
+              "1gpu_us", "rank_us", "comm_us", "step_us", "target_us", "met", "kv_GB", "GB/rank",
+              "check");
+}
+
+std::string us(double t) {
+  return t > 0 ? str_cat(static_cast<int64_t>(t * 10 + 0.5) / 10.0) : "-";
+}
+
+std::string gb(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", bytes / 1e9);
+  return buf;
+}
+
+void print_row(const CpRow& r) {
+  const Problem& p = r.cc.c.problem;
+  const std::string name = r.backend.empty() ? "-" : str_cat(r.backend, ":", r.tactic);
+  const double target = r.target_us();
+  const std::string met =
+      target > 0 && r.step.median_us > 0 ? (r.step.median_us <= target ? "yes" : "no") : "-";
+  const uint64_t rank_max =
+      r.rank_cache_bytes.empty()
+          ? 0
+          : *std::max_element(r.rank_cache_bytes.begin(), r.rank_cache_bytes.end());
+  std::printf("%-12s %4d %4d %5d %7d %3d %5d %3d %5d %-9s %9s %9s %9s %9s %9s %4s %8s %8s  %s\n",
+              name.c_str(), p.h_q, p.s_q, r.cc.c.batch, r.cc.c.seq_len, r.cc.c.variable ? 1 : 0,
+              p.page_size, r.world, r.cc.interleave, std::string(to_string(r.cc.merge)).c_str(),
+              us(r.single.median_us).c_str(), us(r.slowest_rank_us()).c_str(),
+              us(r.comm.median_us).c_str(), us(r.step.median_us).c_str(), us(target).c_str(),
+              met.c_str(), gb(r.cache_bytes).c_str(), rank_max > 0 ? gb(rank_max).c_str() : "-",
+              r.check.c_str());
+  if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
+}
+
+nlohmann::json to_json(const CpRow& r, const CacheKind& kind) {
+  const Case& c = r.cc.c;
+  const auto times = [](const std::vector<harness::Timing>& t) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const harness::Timing& x : t) a.push_back(x.median_us);
+    return a;
+  };
+  return {{"backend", r.backend},
+          {"tactic", r.tactic},
+          {"single_backend", r.single_backend},
+          {"h_q", c.problem.h_q},
+          {"s_q", c.problem.s_q},
+          {"batch", c.batch},
+          {"seq_len", c.seq_len},
+          {"var", c.variable},
+          {"page_size", c.problem.page_size},
+          {"dtype", kind.label},
+          {"layout", to_string(c.problem.kv_layout)},
+          {"cp", r.world},
+          {"cp_interleave", r.cc.interleave},
+          {"cp_merge", to_string(r.cc.merge)},
+          {"single_us", r.single.median_us},
+          {"rank_us", times(r.rank)},
+          {"attention_us", r.slowest_rank_us()},
+          {"comm_rank_us", times(r.comm_rank)},
+          {"comm_us", r.comm.median_us},
+          {"step_us", r.step.median_us},
+          {"step_min_us", r.step.min_us},
+          {"step_max_us", r.step.max_us},
+          {"target_us", r.target_us()},
+          {"copies", r.step.copies},
+          {"host_partials", r.host_partials},
+          {"cache_bytes", r.cache_bytes},
+          {"rank_cache_bytes", r.rank_cache_bytes},
+          {"check", r.check},
+          {"note", r.note}};
+}
+
+}  // namespace
+
+int run_bench_cp(BenchFlags& f, bool run) {
+  const int world = f.cp.world;
+  const auto fail = [](const Status& st) {
+    std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    return 2;
+  };
+  if (Status st = check_cp_flags(f); !st.ok()) return fail(st);
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) {
+    (void)cudaGetLastError();
+    gpus = 0;
+  }
+  if (gpus < world) {
+    const DeviceInfo device = current_device();
+    return fail(invalid_argument("--cp",
+                                 str_cat("at most the ", gpus, " GPUs of this machine",
+                                         device.present ? "" : str_cat(" (", device.error, ")")),
+                                 world));
+  }
+  if (f.sweep.batch.empty() && f.sweep.grid.empty()) f.sweep.batch = {64};
+  if (f.sweep.seq_len.empty() && f.sweep.grid.empty()) f.sweep.seq_len = {4096};
+  std::vector<Case> base;
+  if (Status st = make_cases(f.sweep, &base); !st.ok()) return fail(st);
+  std::vector<CpCase> cases;
+  for (const Case& c : base) {
+    for (const int interleave : f.cp.interleave) {
+      for (const std::string& m : f.cp.merge) {
+        cases.push_back({c, interleave, m == "heads" ? CpMerge::kHeads : CpMerge::kAllGather});
+      }
+    }
+  }
+  if (Status st = check_cp_memory(cases, world); !st.ok()) return fail(st);
+  if (!f.json_path.empty()) {
+    if (Status st = check_writable("--json", f.json_path); !st.ok()) return fail(st);
+  }
+  if (!run) return 0;
+
+  Comms comms;
+  if (Status st = comms.init(world); !st.ok()) return fail(st);
+  (void)cudaSetDevice(0);
+  const DeviceInfo device = current_device();
+  std::printf("devices: %d x %s (%d SMs); context parallel over GPUs 0..%d, NCCL %d.%d.%d\n", world,
+              device.name.c_str(), device.sm_count, world - 1, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  CacheKind kind;  // make_cases accepted the flags
+  (void)cache_kind(f.sweep, &kind);
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  print_header();
+  size_t done = 0;
+  for (const CpCase& cc : cases) {
+    CpRow row;
+    row.cc = cc;
+    row.world = world;
+    const Status st = bench_case(f, cc, comms, &row);
+    if (!st.ok()) {
+      row.ok = st.code() == StatusCode::kUnsupported;
+      row.check = row.ok ? "skipped" : "ERROR";
+      row.note = str_cat(row.note, row.note.empty() ? "" : "; ", st.to_string());
+    }
+    all_ok &= row.ok;
+    print_row(row);
+    results.push_back(to_json(row, kind));
+    progress(++done, cases.size());
+  }
+  if (!f.json_path.empty()) {
+    nlohmann::json doc = {{"mlakit_version", std::string(version())},
+                          {"date", iso_date()},
+                          {"device", device.name},
+                          {"sm_count", device.sm_count},
+                          {"cp", world},
+                          {"nccl_version", str_cat(NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH)},
+                          {"target", "step_us <= single_us / cp + 15"},
+                          {"results", results}};
+    if (!write_json_file(f.json_path, doc.dump(1))) return 1;
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace mlakit::tools
