@@ -19,7 +19,9 @@
 namespace mlakit::plan {
 
 // MLAKIT_NO_PAGE_CHECKS (decode_params.h) removes the bits too; sm80 tests this constant.
-#ifdef MLAKIT_NO_PAGE_CHECKS
+// MLAKIT_NO_PAGE_MASK removes only sm80's bits and mask (ids still checked before a read): with
+// it an A/B splits sm80's cost between the reads' checks and the mask. Never for use.
+#if defined(MLAKIT_NO_PAGE_CHECKS) || defined(MLAKIT_NO_PAGE_MASK)
 inline constexpr bool kPageChecks = false;
 #else
 inline constexpr bool kPageChecks = true;
