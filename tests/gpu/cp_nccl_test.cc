@@ -336,8 +336,8 @@ TEST(CpNccl, ShardedGpuDecodeMergedOverNcclEqualsTheUnshardedDecode) {
   check_merges(true);
 }
 
-// What a real communicator refuses, on every rank alike and before anything is sent: h_q not a
-// multiple of N by heads, a communicator of another device, a workspace one byte short.
+// What a real communicator refuses before anything is sent: h_q not a multiple of N by heads (on
+// every rank alike), a communicator of another device, a workspace one byte short (one rank's).
 TEST(CpNccl, RefusalsWithACommunicator) {
   MLAKIT_SKIP_WITHOUT_GPUS(2);
   Comms comms(2);
