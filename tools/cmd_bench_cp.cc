@@ -11,7 +11,8 @@
 // decode alone, the merge with its communication alone, the whole step. The issue's target for
 // the step: the unsharded time / N + 15 us. A rank whose decode runs on the cpu backend (no GPU
 // backend takes cp_world > 1) gets its partial computed on the host and uploaded: then only the
-// merge is timed.
+// merge is timed. An error from a case's first merge on aborts the communicators and ends the
+// bench (bench_case).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -36,6 +37,8 @@
 namespace mlakit::tools {
 namespace {
 
+using harness::RankGroup;
+
 // Issue 38's target: the sharded step within the unsharded decode / N plus this.
 constexpr double kTargetOverheadUs = 15;
 
@@ -48,6 +51,18 @@ struct CpCase {
 // The communicators of GPUs 0..N-1, destroyed with it.
 struct Comms {
   std::vector<ncclComm_t> comms;
+  bool aborted = false;
+  // After an error once collectives may have been enqueued: NCCL's remedy for an error within a
+  // group, ncclCommAbort on every communicator, which also makes the NCCL kernels that wait for
+  // a peer return. Called with no rank thread running (NCCL frees the communicator); they are not
+  // used again.
+  void abort() {
+    for (ncclComm_t& c : comms) {
+      if (c != nullptr) (void)ncclCommAbort(c);
+      c = nullptr;
+    }
+    aborted = true;
+  }
   ~Comms() {
     for (ncclComm_t c : comms) {
       if (c != nullptr) ncclCommDestroy(c);
@@ -206,42 +221,46 @@ Status setup_rank(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
   return alloc(rank->merge_workspace_bytes, &rank->merge_workspace, "merge workspace");
 }
 
-// Each rank's decode (poisoned partial), then the merges (poisoned results): all on every rank at
-// once; then the merged results compared with the reference.
+// Each rank's decode into its first copy (poisoned partial), on every rank at once. No collective:
+// a rank that fails leaves the communicators as they were. Poisoning (cudaMemset, on the legacy
+// stream) is waited for before the rank's own stream runs.
+Status decode_partials(std::vector<Rank>& ranks) {
+  std::vector<int> devices(ranks.size());
+  std::iota(devices.begin(), devices.end(), 0);
+  return harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
+    Rank& rank = ranks[r];
+    MLAKIT_RETURN_IF_ERROR(rank.copies[0].poison(rank.in));
+    MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
+    StreamOf stream;
+    MLAKIT_RETURN_IF_ERROR(stream.create());
+    MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[0].args, rank.workspace.get(),
+                                             rank.workspace_bytes, stream.stream));
+    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(stream.stream));
+    return Status::Ok();
+  });
+}
+
+// The merges of the first copies' partials (poisoned results) on every rank at once, then the
+// merged results compared with the reference.
 Status verify(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
               std::vector<Rank>& ranks, Comms& comms, CpRow* row) {
   const int world = static_cast<int>(ranks.size());
   std::vector<int> devices(world);
   std::iota(devices.begin(), devices.end(), 0);
   const bool lse = f.sweep.lse;
-  // Poisoning (cudaMemset, on the legacy stream) is waited for before the rank's own stream runs.
-  if (!row->host_partials) {
-    // The decodes first, so that a rank that fails never leaves the others' collectives waiting.
-    MLAKIT_RETURN_IF_ERROR(harness::for_each_rank(devices, [&](int r) -> Status {
-      Rank& rank = ranks[r];
-      MLAKIT_RETURN_IF_ERROR(rank.copies[0].poison(rank.in));
-      MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
-      StreamOf stream;
-      MLAKIT_RETURN_IF_ERROR(stream.create());
-      MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[0].args, rank.workspace.get(),
-                                               rank.workspace_bytes, stream.stream));
-      MLAKIT_CUDA_RETURN(cudaStreamSynchronize(stream.stream));
-      return Status::Ok();
-    }));
-  }
-  MLAKIT_RETURN_IF_ERROR(harness::for_each_rank(devices, [&](int r) -> Status {
-    Rank& rank = ranks[r];
-    MLAKIT_CUDA_RETURN(cudaMemset(rank.out.get(), 0xff, rank.out.size()));  // NaN
-    MLAKIT_CUDA_RETURN(cudaMemset(rank.lse.get(), 0xff, rank.lse.size()));
-    MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
-    StreamOf stream;
-    MLAKIT_RETURN_IF_ERROR(stream.create());
-    MLAKIT_RETURN_IF_ERROR(merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, 0, lse),
-                                      rank.merge_workspace.get(), rank.merge_workspace_bytes,
-                                      stream.stream));
-    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(stream.stream));
-    return Status::Ok();
-  }));
+  MLAKIT_RETURN_IF_ERROR(
+      harness::for_each_rank(devices, [&](int r, const RankGroup& group) -> Status {
+        Rank& rank = ranks[r];
+        MLAKIT_CUDA_RETURN(cudaMemset(rank.out.get(), 0xff, rank.out.size()));  // NaN
+        MLAKIT_CUDA_RETURN(cudaMemset(rank.lse.get(), 0xff, rank.lse.size()));
+        MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
+        StreamOf stream;
+        MLAKIT_RETURN_IF_ERROR(stream.create());
+        MLAKIT_RETURN_IF_ERROR(merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, 0, lse),
+                                          rank.merge_workspace.get(), rank.merge_workspace_bytes,
+                                          stream.stream));
+        return group.sync(stream.stream);
+      }));
   if (f.no_verify) return Status::Ok();
 
   // The whole result [b, s_q, h_q, 512] (and lse): rank 0's with allgather (the others must equal
@@ -317,6 +336,50 @@ Status time_single(const BenchFlags& f, const Case& c, const harness::HostInputs
   return harness::time_gpu(*decoder, copies, topt, &row->single);
 }
 
+// Everything that communicates: the merges checked (verify), then timed alone and within the
+// whole step.
+Status run_merges(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
+                  const harness::TimingOptions& topt, std::vector<Rank>& ranks, Comms& comms,
+                  CpRow* row) {
+  const int world = f.cp.world;
+  MLAKIT_RETURN_IF_ERROR(verify(f, cc, global, ranks, comms, row));
+
+  std::vector<int> devices(world);
+  std::iota(devices.begin(), devices.end(), 0);
+  int copies = 1;
+  for (const Rank& rank : ranks) copies = std::max(copies, static_cast<int>(rank.copies.size()));
+  const bool lse = f.sweep.lse;
+  const auto merge = [&](int r, int k, Stream stream) {
+    const Rank& rank = ranks[r];
+    return merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, k, lse),
+                      rank.merge_workspace.get(), rank.merge_workspace_bytes, stream);
+  };
+  MLAKIT_RETURN_IF_ERROR(
+      harness::time_gpu_ranks(devices, merge, copies, topt, &row->comm_rank, &row->comm));
+  if (row->host_partials) return Status::Ok();
+  for (int r = 0; r < world; ++r) {
+    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
+    row->rank.emplace_back();
+    MLAKIT_RETURN_IF_ERROR(
+        harness::time_gpu(*ranks[r].decoder, ranks[r].copies, topt, &row->rank.back()));
+  }
+  std::vector<harness::Timing> step_rank;
+  return harness::time_gpu_ranks(
+      devices,
+      [&](int r, int k, Stream stream) -> Status {
+        const Rank& rank = ranks[r];
+        MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[k % rank.copies.size()].args,
+                                                 rank.workspace.get(), rank.workspace_bytes,
+                                                 stream));
+        return merge(r, k, stream);
+      },
+      copies, topt, &step_rank, &row->step);
+}
+
+// A case. An error before the first merge (the unsharded decode, a rank's setup or decode) leaves
+// the communicators as they were; one from the first merge on may leave some ranks' collectives
+// waiting for their peers: the communicators are aborted (comms.aborted), before `ranks` is
+// freed (cudaFree waits for the device).
 Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* row) {
   const Case& c = cc.c;
   const int world = f.cp.world;
@@ -352,39 +415,12 @@ Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* ro
         str_cat(row->note, row->note.empty() ? "" : "; ", "the ranks decode on ",
                 d0.backend_name(c.batch), " (host): only the merge is timed",
                 f.backend == "auto" ? str_cat(" (", gpu_refusals(ranks[0].in.problem), ")") : "");
+  } else {
+    MLAKIT_RETURN_IF_ERROR(decode_partials(ranks));
   }
-  MLAKIT_RETURN_IF_ERROR(verify(f, cc, global, ranks, comms, row));
-
-  std::vector<int> devices(world);
-  std::iota(devices.begin(), devices.end(), 0);
-  int copies = 1;
-  for (const Rank& rank : ranks) copies = std::max(copies, static_cast<int>(rank.copies.size()));
-  const bool lse = f.sweep.lse;
-  const auto merge = [&](int r, int k, Stream stream) {
-    const Rank& rank = ranks[r];
-    return merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, k, lse),
-                      rank.merge_workspace.get(), rank.merge_workspace_bytes, stream);
-  };
-  MLAKIT_RETURN_IF_ERROR(
-      harness::time_gpu_ranks(devices, merge, copies, topt, &row->comm_rank, &row->comm));
-  if (row->host_partials) return Status::Ok();
-  for (int r = 0; r < world; ++r) {
-    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
-    row->rank.emplace_back();
-    MLAKIT_RETURN_IF_ERROR(
-        harness::time_gpu(*ranks[r].decoder, ranks[r].copies, topt, &row->rank.back()));
-  }
-  std::vector<harness::Timing> step_rank;
-  return harness::time_gpu_ranks(
-      devices,
-      [&](int r, int k, Stream stream) -> Status {
-        const Rank& rank = ranks[r];
-        MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[k % rank.copies.size()].args,
-                                                 rank.workspace.get(), rank.workspace_bytes,
-                                                 stream));
-        return merge(r, k, stream);
-      },
-      copies, topt, &step_rank, &row->step);
+  const Status st = run_merges(f, cc, global, topt, ranks, comms, row);
+  if (!st.ok()) comms.abort();
+  return st;
 }
 
 // The host and device memory of each case: the unsharded inputs and one shard on the host (the
@@ -566,7 +602,7 @@ int run_bench_cp(BenchFlags& f, bool run) {
     row.world = world;
     const Status st = bench_case(f, cc, comms, &row);
     if (!st.ok()) {
-      row.ok = st.code() == StatusCode::kUnsupported;
+      row.ok = st.code() == StatusCode::kUnsupported && !comms.aborted;
       row.check = row.ok ? "skipped" : "ERROR";
       row.note = str_cat(row.note, row.note.empty() ? "" : "; ", st.to_string());
     }
@@ -574,6 +610,11 @@ int run_bench_cp(BenchFlags& f, bool run) {
     print_row(row);
     results.push_back(to_json(row, kind));
     progress(++done, cases.size());
+    if (comms.aborted) {
+      return fail(Status(st.code(), str_cat("the NCCL communicators were aborted after this error "
+                                            "once the merges had started; the bench stops: ",
+                                            st.message())));
+    }
   }
   if (!f.json_path.empty()) {
     nlohmann::json doc = {{"mlakit_version", std::string(version())},

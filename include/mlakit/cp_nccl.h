@@ -77,11 +77,24 @@ Status nccl_merge_workspace_bytes(CpMerge merge, int32_t world, const NcclMergeA
 
 // One rank's merge over `comm` (its size is N, its rank r) on `stream`, with a `workspace` of
 // nccl_merge_workspace_bytes bytes (256-byte aligned; device memory of the communicator's
-// device). A bad argument is kInvalidArgument naming it, with the expected and the given value
-// (checked on every rank before anything is sent, so that all ranks refuse alike); a failed NCCL
-// call is a Status naming the call with ncclGetErrorString and ncclGetLastError
-// (ncclUnhandledCudaError: kCudaError; ncclInvalidArgument / ncclInvalidUsage: kInvalidArgument;
-// else kInternal). Sinks are applied here, once (the ranks' decodes have none).
+// device). Sinks are applied here, once (the ranks' decodes have none).
+//
+// Errors. A bad argument is kInvalidArgument naming it, with the expected and the given value,
+// checked before this rank sends anything. Only some checks answer alike on every rank (given
+// the same merge, shapes and dtype on every rank, as required): merge, batch, s_q, h_q, dtype,
+// and h_q a multiple of N for kHeads. The others are this rank's own: comm (null, an earlier
+// asynchronous error, another device's), the pointers (null, alignment), the workspace (size,
+// alignment) and the overlaps. A failed NCCL call is a Status naming the call with
+// ncclGetErrorString and ncclGetLastError (ncclUnhandledCudaError: kCudaError;
+// ncclInvalidArgument / ncclInvalidUsage: kInvalidArgument; else kInternal); one inside the
+// merge's NCCL group (an ncclAllGather, ncclSend or ncclRecv) leaves this rank's part of the
+// exchange unsent or only partly sent.
+// So an error on one rank is fatal for the communicator, unless it is one of the shape refusals
+// above, which every rank makes alike: the other ranks may have enqueued their part, which then
+// waits on the device for this rank's, forever. The caller aborts the communicator on every rank
+// (ncclCommAbort, which also makes the waiting NCCL kernels return) before it frees any memory
+// they use, never blocks in cudaStreamSynchronize on such a stream meanwhile (NCCL's advice:
+// poll cudaStreamQuery and ncclCommGetAsyncError), and re-creates the communicator to go on.
 Status merge_allgather_nccl(ncclComm* comm, const NcclMergeArgs& args, void* workspace,
                             size_t workspace_size, Stream stream);
 Status merge_heads_nccl(ncclComm* comm, const NcclMergeArgs& args, void* workspace,

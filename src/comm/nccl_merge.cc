@@ -79,7 +79,12 @@ Status comm_info(ncclComm_t comm, int* world, int* rank) {
   return Status::Ok();
 }
 
-// The NCCL calls of `calls` as one group (one launch); ncclGroupEnd runs whatever happened.
+// The NCCL calls of `calls` as one group (one launch); ncclGroupEnd closes the group whatever
+// happened. After a failed call, ncclGroupEnd returns that error and drops everything the group
+// had queued, so this rank sends nothing (NCCL's source, 2.9 to 2.30; its documentation says
+// instead that a call refused with ncclInvalidArgument alone has no effect, the rest of the group
+// being sent). Either way the peers' parts are enqueued and wait for this rank's: cp_nccl.h tells
+// the caller to treat it as fatal for the communicator.
 template <typename Calls>
 Status grouped(ncclComm_t comm, Calls&& calls) {
   MLAKIT_NCCL_RETURN(comm, ncclGroupStart());

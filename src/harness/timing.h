@@ -2,6 +2,7 @@
 // launches over rotating input copies (cold L2), median over replays. CPU backends: wall clock.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <span>
 #include <vector>
@@ -51,16 +52,39 @@ Status time_gpu_launches(const std::function<Status(int k, Stream stream)>& laun
 // Steps that span several GPUs (a context-parallel decode and its NCCL merge; timing_ranks.cc).
 // Rank r runs on device devices[r].
 //
-// for_each_rank: fn(r) for every rank at once, each on a thread of its own with its device
-// current (a rank's NCCL calls may wait for the other ranks' on the host); the first failure.
-Status for_each_rank(std::span<const int> devices, const std::function<Status(int rank)>& fn);
+// A rank's collectives wait on the device for their peers': when one rank fails before it has
+// enqueued its part (or its graph launch fails), the others' never complete. So once a rank may
+// have enqueued collectives it waits with RankGroup::sync, never cudaStreamSynchronize, and gives
+// up when another rank has failed; on an error of for_each_rank or time_gpu_ranks the caller
+// treats the communicators as lost: it aborts them (ncclCommAbort, which makes the waiting NCCL
+// kernels return) before it frees any memory they use (cudaFree waits for the device), and does
+// not use them again. Not covered: a rank blocked on the host inside an NCCL call (NCCL frees a
+// communicator in ncclCommAbort, so it is aborted only once every rank thread has returned).
+class RankGroup {
+ public:
+  // Waits for the work on `stream` (cudaStreamQuery, yielding the CPU); kInternal as soon as
+  // another rank of the group has failed, that work left enqueued.
+  Status sync(Stream stream) const;
+
+ private:
+  friend Status for_each_rank(std::span<const int> devices,
+                              const std::function<Status(int rank, const RankGroup& group)>& fn);
+  std::atomic<bool> failed_{false};
+};
+
+// for_each_rank: fn(r, group) for every rank at once, each on a thread of its own with its device
+// current (a rank's NCCL calls may wait for the other ranks' on the host). The first rank to fail
+// marks the group failed (the others give up in group.sync); its Status is returned.
+Status for_each_rank(std::span<const int> devices,
+                     const std::function<Status(int rank, const RankGroup& group)>& fn);
 // time_gpu_ranks: one uncaptured call launch(r, 0, stream) per rank, then each rank's graph of
 // max(min_launches, copies) calls launch(r, k, stream) (the caller rotates its copies by k), both
 // on every rank at once (for_each_rank), then one host thread replays every rank's graph
 // together: warm-up, settling (a number of replays fixed from the time of the first), the timed
 // replays. Every rank replays as often as the others, so that the collectives inside always
 // find their peers. per_rank[r]: rank r's time per call (events on its stream); step: per
-// replay the slowest rank's, the median over replays. No power reading.
+// replay the slowest rank's, the median over replays. No power reading. An error may leave
+// collectives waiting (above).
 Status time_gpu_ranks(std::span<const int> devices,
                       const std::function<Status(int rank, int k, Stream stream)>& launch,
                       int copies, const TimingOptions& options, std::vector<Timing>* per_rank,

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -41,35 +42,62 @@ struct RankGraph {
 
 }  // namespace
 
-Status for_each_rank(std::span<const int> devices, const std::function<Status(int rank)>& fn) {
+Status RankGroup::sync(Stream stream) const {
+  for (;;) {
+    const cudaError_t query = cudaStreamQuery(stream);
+    if (query == cudaSuccess) return Status::Ok();
+    if (query != cudaErrorNotReady) {
+      return cuda_status(query, "cudaStreamQuery", __FILE__, __LINE__);
+    }
+    (void)cudaGetLastError();  // "not ready" is no error: leave none for the next check
+    if (failed_.load()) {
+      return Status(StatusCode::kInternal,
+                    "gave up waiting for this rank's stream: another rank failed");
+    }
+    std::this_thread::yield();
+  }
+}
+
+Status for_each_rank(std::span<const int> devices,
+                     const std::function<Status(int rank, const RankGroup& group)>& fn) {
   return guarded("for_each_rank", [&]() -> Status {
     const int n = static_cast<int>(devices.size());
     std::vector<Status> status(n);
+    RankGroup group;
+    // The first rank to fail; set before group.failed_, so never a rank that only gave up.
+    std::atomic<int> first_failed{-1};
     std::vector<std::thread> threads;
-    // Joins whatever was started, also when starting a thread throws.
+    // Joins whatever was started, also when starting a thread throws (then the ranks started
+    // must not wait for the others).
     struct Joiner {
       std::vector<std::thread>& threads;
+      RankGroup& group;
+      int n;
       ~Joiner() {
+        if (static_cast<int>(threads.size()) < n) group.failed_ = true;
         for (std::thread& t : threads) {
           if (t.joinable()) t.join();
         }
       }
-    } joiner{threads};
+    } joiner{threads, group, n};
     threads.reserve(n);
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
         status[r] = guarded("for_each_rank", [&]() -> Status {
           MLAKIT_CUDA_RETURN(cudaSetDevice(devices[r]));
-          return fn(r);
+          return fn(r, group);
         });
+        if (!status[r].ok()) {
+          int none = -1;
+          first_failed.compare_exchange_strong(none, r);
+          group.failed_ = true;
+        }
       });
     }
     for (std::thread& t : threads) t.join();
-    for (int r = 0; r < n; ++r) {
-      if (!status[r].ok())
-        return Status(status[r].code(), str_cat("rank ", r, ": ", status[r].message()));
-    }
-    return Status::Ok();
+    const int r = first_failed;
+    if (r < 0) return Status::Ok();
+    return Status(status[r].code(), str_cat("rank ", r, ": ", status[r].message()));
   });
 }
 
@@ -82,13 +110,13 @@ Status time_gpu_ranks(std::span<const int> devices,
   std::vector<RankGraph> g(n);
   // The uncaptured call (module loads, NCCL's connections), then the capture, on every rank at
   // once. Capture records the NCCL calls without communicating.
-  MLAKIT_RETURN_IF_ERROR(for_each_rank(devices, [&](int r) -> Status {
+  MLAKIT_RETURN_IF_ERROR(for_each_rank(devices, [&](int r, const RankGroup& group) -> Status {
     RankGraph& rg = g[r];
     MLAKIT_CUDA_RETURN(cudaStreamCreateWithFlags(&rg.stream, cudaStreamNonBlocking));
     MLAKIT_CUDA_RETURN(cudaEventCreate(&rg.start));
     MLAKIT_CUDA_RETURN(cudaEventCreate(&rg.stop));
     MLAKIT_RETURN_IF_ERROR(launch(r, 0, rg.stream));
-    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(rg.stream));
+    MLAKIT_RETURN_IF_ERROR(group.sync(rg.stream));
     MLAKIT_CUDA_RETURN(cudaStreamBeginCapture(rg.stream, cudaStreamCaptureModeThreadLocal));
     Status run_status;
     for (int k = 0; k < launches && run_status.ok(); ++k) run_status = launch(r, k, rg.stream);
@@ -99,7 +127,9 @@ Status time_gpu_ranks(std::span<const int> devices,
     return Status::Ok();
   }));
 
-  // Graph launches do not wait on the host: one thread starts every rank's replay.
+  // Graph launches do not wait on the host: one thread starts every rank's replay. A launch that
+  // fails returns at once, before any wait: the ranks launched before it wait for their peers
+  // until the caller aborts the communicators.
   const auto replay_all = [&](bool timed) -> Status {
     for (int r = 0; r < n; ++r) {
       MLAKIT_CUDA_RETURN(cudaSetDevice(devices[r]));

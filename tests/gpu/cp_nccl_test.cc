@@ -31,6 +31,8 @@
 namespace mlakit::testing {
 namespace {
 
+using harness::RankGroup;
+
 int gpu_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -148,7 +150,7 @@ Status make_partials(const harness::HostInputs& global, const NcclCase& c, const
   const int world = static_cast<int>(comms.devices.size());
   partials->clear();
   partials->resize(world);
-  return harness::for_each_rank(comms.devices, [&](int r) -> Status {
+  return harness::for_each_rank(comms.devices, [&](int r, const RankGroup&) -> Status {
     const harness::HostInputs shard = harness::shard_inputs(global, world, r, c.interleave);
     RankPartial& part = (*partials)[r];
     const size_t out_bytes = shard.out_bytes(), lse_bytes = shard.lse_count() * sizeof(float);
@@ -216,7 +218,7 @@ void merge_and_collect(const harness::HostInputs& global, const NcclCase& c, con
   const int heads = merge == CpMerge::kHeads ? p.h_q / world : p.h_q;
   const size_t rows = size_t(global.batch) * p.s_q;
   std::vector<Output> results(world);
-  const Status st = harness::for_each_rank(comms.devices, [&](int r) -> Status {
+  const Status st = harness::for_each_rank(comms.devices, [&](int r, const RankGroup&) -> Status {
     RankPartial& part = partials[r];
     const size_t out_bytes = rows * heads * kDv * 2, lse_bytes = rows * heads * sizeof(float);
     harness::DeviceBuffer out(out_bytes), lse(lse_bytes);
@@ -334,8 +336,8 @@ TEST(CpNccl, ShardedGpuDecodeMergedOverNcclEqualsTheUnshardedDecode) {
   check_merges(true);
 }
 
-// What a real communicator refuses, on every rank alike and before anything is sent: h_q not a
-// multiple of N by heads, a communicator of another device, a workspace one byte short.
+// What a real communicator refuses before anything is sent: h_q not a multiple of N by heads (on
+// every rank alike), a communicator of another device, a workspace one byte short (one rank's).
 TEST(CpNccl, RefusalsWithACommunicator) {
   MLAKIT_SKIP_WITHOUT_GPUS(2);
   Comms comms(2);
@@ -347,7 +349,7 @@ TEST(CpNccl, RefusalsWithACommunicator) {
                   .partial_out = partial.get(),
                   .partial_lse = lse.as<float>(),
                   .out = out.get()};
-  const Status st = harness::for_each_rank(comms.devices, [&](int r) -> Status {
+  const Status st = harness::for_each_rank(comms.devices, [&](int r, const RankGroup&) -> Status {
     NcclMergeArgs seven = a;
     seven.h_q = 7;
     const Status heads = merge_heads_nccl(comms.comms[r], seven, ws.get(), 1 << 20, nullptr);
