@@ -6,35 +6,9 @@
 #include <chrono>
 
 #include "core/cuda_check.h"
+#include "harness/graph_run.h"
 
 namespace mlakit::harness {
-namespace {
-
-Timing summarize(std::vector<double> per_call_us) {
-  std::sort(per_call_us.begin(), per_call_us.end());
-  Timing t;
-  t.median_us = per_call_us[per_call_us.size() / 2];
-  t.min_us = per_call_us.front();
-  t.max_us = per_call_us.back();
-  return t;
-}
-
-// Owns a stream, a graph and events; releases them on every exit path.
-struct GraphRun {
-  cudaStream_t stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  ~GraphRun() {
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-    if (stream) cudaStreamDestroy(stream);
-  }
-};
-
-}  // namespace
 
 int cold_copies(size_t bytes_per_run, size_t l2_bytes, size_t max_total_bytes) {
   if (bytes_per_run == 0) return 1;

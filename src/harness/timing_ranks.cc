@@ -11,36 +11,10 @@
 
 #include "core/cuda_check.h"
 #include "core/guard.h"
+#include "harness/graph_run.h"
 #include "harness/timing.h"
 
 namespace mlakit::harness {
-namespace {
-
-Timing summarize(std::vector<double> per_call_us) {
-  std::sort(per_call_us.begin(), per_call_us.end());
-  Timing t;
-  t.median_us = per_call_us[per_call_us.size() / 2];
-  t.min_us = per_call_us.front();
-  t.max_us = per_call_us.back();
-  return t;
-}
-
-// One rank's stream, graph and events, released on every exit path.
-struct RankGraph {
-  cudaStream_t stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  ~RankGraph() {
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-    if (stream) cudaStreamDestroy(stream);
-  }
-};
-
-}  // namespace
 
 Status RankGroup::sync(Stream stream) const {
   for (;;) {
@@ -107,11 +81,11 @@ Status time_gpu_ranks(std::span<const int> devices,
                       Timing* step) {
   const int n = static_cast<int>(devices.size());
   const int launches = std::max(options.min_launches, std::max(1, copies));
-  std::vector<RankGraph> g(n);
+  std::vector<GraphRun> g(n);
   // The uncaptured call (module loads, NCCL's connections), then the capture, on every rank at
   // once. Capture records the NCCL calls without communicating.
   MLAKIT_RETURN_IF_ERROR(for_each_rank(devices, [&](int r, const RankGroup& group) -> Status {
-    RankGraph& rg = g[r];
+    GraphRun& rg = g[r];
     MLAKIT_CUDA_RETURN(cudaStreamCreateWithFlags(&rg.stream, cudaStreamNonBlocking));
     MLAKIT_CUDA_RETURN(cudaEventCreate(&rg.start));
     MLAKIT_CUDA_RETURN(cudaEventCreate(&rg.stop));

@@ -20,6 +20,7 @@ using cudaGraphExec_t = CUgraphExec_st*;
 enum cudaError_t : int {
   cudaSuccess = 0,
   cudaErrorNoDevice = 100,
+  cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureImplicit = 906,
 };
@@ -66,6 +67,7 @@ MLAKIT_NOCUDA_API cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
 MLAKIT_NOCUDA_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 MLAKIT_NOCUDA_API cudaError_t cudaStreamDestroy(cudaStream_t stream);
 MLAKIT_NOCUDA_API cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+MLAKIT_NOCUDA_API cudaError_t cudaStreamQuery(cudaStream_t stream);
 MLAKIT_NOCUDA_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
                                                     cudaStreamCaptureStatus* status);
 MLAKIT_NOCUDA_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream,

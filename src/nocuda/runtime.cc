@@ -43,6 +43,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return no_device(); }
+cudaError_t cudaStreamQuery(cudaStream_t) { return no_device(); }
 cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
   *status = cudaStreamCaptureStatusNone;  // nothing can capture without a device
   return cudaSuccess;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/arg_checks.h"
 #include "core/check.h"
 #include "core/guard.h"
 #include "ops/append/append.h"
@@ -37,10 +38,7 @@ Status check_pointer(std::string_view name, const void* ptr, size_t align) {
   return Status::Ok();
 }
 
-Status check_range(std::string_view name, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) return invalid_argument(name, str_cat(lo, "..", hi), value);
-  return Status::Ok();
-}
+using args::check_range;
 
 // A row stride: 0 (= width) or at least width. Returns the resolved stride in *ld.
 Status check_stride(std::string_view name, int64_t stride, int64_t width, int64_t* ld) {
