@@ -121,6 +121,8 @@ def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
         "-o", f"junit_suite_name={suite.name}",
         "--mlakit-sample", str(sample), "--mlakit-budget", str(budget),
     ]  # fmt: skip
+    if getattr(args, "only", None):
+        command += ["--mlakit-only", os.path.abspath(args.only)]
     if args.collect_only:
         command.append("--collect-only")
     elif has_module("pytest_timeout"):  # loaded by its entry point: a hung case fails, alone
@@ -332,6 +334,9 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiplies every sample and budget; 0 runs every case")  # fmt: skip
     parser.add_argument("--collect-only", action="store_true", help="count the cases, run none")
+    parser.add_argument("--only", metavar="FILE",
+                        help="run only the node ids listed in FILE (one a line, after an optional "
+                             "'suite<TAB>', as failed_cases.txt of a record lists them)")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1,
                         help="pytest processes per suite at once, each with a shard of its cases "
                         "(several GPUs: one each in turn); default 1")  # fmt: skip

@@ -231,3 +231,28 @@ def test_jobs_split_the_same_selection_and_merge_it(tmp_path, scale):
     assert three[0]["exitstatus"] == 1 and three[0]["outcomes"]["failed"] == 1
     assert three[2].get("name") == "fake" and int(three[2].get("tests")) == len(one[1])
     assert int(three[2].get("failures")) == 1 and len(three[2]) == len(one[1])
+
+
+def test_only_reruns_the_listed_cases(tmp_path):
+    """--only FILE (failed_cases.txt of a record: 'suite<TAB>node id' lines) runs those cases
+    alone, with one process or several."""
+    script = _script()
+    (tmp_path / "up" / "proj" / "tests").mkdir(parents=True)
+    (tmp_path / "up" / "proj" / "tests" / "test_sharded.py").write_text(SHARDED_SUITE)
+    suite = script.Suite("fake", "proj", ["tests/test_sharded.py"], 20, 60, "a fake suite")
+    listed = ["tests/test_sharded.py::test_fast[3]", "tests/test_sharded.py::test_slow[4]",
+              "tests/test_sharded.py::test_fails"]  # fmt: skip
+    only = tmp_path / "failed_cases.txt"
+    only.write_text("# a comment\n" + "".join(f"fake\t{n}\n" for n in listed[:2]) + listed[2] + "\n")
+    for jobs in (1, 2):
+        work = tmp_path / f"work{jobs}"
+        work.mkdir()
+        args = argparse.Namespace(upstream=str(tmp_path / "up"), scale=0.0, collect_only=False,
+                                  jobs=jobs, only=str(only))  # fmt: skip
+        with open(work / "log.txt", "w") as log:
+            summary = script.run_suite(suite, args, str(work), log)
+        parts = {"fake": [f"fake.{k}" for k in range(jobs)]}
+        script.merge_cases(str(work), parts, str(work / "cases.jsonl"))
+        cases = [json.loads(line) for line in (work / "cases.jsonl").read_text().splitlines()]
+        assert sorted(c["nodeid"] for c in cases) == sorted(listed), jobs
+        assert summary["outcomes"] == {"passed": 2, "failed": 1}, summary

@@ -71,6 +71,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds of testing, then the rest is not run (0: no limit)")  # fmt: skip
     group.addoption("--mlakit-seed", type=int, default=0, help="seed of the sample and order")
     group.addoption("--mlakit-shard", default="0/1", help="K/N: the K-th of N shards (0/1: all)")
+    group.addoption("--mlakit-only", default=None,
+                    help="a file of node ids (one a line, after an optional 'suite<TAB>'): "
+                         "run only those")  # fmt: skip
     group.addoption("--flashmla-dtype", choices=("bf16", "fp16"), default="bf16",
                     help="the dense FlashMLA test's --dtype (its default: bf16)")  # fmt: skip
 
@@ -299,6 +302,16 @@ def deal(keys: List[Tuple[str, int]], shards: int) -> List[int]:
     return shard_of
 
 
+def read_only(path: Optional[str]) -> Optional[set]:
+    """The node ids of an --mlakit-only file (a line's text after its last tab; blank lines and
+    lines starting with '#' skipped), or None without one."""
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n").split("\t")[-1].strip() for line in f]
+    return {line for line in lines if line and not line.startswith("#")}
+
+
 class _State:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -307,6 +320,7 @@ class _State:
         self.budget = float(config.getoption("--mlakit-budget"))
         self.seed = int(config.getoption("--mlakit-seed"))
         self.shard, self.shards = parse_shard(config.getoption("--mlakit-shard"))
+        self.only = read_only(config.getoption("--mlakit-only"))
         self.selection = ""  # a hash of the selection's node ids, before sharding
         self.collected: Dict[str, int] = {}
         self.selected: Dict[str, int] = {}
@@ -333,6 +347,12 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: List[pytest.Item]
 ) -> None:
     state = config.stash[_STATE_KEY]
+    if state.only is not None:  # a rerun of listed cases, before any sample
+        others = [i for i in items if i.nodeid not in state.only]
+        items[:] = [i for i in items if i.nodeid in state.only]
+        if others:
+            config.hook.pytest_deselected(items=others)
+        state.notes.append(f"only the {len(items)} cases listed in --only")
     groups: Dict[str, List[pytest.Item]] = collections.defaultdict(list)
     for item in items:
         groups[_group_of(item)].append(item)
