@@ -4,8 +4,8 @@
 // decode kernels then read the local lengths as they read any lengths, so their code for problems
 // without context parallelism is unchanged; only a causal bound reads causal_bounds when set
 // (DecodeParamsBase). Counting in the decode kernels instead (in every chunk iterator and plan
-// loop) cost 1-2% at batch 1 and 8 on the H200 for every problem (bench/results, this issue's
-// record).
+// loop) cost every problem 1.9% (up to 5.8%) at batch 1 and 8 on the H200
+// (bench/results/2026-11-27-h200-checks-4).
 #pragma once
 
 #include <cuda_runtime_api.h>
