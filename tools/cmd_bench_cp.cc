@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_cp_row.h"
 #include "cli_common.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -38,15 +39,6 @@ namespace mlakit::tools {
 namespace {
 
 using harness::RankGroup;
-
-// Issue 38's target: the sharded step within the unsharded decode / N plus this.
-constexpr double kTargetOverheadUs = 15;
-
-struct CpCase {
-  Case c;
-  int interleave = 1;
-  CpMerge merge = CpMerge::kAllGather;
-};
 
 // The communicators of GPUs 0..N-1, destroyed with it.
 struct Comms {
@@ -93,29 +85,6 @@ struct Rank {
   harness::DeviceBuffer merge_workspace, out, lse;
   size_t merge_workspace_bytes = 0;
   uint64_t cache_bytes = 0;
-};
-
-struct CpRow {
-  CpCase cc;
-  int world = 0;
-  std::string backend, single_backend, check = "-", note;
-  int tactic = 0;
-  bool ok = true;
-  bool host_partials = false;              // the ranks decoded on the host: only the merge is timed
-  harness::Timing single;                  // the unsharded decode on GPU 0 (median_us 0: not run)
-  std::vector<harness::Timing> rank;       // each rank's decode alone
-  std::vector<harness::Timing> comm_rank;  // each rank's merge with its communication
-  harness::Timing comm, step;              // slowest rank per replay: merge alone, whole step
-  uint64_t cache_bytes = 0;                // the unsharded cache
-  std::vector<uint64_t> rank_cache_bytes;  // each rank's
-  double slowest_rank_us() const {
-    double t = 0;
-    for (const harness::Timing& r : rank) t = std::max(t, r.median_us);
-    return t;
-  }
-  double target_us() const {
-    return single.median_us > 0 ? single.median_us / world + kTargetOverheadUs : 0;
-  }
 };
 
 // A non-blocking stream of the current device, destroyed with it.
@@ -470,81 +439,6 @@ Status check_cp_memory(const std::vector<CpCase>& cases, int world) {
   return Status::Ok();
 }
 
-void print_header() {
-  std::printf("%-12s %4s %4s %5s %7s %3s %5s %3s %5s %-9s %9s %9s %9s %9s %9s %4s %8s %8s  %s\n",
-              "backend", "h_q", "s_q", "batch", "seq_len", "var", "page", "cp", "I", "merge",
-              "1gpu_us", "rank_us", "comm_us", "step_us", "target_us", "met", "kv_GB", "GB/rank",
-              "check");
-}
-
-std::string us(double t) {
-  return t > 0 ? str_cat(static_cast<int64_t>(t * 10 + 0.5) / 10.0) : "-";
-}
-
-std::string gb(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g", bytes / 1e9);
-  return buf;
-}
-
-void print_row(const CpRow& r) {
-  const Problem& p = r.cc.c.problem;
-  const std::string name = r.backend.empty() ? "-" : str_cat(r.backend, ":", r.tactic);
-  const double target = r.target_us();
-  const std::string met =
-      target > 0 && r.step.median_us > 0 ? (r.step.median_us <= target ? "yes" : "no") : "-";
-  const uint64_t rank_max =
-      r.rank_cache_bytes.empty()
-          ? 0
-          : *std::max_element(r.rank_cache_bytes.begin(), r.rank_cache_bytes.end());
-  std::printf("%-12s %4d %4d %5d %7d %3d %5d %3d %5d %-9s %9s %9s %9s %9s %9s %4s %8s %8s  %s\n",
-              name.c_str(), p.h_q, p.s_q, r.cc.c.batch, r.cc.c.seq_len, r.cc.c.variable ? 1 : 0,
-              p.page_size, r.world, r.cc.interleave, std::string(to_string(r.cc.merge)).c_str(),
-              us(r.single.median_us).c_str(), us(r.slowest_rank_us()).c_str(),
-              us(r.comm.median_us).c_str(), us(r.step.median_us).c_str(), us(target).c_str(),
-              met.c_str(), gb(r.cache_bytes).c_str(), rank_max > 0 ? gb(rank_max).c_str() : "-",
-              r.check.c_str());
-  if (!r.note.empty()) std::printf("       %s\n", r.note.c_str());
-}
-
-nlohmann::json to_json(const CpRow& r, const CacheKind& kind) {
-  const Case& c = r.cc.c;
-  const auto times = [](const std::vector<harness::Timing>& t) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const harness::Timing& x : t) a.push_back(x.median_us);
-    return a;
-  };
-  return {{"backend", r.backend},
-          {"tactic", r.tactic},
-          {"single_backend", r.single_backend},
-          {"h_q", c.problem.h_q},
-          {"s_q", c.problem.s_q},
-          {"batch", c.batch},
-          {"seq_len", c.seq_len},
-          {"var", c.variable},
-          {"page_size", c.problem.page_size},
-          {"dtype", kind.label},
-          {"layout", to_string(c.problem.kv_layout)},
-          {"cp", r.world},
-          {"cp_interleave", r.cc.interleave},
-          {"cp_merge", to_string(r.cc.merge)},
-          {"single_us", r.single.median_us},
-          {"rank_us", times(r.rank)},
-          {"attention_us", r.slowest_rank_us()},
-          {"comm_rank_us", times(r.comm_rank)},
-          {"comm_us", r.comm.median_us},
-          {"step_us", r.step.median_us},
-          {"step_min_us", r.step.min_us},
-          {"step_max_us", r.step.max_us},
-          {"target_us", r.target_us()},
-          {"copies", r.step.copies},
-          {"host_partials", r.host_partials},
-          {"cache_bytes", r.cache_bytes},
-          {"rank_cache_bytes", r.rank_cache_bytes},
-          {"check", r.check},
-          {"note", r.note}};
-}
-
 }  // namespace
 
 int run_bench_cp(BenchFlags& f, bool run) {
@@ -594,7 +488,7 @@ int run_bench_cp(BenchFlags& f, bool run) {
   (void)cache_kind(f.sweep, &kind);
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
-  print_header();
+  print_cp_header();
   size_t done = 0;
   for (const CpCase& cc : cases) {
     CpRow row;
@@ -607,8 +501,8 @@ int run_bench_cp(BenchFlags& f, bool run) {
       row.note = str_cat(row.note, row.note.empty() ? "" : "; ", st.to_string());
     }
     all_ok &= row.ok;
-    print_row(row);
-    results.push_back(to_json(row, kind));
+    print_cp_row(row);
+    results.push_back(cp_row_json(row, kind));
     progress(++done, cases.size());
     if (comms.aborted) {
       return fail(Status(st.code(), str_cat("the NCCL communicators were aborted after this error "
