@@ -2,6 +2,7 @@
 // form over several GPUs (`--cp N`, cmd_bench_cp.cc).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct BenchFlags {
 // 1..kMaxSeqLen; with --cp-merge heads every --heads value a multiple of N. An error names the
 // flag.
 Status check_cp_flags(const BenchFlags& flags);
+
+// The keys that describe a case in a --json row (backend and tactic, the problem's shape, the
+// cache's dtype and layout), shared by bench's rows and bench --cp's; each adds its figures.
+nlohmann::json case_json(const Case& c, const CacheKind& kind, const std::string& backend,
+                         int tactic);
 
 // The bench with --cp N > 1 (cmd_bench_cp.cc, in a build with NCCL): exit code 0 (all ok), 1 (a
 // case failed), 2 (bad flags, not enough GPUs or memory). `run` false: checks only.

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "bench.h"
 #include "core/check.h"
 
 namespace mlakit::tools {
@@ -54,35 +55,27 @@ nlohmann::json cp_row_json(const CpRow& r, const CacheKind& kind) {
     for (const harness::Timing& x : t) a.push_back(x.median_us);
     return a;
   };
-  return {{"backend", r.backend},
-          {"tactic", r.tactic},
-          {"single_backend", r.single_backend},
-          {"h_q", c.problem.h_q},
-          {"s_q", c.problem.s_q},
-          {"batch", c.batch},
-          {"seq_len", c.seq_len},
-          {"var", c.variable},
-          {"page_size", c.problem.page_size},
-          {"dtype", kind.label},
-          {"layout", to_string(c.problem.kv_layout)},
-          {"cp", r.world},
-          {"cp_interleave", r.cc.interleave},
-          {"cp_merge", to_string(r.cc.merge)},
-          {"single_us", r.single.median_us},
-          {"rank_us", times(r.rank)},
-          {"attention_us", r.slowest_rank_us()},
-          {"comm_rank_us", times(r.comm_rank)},
-          {"comm_us", r.comm.median_us},
-          {"step_us", r.step.median_us},
-          {"step_min_us", r.step.min_us},
-          {"step_max_us", r.step.max_us},
-          {"target_us", r.target_us()},
-          {"copies", r.step.copies},
-          {"host_partials", r.host_partials},
-          {"cache_bytes", r.cache_bytes},
-          {"rank_cache_bytes", r.rank_cache_bytes},
-          {"check", r.check},
-          {"note", r.note}};
+  nlohmann::json j = case_json(c, kind, r.backend, r.tactic);
+  j.update({{"single_backend", r.single_backend},
+            {"cp", r.world},
+            {"cp_interleave", r.cc.interleave},
+            {"cp_merge", to_string(r.cc.merge)},
+            {"single_us", r.single.median_us},
+            {"rank_us", times(r.rank)},
+            {"attention_us", r.slowest_rank_us()},
+            {"comm_rank_us", times(r.comm_rank)},
+            {"comm_us", r.comm.median_us},
+            {"step_us", r.step.median_us},
+            {"step_min_us", r.step.min_us},
+            {"step_max_us", r.step.max_us},
+            {"target_us", r.target_us()},
+            {"copies", r.step.copies},
+            {"host_partials", r.host_partials},
+            {"cache_bytes", r.cache_bytes},
+            {"rank_cache_bytes", r.rank_cache_bytes},
+            {"check", r.check},
+            {"note", r.note}});
+  return j;
 }
 
 }  // namespace mlakit::tools

@@ -236,30 +236,22 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
       }
       all_ok &= row.ok;
       print_row(row, peaks, reference);
-      results.push_back({{"backend", row.backend},
-                         {"tactic", row.tactic},
-                         {"h_q", c.problem.h_q},
-                         {"s_q", c.problem.s_q},
-                         {"batch", c.batch},
-                         {"seq_len", c.seq_len},
-                         {"var", c.variable},
-                         {"page_size", c.problem.page_size},
-                         {"dtype", kind.label},
-                         {"layout", to_string(c.problem.kv_layout)},
-                         {"topk", c.problem.topk},
-                         {"extra_topk", c.problem.extra_topk},
-                         {"time_us", row.timing.median_us},
-                         {"min_us", row.timing.min_us},
-                         {"max_us", row.timing.max_us},
-                         {"copies", row.timing.copies},
-                         {"sm_mhz", row.timing.power.sm_mhz},
-                         {"power_w", row.timing.power.power_w},
-                         {"power_capped", row.timing.power.power_capped},
-                         {"power_window_ms", row.timing.power.window_ms},
-                         {"bytes", row.work.bytes},
-                         {"flops", row.work.flops},
-                         {"check", row.check},
-                         {"note", row.note}});
+      nlohmann::json result = case_json(c, kind, row.backend, row.tactic);
+      result.update({{"topk", c.problem.topk},
+                     {"extra_topk", c.problem.extra_topk},
+                     {"time_us", row.timing.median_us},
+                     {"min_us", row.timing.min_us},
+                     {"max_us", row.timing.max_us},
+                     {"copies", row.timing.copies},
+                     {"sm_mhz", row.timing.power.sm_mhz},
+                     {"power_w", row.timing.power.power_w},
+                     {"power_capped", row.timing.power.power_capped},
+                     {"power_window_ms", row.timing.power.window_ms},
+                     {"bytes", row.work.bytes},
+                     {"flops", row.work.flops},
+                     {"check", row.check},
+                     {"note", row.note}});
+      results.push_back(std::move(result));
     }
     progress(++done, cases.size());
   }
@@ -277,6 +269,15 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
 }
 
 }  // namespace
+
+nlohmann::json case_json(const Case& c, const CacheKind& kind, const std::string& backend,
+                         int tactic) {
+  return {{"backend", backend},   {"tactic", tactic},
+          {"h_q", c.problem.h_q}, {"s_q", c.problem.s_q},
+          {"batch", c.batch},     {"seq_len", c.seq_len},
+          {"var", c.variable},    {"page_size", c.problem.page_size},
+          {"dtype", kind.label},  {"layout", to_string(c.problem.kv_layout)}};
+}
 
 Status check_cp_flags(const BenchFlags& f) {
   const int n = f.cp.world;
