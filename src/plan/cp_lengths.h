@@ -17,21 +17,19 @@
 
 namespace mlakit::plan {
 
-// How a rank turns a request's entry in seq_lens into the number of its tokens in its cache.
-// Without context parallelism: the entry clamped to [0, max_len]. With it (Problem::cp_world > 1)
-// seq_lens holds global lengths: clamped to [0, max_len], counted on this rank (mlakit/cp.h,
-// cp_local_len), then clamped to [0, max_local], what the rank's block table reaches. Local
-// positions keep the global order, so a causal bound is a local prefix too (causal_bound).
+// How a rank turns a request's GLOBAL length in seq_lens into the number of its tokens in its
+// cache: clamped to [0, max_len], counted on this rank (mlakit/cp.h, cp_local_len), then clamped
+// to [0, max_local], what the rank's block table reaches. Local positions keep the global order,
+// so a causal bound is a local prefix too (causal_bound).
 struct Lengths {
   int32_t max_len;    // global lengths are clamped to [0, max_len]
-  int32_t max_local;  // context parallel: local lengths are clamped to [0, max_local]
-  // Context parallel: I * N and r * I (each at most max_len + 1, which changes no count of a
-  // clamped length and keeps them in 32 bits), and I; cp_round 0 without context parallelism.
+  int32_t max_local;  // local lengths are clamped to [0, max_local]
+  // I * N and r * I (each at most max_len + 1, which changes no count of a clamped length and
+  // keeps them in 32 bits), and I.
   int32_t cp_round, cp_offset, cp_interleave;
 
   // The tokens of this rank among global positions [0, g), g <= max_len (none if g <= 0).
   __host__ __device__ __forceinline__ int32_t on_rank(int32_t g) const {
-    if (cp_round == 0) return g > 0 ? g : 0;
     if (g <= 0) return 0;
     const uint32_t rounds = static_cast<uint32_t>(g) / static_cast<uint32_t>(cp_round);
     const int32_t rest = g - static_cast<int32_t>(rounds) * cp_round - cp_offset;
@@ -54,12 +52,6 @@ struct Lengths {
     return v < lo ? lo : v > hi ? hi : v;
   }
 };
-
-// Lengths for clamping only (no context parallelism).
-__host__ __device__ constexpr Lengths plain_lengths(int32_t max_len) {
-  return {
-      .max_len = max_len, .max_local = max_len, .cp_round = 0, .cp_offset = 0, .cp_interleave = 1};
-}
 
 // The Lengths of a rank of `given` (a dense context-parallel problem) whose block table holds
 // `table_tokens` tokens a row (block_table_stride * page_size).

@@ -47,12 +47,6 @@ TEST(CpLengths, CountsTheRanksTokensAndCausalBounds) {
       }
     }
   }
-  const plan::Lengths plain = plan::plain_lengths(100);
-  EXPECT_EQ(plain.of(-5), 0);
-  EXPECT_EQ(plain.of(57), 57);
-  EXPECT_EQ(plain.of(1000), 100);
-  EXPECT_EQ(plain.causal_bound(57, 3), 54);
-  EXPECT_EQ(plain.causal_bound(2, 3), 0);
 }
 
 struct CpCase {
