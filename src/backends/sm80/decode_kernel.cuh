@@ -122,9 +122,12 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     __syncthreads();  // tile t is visible; every warp is done with tile t - 1 and its stage
     const int next = t + stages - 1;
     if (next < n_tiles) {
+      // The bits are published after the next block-table read is issued: the publish's branch
+      // between them had held that read behind the copies (SASS, docs/sm80-decode.md item 28).
+      const uint32_t bad = loader.bad_tokens(next_pages);
       loader.load(s_kv0 + write_stage * kStageBytes, c.token_begin + next * kBlockN, next_pages);
-      publish_bad_tokens(s, write_stage, loader.bad_tokens(next_pages));
       next_pages = loader.fetch_pages(c.token_begin + (next + 1) * kBlockN);
+      publish_bad_tokens(s, write_stage, bad);
     }
     ptx::cp_async_commit_group();
     write_stage = write_stage + 1 == stages ? 0 : write_stage + 1;

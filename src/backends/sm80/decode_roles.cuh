@@ -257,10 +257,15 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     if (!next_ready) mbarrier_wait(&s.kv_full[slot.stage], slot.parity);
     // The pages of tile t - 2 + stages, which the output warps copy after the barrier of tile
     // t - 1 (at the end of this loop). They read this buffer last after the barrier of tile t - 3.
+    // The bad-token bits of `page`, voted by every score warp (the others' page is 0): inside the
+    // branch below, where ptxas cannot prove the warp converged, the vote cost a WARPSYNC and a
+    // re-read of the thread index per tile and pushed the first mma of the loop behind the
+    // softmax (SASS, docs/sm80-decode.md item 28).
+    const uint32_t page_bits = plan::kPageChecks ? __ballot_sync(0xffffffffu, page < 0) : 0;
     if (pages_lane && t >= 2) {
       s.tile_pages[t & 1][lane] = page;
       // Its stage held tile t - 2, whose word the score warps read before the last barrier.
-      if (plan::kPageChecks) store_bad_tokens(slot.stage_back(2, stages), page);
+      if (plan::kPageChecks && lane == 0) s.bad_tokens[slot.stage_back(2, stages)] = page_bits;
       page = page_of(stages + t - 1);
     }
     mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + (t - 1) * kBlockN, mask_from, bad);

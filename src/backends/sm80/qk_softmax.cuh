@@ -170,24 +170,29 @@ inline constexpr float kLazyRescaleLog2 = 8.0f;
 // next tile's score loop (decode_roles.cuh): acc holds this warp's scores of its rows for all
 // kBlockN tokens of the tile.
 //
-// mask_full_rows masks the tile starting at token `tile_start` (bad: as mask_and_publish_max).
+// mask_full_rows masks the tile starting at token `tile_start` (bad: bad_tokens_of_stage).
 // mask_from: visible_bound(p, c, row0), the smallest bound of the tile's rows, computed once per
 // chunk (its division by h_q per tile sat on the score warps' critical path).
 template <typename Cfg>
 __device__ __forceinline__ void mask_full_rows(float (&acc)[kBlockN / 8][4],
                                                const ScoreState<Cfg>& st, const DecodeParams& p,
                                                const plan::Chunk& c, int row0, int tile_start,
-                                               int mask_from, uint64_t bad) {
+                                               int mask_from, uint32_t bad) {
   static_assert(Cfg::kSColGroups == 1, "whole rows");
   if (tile_start + kBlockN > mask_from || bad != 0) {
     const int bound[2] = {visible_bound(p, c, row0 + st.row(0)),
                           visible_bound(p, c, row0 + st.row(1))};
+    // Shifted once, so that each token's test takes a constant bit: a 64-bit test per token had
+    // ptxas keep 64-bit masks live across the score loop and schedule the softmax ahead of the
+    // first mma (SASS, docs/sm80-decode.md item 28).
+    const uint32_t my_bad = bad >> (2 * st.q());
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int j = nt * 8 + 2 * st.q() + (k & 1);
-        if (tile_start + j >= bound[k / 2] || plan::bad_token(bad, j)) acc[nt][k] = -INFINITY;
+        if (tile_start + j >= bound[k / 2] || plan::bad_token(my_bad, nt * 8 + (k & 1)))
+          acc[nt][k] = -INFINITY;
       }
     }
   }
