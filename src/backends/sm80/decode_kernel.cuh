@@ -53,19 +53,18 @@ template <typename T, typename Cfg>
 __device__ __forceinline__ void issue_first_tiles(SharedStorage<T, Cfg>& s,
                                                   const KvLoader<T, Cfg>& loader, uint32_t s_kv0,
                                                   const plan::Chunk& c, int stages, int n_tiles) {
-  TilePages<Cfg> first_pages[kMaxStages - 1];
+  TileIds<Cfg> first_ids[kMaxStages - 1];
 #pragma unroll
   for (int stage = 0; stage < kMaxStages - 1; ++stage) {
-    if (stage < stages - 1)
-      first_pages[stage] = loader.fetch_pages(c.token_begin + stage * kBlockN);
+    if (stage < stages - 1) first_ids[stage] = loader.fetch_ids(c.token_begin + stage * kBlockN);
   }
 #pragma unroll
   for (int stage = 0; stage < kMaxStages - 1; ++stage) {
     if (stage < stages - 1) {
       if (stage < n_tiles) {
-        loader.load(s_kv0 + stage * kStageBytes, c.token_begin + stage * kBlockN,
-                    first_pages[stage]);
-        publish_bad_tokens(s, stage, loader.bad_tokens(first_pages[stage]));
+        const TilePages<Cfg> pages = loader.check(first_ids[stage]);
+        loader.load(s_kv0 + stage * kStageBytes, c.token_begin + stage * kBlockN, pages);
+        publish_bad_tokens(s, stage, loader.bad_tokens(pages));
       }
       ptx::cp_async_commit_group();
     }
@@ -109,7 +108,7 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
   KvLoader<T, Cfg> loader(p, c);
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
   issue_first_tiles<T, Cfg>(s, loader, s_kv0, c, stages, n_tiles);
-  TilePages<Cfg> next_pages = loader.fetch_pages(c.token_begin + (stages - 1) * kBlockN);
+  TileIds<Cfg> next_ids = loader.fetch_ids(c.token_begin + (stages - 1) * kBlockN);
   ScoreState<Cfg> st;
   QFragments<Cfg> qf;  // this warp's slice of Q, loaded with the first tile
   OutAccumulators<Cfg> o;
@@ -122,11 +121,13 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
     __syncthreads();  // tile t is visible; every warp is done with tile t - 1 and its stage
     const int next = t + stages - 1;
     if (next < n_tiles) {
-      // The bits are published after the next block-table read is issued: the publish's branch
-      // between them had held that read behind the copies (SASS, docs/sm80-decode.md item 28).
-      const uint32_t bad = loader.bad_tokens(next_pages);
-      loader.load(s_kv0 + write_stage * kStageBytes, c.token_begin + next * kBlockN, next_pages);
-      next_pages = loader.fetch_pages(c.token_begin + (next + 1) * kBlockN);
+      // The ids read a tile ago are checked here, where the copy uses them (KvLoader). The bits
+      // are published after the next block-table read is issued: the publish's branch between
+      // them had held that read behind the copies (SASS, docs/sm80-decode.md item 28).
+      const TilePages<Cfg> pages = loader.check(next_ids);
+      const uint32_t bad = loader.bad_tokens(pages);
+      loader.load(s_kv0 + write_stage * kStageBytes, c.token_begin + next * kBlockN, pages);
+      next_ids = loader.fetch_ids(c.token_begin + (next + 1) * kBlockN);
       publish_bad_tokens(s, write_stage, bad);
     }
     ptx::cp_async_commit_group();

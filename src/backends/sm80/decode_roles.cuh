@@ -202,29 +202,30 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   const int stages = p.stages;
   const bool pages_lane = warp == 0;
   const int32_t* g_pages = p.block_table + c.request * p.block_table_stride;
-  const auto page_of = [&](int tile) {
+  // The block-table entry of this lane's token of `tile` as read (0 past the chunk's end); checked
+  // (plan::valid_page) where it is used, a tile later: checked at the read, warp 0 waited there for
+  // it before the tile's first mma (SASS, docs/sm80-decode.md item 28).
+  const auto id_of = [&](int tile) {
     const int pos = c.token_begin + tile * kBlockN + lane;
-    return tile < n_tiles && pos < c.token_end
-               ? plan::valid_page(g_pages[pos >> p.page_shift], p.num_pages)
-               : 0;
+    return tile < n_tiles && pos < c.token_end ? g_pages[pos >> p.page_shift] : 0;
   };
   const auto store_bad_tokens = [&](int stage, int32_t id) {
     const uint32_t bits = __ballot_sync(0xffffffffu, id < 0);
     if (lane == 0) s.bad_tokens[stage] = bits;
   };
-  int32_t page = pages_lane ? page_of(stages) : 0;
+  int32_t id = pages_lane ? id_of(stages) : 0;
   ScoreState<Cfg> st;
   const int mask_from = visible_bound(p, c, row0);
   TileSlot slot(g0, stages);
   if (plan::kPageChecks && pages_lane) {
     int32_t first_ids[kMaxStages];  // all reads in flight at once
 #pragma unroll
-    for (int i = 0; i < kMaxStages; ++i) first_ids[i] = i < stages ? page_of(i) : 0;
+    for (int i = 0; i < kMaxStages; ++i) first_ids[i] = i < stages ? id_of(i) : 0;
     TileSlot tile = slot;
 #pragma unroll
     for (int i = 0; i < kMaxStages; ++i) {
       if (i < stages) {
-        store_bad_tokens(tile.stage, first_ids[i]);
+        store_bad_tokens(tile.stage, plan::valid_page(first_ids[i], p.num_pages));
         tile.advance(stages);
       }
     }
@@ -261,12 +262,13 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
     // branch below, where ptxas cannot prove the warp converged, the vote cost a WARPSYNC and a
     // re-read of the thread index per tile and pushed the first mma of the loop behind the
     // softmax (SASS, docs/sm80-decode.md item 28).
+    const int32_t page = plan::valid_page(id, p.num_pages);
     const uint32_t page_bits = plan::kPageChecks ? __ballot_sync(0xffffffffu, page < 0) : 0;
     if (pages_lane && t >= 2) {
       s.tile_pages[t & 1][lane] = page;
       // Its stage held tile t - 2, whose word the score warps read before the last barrier.
       if (plan::kPageChecks && lane == 0) s.bad_tokens[slot.stage_back(2, stages)] = page_bits;
-      page = page_of(stages + t - 1);
+      id = id_of(stages + t - 1);
     }
     mask_full_rows<Cfg>(v, st, p, c, row0, c.token_begin + (t - 1) * kBlockN, mask_from, bad);
     float acc[2][4][4];
@@ -305,7 +307,7 @@ __device__ __forceinline__ void output_warp_chunk(const DecodeParams& p, SharedS
   for (int i = 0; i < stages && i < n_tiles; ++i) {
     const TileSlot slot(g0 + i, stages);
     loader.load(s_kv0 + slot.stage * kStageBytes, c.token_begin + i * kBlockN,
-                loader.fetch_pages(c.token_begin + i * kBlockN));
+                loader.check(loader.fetch_ids(c.token_begin + i * kBlockN)));
     ptx::cp_async_commit_group();
     cp_async_mbarrier_arrive_noinc(&s.kv_full[slot.stage]);
   }

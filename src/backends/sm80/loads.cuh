@@ -41,7 +41,13 @@ __device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int 
   }
 }
 
-// Page ids of the tokens one thread copies in one tile.
+// Block-table entries of the tokens one thread copies in one tile, as read (KvLoader::fetch_ids).
+template <typename Cfg>
+struct TileIds {
+  int32_t id[Cfg::kLoadPasses];
+};
+
+// The same entries checked (KvLoader::check): page ids, -1 for an id outside the cache.
 template <typename Cfg>
 struct TilePages {
   int32_t page[Cfg::kLoadPasses];
@@ -49,9 +55,10 @@ struct TilePages {
 
 // Gathers KV tiles of one chunk. Copying thread t (0 .. kLoadThreads - 1: tid, by default the
 // thread index) copies chunks (t % 8) + 8k of tokens t / 8 + pass * kLoadTokensPerPass of each
-// tile. The page ids of a tile are read (fetch_pages)
+// tile. The page ids of a tile are read (fetch_ids)
 // a tile ahead of its copy (load), so the block-table read is not on the path from the barrier to
-// the copies.
+// the copies, and checked (check) where the copy uses them: checked at the read, the check waited
+// there for it and held the tile's math behind it (SASS, docs/sm80-decode.md item 28).
 template <typename T, typename Cfg>
 class KvLoader {
  public:
@@ -70,21 +77,31 @@ class KvLoader {
     return tid_ / 8 + pass * Cfg::kLoadTokensPerPass;
   }
 
-  // The page ids of the tile starting at token `tile_start` (none read past the chunk's end).
-  __device__ __forceinline__ TilePages<Cfg> fetch_pages(int tile_start) const {
-    TilePages<Cfg> pages;
+  // The block-table entries of the tile starting at token `tile_start` (none read past the
+  // chunk's end: 0 there).
+  __device__ __forceinline__ TileIds<Cfg> fetch_ids(int tile_start) const {
+    TileIds<Cfg> ids;
 #pragma unroll
     for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
       const int pos = tile_start + token(pass);
-      pages.page[pass] = loads() && pos < token_end_
-                             ? plan::valid_page(g_pages_[pos >> page_shift_], num_pages_)
-                             : 0;
+      ids.id[pass] = loads() && pos < token_end_ ? g_pages_[pos >> page_shift_] : 0;
+    }
+    return ids;
+  }
+
+  // The page ids of `ids`: -1 for an id outside the cache (plan::valid_page; 0, the id past the
+  // chunk's end, is a page: the cache has at least one).
+  __device__ __forceinline__ TilePages<Cfg> check(const TileIds<Cfg>& ids) const {
+    TilePages<Cfg> pages;
+#pragma unroll
+    for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
+      pages.page[pass] = plan::valid_page(ids.id[pass], num_pages_);
     }
     return pages;
   }
 
   // Bit j set: token j of the tile, one this thread copies with `pages`, is in a bad page
-  // (fetch_pages made its id -1; plan/page_mask.cuh).
+  // (check made its id -1; plan/page_mask.cuh).
   __device__ __forceinline__ uint32_t bad_tokens(const TilePages<Cfg>& pages) const {
     uint32_t bits = 0;
 #pragma unroll
@@ -102,9 +119,9 @@ class KvLoader {
     for (int pass = 0; pass < Cfg::kLoadPasses; ++pass) {
       const int row = token(pass);
       const int pos = tile_start + row;
-      // A page id out of range is -1 (fetch_pages): its tokens read as zeros, nothing is read.
+      // A page id out of range is -1 (check): its tokens read as zeros, nothing is read.
       const bool valid = pos < token_end_ && pages.page[pass] >= 0;
-      // Past the end the page id is 0 (fetch_pages): the address stays inside the cache, and
+      // Past the end the page id is 0 (fetch_ids): the address stays inside the cache, and
       // src_bytes 0 reads nothing.
       const int lane8 = tid_ % 8;
       const T* src = g_kv_ +
