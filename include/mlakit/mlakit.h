@@ -193,8 +193,10 @@ std::string describe(const Problem& problem);  // one line, for logs and tables
 // a multiple of 16; q, kv_cache and out themselves 16-byte aligned), and out's strides may not
 // make two of its rows overlap (kInvalidArgument naming the stride otherwise); only out's rows
 // are written, the bytes between them are left as they are. Every backend takes every such view,
-// dense or sparse, except sm90 with a sparse problem's padded pages (its gather reads slot s at
-// s times the token stride: kUnsupported naming kv_stride_page; padded tokens run). How the GPU
+// dense or sparse, except sm90 with a sparse problem's padded pages whose page stride is not a
+// whole number of token strides (its gather reads slot s at s times the token stride, the slots
+// spaced by the page pitch in tokens: kUnsupported naming kv_stride_page otherwise; padded
+// tokens, and pages padded by whole tokens as FlashMLA's tests do, run). How the GPU
 // backends read them: sm80 addresses each row by its strides; sm90
 // reads q by a TMA map of equally spaced rows when q's rows are (one row stride, e.g. padded
 // heads), else it first copies q into the workspace (a small kernel on the stream; the workspace

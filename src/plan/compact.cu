@@ -43,7 +43,13 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
     Scan(scan).ExclusiveSum(count, at, total);
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      if (v[i] >= 0 && v[i] < p.num_tokens) out[kept + at++] = v[i];
+      if (v[i] >= 0 && v[i] < p.num_tokens) {
+        // Padded pages: the slot of the index's token at page_pitch tokens a page.
+        const int32_t slot = p.page_pitch == p.page_size
+                                 ? v[i]
+                                 : v[i] / p.page_size * p.page_pitch + v[i] % p.page_size;
+        out[kept + at++] = slot;
+      }
     }
     kept += total;
     __syncthreads();  // the scan's storage is reused
@@ -86,7 +92,16 @@ CompactParams compact_params(const Problem& problem, const RunArgs& args, void* 
   p.num_tokens = args.num_pages * problem.page_size;
   p.topk = problem.topk;
   p.s_q = problem.s_q;
+  p.page_size = problem.page_size;
+  p.page_pitch = problem.page_size;
   return p;
+}
+
+int32_t padded_page_pitch(int64_t page_stride, int64_t token_stride, int64_t num_pages) {
+  if (token_stride <= 0 || page_stride % token_stride != 0) return 0;
+  const int64_t pitch = page_stride / token_stride;
+  if (pitch > INT32_MAX || (num_pages > 0 && pitch > INT32_MAX / num_pages)) return 0;
+  return static_cast<int32_t>(pitch);
 }
 
 Status launch_compact(const CompactParams& params, int64_t rows, cudaStream_t stream, bool pdl) {

@@ -27,6 +27,12 @@ struct CompactParams {
   int64_t num_tokens;        // cached tokens: num_pages * page_size
   int32_t topk;
   int32_t s_q;
+  // Tokens between the starts of two pages (page_size, or more with padded pages: the cache's
+  // page stride over its token stride). A kept index page * page_size + offset is written as
+  // page * page_pitch + offset, so that a reader addressing slot s at s * the token stride finds
+  // it (sm90's gather). The bounds test is on the index before this.
+  int32_t page_size;
+  int32_t page_pitch;
 };
 
 // The dense problem the plan and the decode kernels see for a sparse one: its rows (request, query
@@ -38,8 +44,16 @@ Problem rows_as_requests(const Problem& problem);
 // Workspace bytes of the compacted slots and counts for `rows` rows of `topk` (256-aligned parts).
 size_t compact_bytes(int64_t rows, int32_t topk);
 // The compaction of a sparse problem's run: its indices and lengths, its cache's tokens, and the
-// slots and counts in `region` (compact_bytes(max_batch * s_q, topk) bytes).
+// slots and counts in `region` (compact_bytes(max_batch * s_q, topk) bytes). Slots are the
+// indices themselves (page_pitch = page_size); a caller that reads padded pages by slot sets
+// page_pitch (padded_page_pitch).
 CompactParams compact_params(const Problem& problem, const RunArgs& args, void* region);
+
+// The page pitch in tokens of a cache whose pages are `page_stride` apart and tokens
+// `token_stride` (both in the same unit), for a reader that addresses slot s at s * token_stride:
+// page_stride / token_stride when it divides and num_pages * that fits an int32 slot; 0 otherwise
+// (such a cache cannot be read that way).
+int32_t padded_page_pitch(int64_t page_stride, int64_t token_stride, int64_t num_pages);
 
 // Launches the compaction of `rows` rows (one CTA each). With pdl it waits for the previous
 // kernel before reading the indices (they may come from a top-k kernel).

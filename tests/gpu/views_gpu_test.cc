@@ -32,7 +32,8 @@ struct Layout {
   int q_gap = 0;           // between requests
   bool q_permute = false;  // q stored head-major: [b, h_q, s_q, d] seen as [b, s_q, h_q, d]
   int kv_token_pad = 0;
-  int kv_page_pad = 0;  // vLLM's padded pages
+  int kv_page_pad = 0;         // vLLM's padded pages
+  int kv_page_pad_tokens = 0;  // pages padded by whole tokens (FlashMLA's sparse test: one)
   int out_pad = 0;
   int out_gap = 0;
   bool out_permute = false;
@@ -103,7 +104,7 @@ Status make_viewed(const harness::HostInputs& in, const harness::DeviceInputs& d
   const size_t kv_elem = blockwise ? 1 : dtype_bytes(p.kv_dtype);
   const int token = blockwise ? kBlockwiseBytes : kDqk;
   v->kv_token = token + l.kv_token_pad;
-  v->kv_page = p.page_size * v->kv_token + l.kv_page_pad;
+  v->kv_page = (p.page_size + l.kv_page_pad_tokens) * v->kv_token + l.kv_page_pad;
   MLAKIT_RETURN_IF_ERROR(upload(scatter(in.kv.data(), static_cast<int>(in.num_pages), 1,
                                         p.page_size, token, kv_elem, v->kv_page, 0, v->kv_token),
                                 &v->kv));
@@ -301,8 +302,8 @@ TEST(GpuViews, EveryBackendAndTacticTakesQOutAndCacheViews) {
 }
 
 // Sparse problems: the cache read by the gathers (sm90: 16-bit and V3.2 blockwise caches, padded
-// tokens; padded pages refused by name) or by the dense loads over the slots (sm80: padded tokens
-// and pages); q and out views too.
+// tokens, pages padded by whole tokens; other padded pages refused by name) or by the dense loads
+// over the slots (sm80: padded tokens and pages); q and out views too.
 TEST(GpuViews, SparseProblemsTakeCacheViews) {
   MLAKIT_SKIP_WITHOUT_GPU();
   std::vector<Problem> problems;
@@ -340,7 +341,14 @@ TEST(GpuViews, SparseProblemsTakeCacheViews) {
        .q_permute = true,
        .kv_token_pad = 48,
        .out_pad = 64},
-      {.name = "q-padded out-head-major", .q_pad = 64, .out_permute = true}};
+      {.name = "q-padded out-head-major", .q_pad = 64, .out_permute = true},
+      {.name = "kv-pages-padded-by-a-token out-padded",  // FlashMLA's sparse test
+       .kv_page_pad_tokens = 1,
+       .out_pad = 64},
+      {.name = "q-head-major kv-padded-tokens-and-pages-by-3-tokens",
+       .q_permute = true,
+       .kv_token_pad = 48,
+       .kv_page_pad_tokens = 3}};
   uint64_t seed = 3600;
   for (const char* backend : {"sm80", "sm90"}) {
     const bool sm90 = std::string(backend) == "sm90";
@@ -350,7 +358,7 @@ TEST(GpuViews, SparseProblemsTakeCacheViews) {
       runs += check_views(backend, p, lens, sm90 ? sm90_layouts : sparse_layouts, seed++,
                           {.topk_lens = true});
       if (!sm90 || !can_run(backend, p).ok()) continue;
-      // sm90 refuses a sparse problem's padded pages by name, at run time.
+      // sm90 refuses by name, at run time, padded pages that are not a whole number of tokens.
       const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
       harness::DeviceInputs device;
       MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));

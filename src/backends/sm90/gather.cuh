@@ -14,8 +14,10 @@
 // The producer runs one block ahead (the next block's copies are requested before the block's
 // barriers complete), reads the slots a block before it needs them and prefetches the rows into
 // L2 a block before it requests them. The cache may be a view with padded tokens: slot s lies at
-// s * kv_view.stride_page (the token stride; launch.cc refuses padded pages here: a division per
-// copy in the gather cost the V3.2 sparse decode 20-33%, H200).
+// s * kv_view.stride_page (the token stride). Padded pages whose stride is a whole number of
+// token strides are read the same way: the compaction spaces the slots by that page pitch
+// (plan::CompactParams::page_pitch), since a division per copy in the gather cost the V3.2 sparse
+// decode 20-33% (H200); launch.cc refuses other padded pages.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -284,13 +284,20 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const Views views = views_of(p, a);
   const bool pack_q = !views.q_uniform(p);
   const bool kv_paged = !sparse && !views.kv_uniform(p);
-  // The sparse gather reads slot s at s * the token stride (gather.cuh): padded tokens, not pages.
+  // The sparse gather reads slot s at s * the token stride (gather.cuh). Padded pages (FlashMLA's
+  // own tests pad each page by a token) are read through slots that the compaction spaces by the
+  // page pitch in tokens: the page stride must be a whole number of token strides.
+  int32_t sparse_page_pitch = p.page_size;
   if (sparse && !views.kv_uniform(p)) {
-    return unsupported(
-        "kv_stride_page: backend sm90 gathers a sparse problem's tokens from a cache "
-        "whose pages are page_size tokens apart (",
-        int64_t{p.page_size} * views.kv_token, " elements), given ", views.kv_page,
-        " (padded pages run on the sm80 and cpu backends)");
+    sparse_page_pitch = plan::padded_page_pitch(views.kv_page, views.kv_token, a.num_pages);
+    if (sparse_page_pitch == 0) {
+      return unsupported(
+          "kv_stride_page: backend sm90 gathers a sparse problem's tokens from a cache whose "
+          "page stride is a whole number of token strides (",
+          views.kv_token, " elements) with num_pages * that number of tokens below 2^31, given ",
+          views.kv_page, " for ", a.num_pages,
+          " pages (other padded pages run on the sm80 and cpu backends)");
+    }
   }
   MLAKIT_RETURN_IF_ERROR(check_tma_strides(p, views, pack_q, kv_paged));
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
@@ -310,11 +317,17 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
       plan::decode_params_base(setup.planned, p, a, shape, view, setup.inline_plan);
   params.kv_cache = static_cast<const uint8_t*>(a.kv_cache);
   params.kv_view = plan::kv_view(p, views, kv_elem_bytes(p));
+  if (sparse) {
+    // Slots are token strides apart, padded pages included (the compaction's page pitch).
+    params.kv_view.stride_page = params.kv_view.stride_token;
+    params.kv_view.slot_page_size = 0;
+  }
   params.kv_paged = kv_paged ? 1 : 0;
   params.fill = Fill::kPages;
   if (sparse) {
-    const plan::CompactParams compact =
+    plan::CompactParams compact =
         plan::compact_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
+    compact.page_pitch = sparse_page_pitch;
     MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
     params.block_table = compact.slots;
     params.block_table_stride = p.topk;
