@@ -13,8 +13,8 @@
 //          allocation, no host synchronization, no read of device memory from the host, so it
 //          can be captured in a CUDA graph and replayed with new slot mappings, lengths and block
 //          tables. A value in device memory it cannot use (a slot or a page id out of range) is
-//          skipped, as said per op. kUnsupported in a build without CUDA or for an op that has
-//          no GPU kernel yet (indexer_logits).
+//          skipped, as said per op. kUnsupported in a build without CUDA (and indexer_logits
+//          on a GPU without fp8 tensor cores: below sm_89).
 //
 // Every entry returns a Status; a message names the argument, the expected and the given value.
 // Shapes are row-major; a stride is in elements of its tensor and 0 means contiguous.
@@ -102,7 +102,10 @@ Status append_indexer(Device device, const AppendIndexerArgs& args, Stream strea
 //   logits[i * next_n + t, j] = sum_h weights[i * next_n + t, h] * relu(dot(q[i, t, h], k_j) * s_j)
 // with k_j the e4m3 key and s_j the fp32 scale of request i's position j (through block_table),
 // for the visible positions j < L_i - next_n + 1 + t (L_i = seq_lens[i]); every other column
-// < max_len is -inf. kCpu only for now (kCuda: kUnsupported).
+// < max_len is -inf. kCpu refuses a length or a page id out of range; kCuda clamps L_i to
+// [0, min(max_len, block_table_stride * page_size)] and gives -inf to a position whose page id is
+// outside [0, num_pages) (nothing is read through it). kCuda: fp8 tensor cores, sm_89 and newer;
+// the sum over heads runs in float in a fixed order (deterministic), the cpu reference in double.
 // ---------------------------------------------------------------------------------------------
 struct IndexerLogitsArgs {
   int32_t batch = 0;                  // b >= 0

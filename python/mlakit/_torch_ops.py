@@ -237,7 +237,7 @@ def indexer_logits(
 ) -> torch.Tensor:
     """``mlakit.ops.indexer_logits`` through ``torch.ops.mlakit.indexer_logits``; a new
     ``logits`` [b * next_n, max_len] float32 unless given (max_len: None is what the block table
-    addresses). Host tensors only for now."""
+    addresses). CUDA tensors need sm_89 or newer."""
     if logits is None:
         if q.dim() != 4 or index_cache.dim() != 2:
             raise ValueError(

@@ -2,7 +2,7 @@
 
     append_kv       new tokens' latent + RoPE quantized into the KV cache (in place)
     append_indexer  new tokens' indexer keys quantized into the indexer cache (in place)
-    indexer_logits  the lightning indexer's logits (host arrays only for now)
+    indexer_logits  the lightning indexer's logits
     topk_indices    per query token, the k largest logits as sparse-decode indices
 
 Arrays come from any framework (NumPy, PyTorch, CuPy, DLPack) and are used in place. Where an
@@ -237,7 +237,8 @@ def indexer_logits(
     relu(q[i, t, h] . k_j * s_j)`` over request i's visible positions
     ``j < seq_lens[i] - next_n + 1 + t``; every other column is -inf. Returns ``logits``.
 
-    Host arrays only for now (CUDA arrays raise NotImplementedError).
+    CUDA arrays: fp8 tensor cores (sm_89 or newer; NotImplementedError below), -inf for a
+    position whose page id is out of range.
 
     Arguments:
         q: [b, next_n, heads, 128] float8_e4m3fn (or uint8 bits); heads 1..128, next_n 1..16.

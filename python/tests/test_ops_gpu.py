@@ -1,7 +1,8 @@
 """mlakit.ops and its torch custom ops on CUDA tensors: append and top-k equal to the cpu
 device's results bit for bit (the kernels are bit-exact with the references), run on the current
 stream, under torch.compile(fullgraph=True) and replayed from a CUDA graph with new slot mappings
-and lengths; indexer_logits refuses CUDA tensors (no kernel yet). Skipped without a GPU."""
+and lengths; indexer_logits against the cpu device's reference within float accumulation error.
+Skipped without a GPU."""
 
 import pytest
 
@@ -81,14 +82,39 @@ def test_topk_equals_cpu(k, next_n):
     assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
 
 
-def test_indexer_logits_has_no_cuda_kernel_yet():
-    q = torch.zeros(1, 1, 4, 128, dtype=torch.uint8, device=DEVICE)
-    w = torch.ones(1, 4, device=DEVICE)
-    cache = torch.zeros(mlakit.ops.indexer_cache_shape(1, PAGE), dtype=torch.uint8, device=DEVICE)
-    table = torch.zeros(1, 1, dtype=torch.int32, device=DEVICE)
-    lens = torch.ones(1, dtype=torch.int32, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="indexer_logits"):
-        mlakit.ops.indexer_logits(q, w, cache, table, lens)
+@pytest.mark.parametrize("next_n,heads", [(1, 64), (2, 64), (3, 20)])
+def test_indexer_logits_equals_cpu(next_n, heads):
+    """The fp8 tensor-core kernel against the cpu device's double-precision reference on the same
+    e4m3 codes: -inf exactly where the reference has it (past each row's length, on a page id out
+    of range), the rest within float accumulation error."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("indexer_logits on CUDA needs sm_89 or newer")
+    gen = torch.Generator().manual_seed(4)
+    lens = [0, 1, 63, 64, 65, 700, 3000]
+    b = len(lens)
+    width = -(-max(lens) // PAGE) + 1
+    num_pages = b * width + 2
+    keys = torch.randn(num_pages * PAGE, 128, generator=gen).to(torch.bfloat16)
+    cache = torch.zeros(mlakit.ops.indexer_cache_shape(num_pages, PAGE), dtype=torch.uint8)
+    mlakit.ops.append_indexer(keys, torch.arange(num_pages * PAGE, dtype=torch.int64), cache)
+    table = torch.randperm(num_pages, generator=gen)[: b * width].to(torch.int32).reshape(b, width)
+    q = (torch.randn(b, next_n, heads, 128, generator=gen) / 2).to(torch.float8_e4m3fn)
+    weights = torch.randn(b * next_n, heads, generator=gen)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+    want = mlakit.ops.indexer_logits(q, weights, cache, table, lens_t)
+    got = mlakit.ops.indexer_logits(q.to(DEVICE), weights.to(DEVICE), cache.to(DEVICE),
+                                    table.to(DEVICE), lens_t.to(DEVICE))  # fmt: skip
+    torch.cuda.synchronize()
+    got = got.cpu()
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), finite)
+    torch.testing.assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+    # The torch op on the current stream, in place.
+    out = torch.full_like(got, 7.0, device=DEVICE)
+    mt.indexer_logits(q.to(DEVICE), weights.to(DEVICE), cache.to(DEVICE), table.to(DEVICE),
+                      lens_t.to(DEVICE), logits=out)  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.equal(out.cpu(), got)
 
 
 def test_host_tensor_refused_with_cuda_ones():

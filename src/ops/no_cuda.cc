@@ -2,6 +2,7 @@
 // Device::kCuda first), defined so that the library links.
 #include "core/check.h"
 #include "ops/append/append.h"
+#include "ops/indexer/indexer.h"
 #include "ops/merge/merge.h"
 #include "ops/topk/topk.h"
 
@@ -17,6 +18,9 @@ Status no_cuda(std::string_view op) {
 Status append_kv_cuda(const AppendKvArgs&, int64_t, Stream) { return no_cuda("append_kv"); }
 Status append_indexer_cuda(const AppendIndexerArgs&, int64_t, Stream) {
   return no_cuda("append_indexer");
+}
+Status indexer_logits_cuda(const IndexerLogitsArgs&, int64_t, Stream) {
+  return no_cuda("indexer_logits");
 }
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
 

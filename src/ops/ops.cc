@@ -173,12 +173,12 @@ Status append_indexer(Device device, const AppendIndexerArgs& args, Stream strea
 }
 
 Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream stream) {
-  (void)stream;
   return guarded("ops::indexer_logits", [&] {
-    MLAKIT_RETURN_IF_ERROR(check_device(device, false, "indexer_logits"));
+    MLAKIT_RETURN_IF_ERROR(check_device(device, true, "indexer_logits"));
     int64_t ld = 0;
     MLAKIT_RETURN_IF_ERROR(validate_indexer_logits(args, &ld));
-    return indexer_logits_cpu(args, ld);
+    if (device == Device::kCpu) return indexer_logits_cpu(args, ld);
+    return indexer_logits_cuda(args, ld, stream);
   });
 }
 

@@ -1,5 +1,6 @@
-// GPU tests of the ops' CUDA kernels (src/ops/append/append.cu, src/ops/topk/topk.cu) against
-// their cpu references, which tests/cpu/ops_test.cc checks: equal bit for bit. Cache append in
+// GPU tests of the ops' CUDA kernels (src/ops/append/append.cu, src/ops/topk/topk.cu,
+// src/ops/indexer/indexer.cu) against their cpu references, which tests/cpu/ops_test.cc checks:
+// equal bit for bit (the indexer: within float accumulation error). Cache append in
 // every layout (dense bf16/fp16/e4m3 with the scale by value and by pointer, V3.2 blockwise, V4,
 // the indexer cache with both scale rules), page sizes 1..128, -1 slots and slots out of range
 // (skipped); top-k for k 1..2048 and rows from 0 to 128K long (lengths 0, 1, k-1, k, k+1, ties,
@@ -191,6 +192,128 @@ TEST(OpsGpu, AppendIndexerEqualsCpu) {
         EXPECT_TRUE(d_cache.download() == cpu_cache)
             << "scale " << static_cast<int>(mode) << " page " << page_size << " "
             << to_string(input);
+      }
+    }
+  }
+}
+
+// The indexer's logits on the GPU (fp8 mma) against the cpu reference (double) on the same codes:
+// heads 1..128 (16-head groups padded), next_n 1..16 (row groups per CTA), page sizes 1 and 64
+// (4-byte and 16-byte copies), lengths around the 64-position tiles, unused pages NaN-poisoned
+// (0xff keys and scales), logits poisoned and wider than max_len (the columns past it untouched),
+// and page ids out of range in the GPU's table: -inf there, nothing read.
+TEST(OpsGpu, IndexerLogitsEqualsCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const DeviceInfo dev = current_device();
+  if (dev.sm_major * 10 + dev.sm_minor < 89) GTEST_SKIP() << "needs sm_89 or newer";
+  Rng rng(106);
+  struct Case {
+    int heads, next_n, page_size;
+  };
+  for (const Case c : {Case{64, 1, 64}, Case{64, 2, 64}, Case{1, 1, 64}, Case{20, 3, 1},
+                       Case{128, 1, 64}, Case{128, 16, 16}, Case{96, 4, 64}}) {
+    const std::vector<int32_t> lens = {0, 1, 63, 64, 65, 300, 2049, 5000};
+    const int b = static_cast<int>(lens.size());
+    const int64_t max_len = 5000 + 7;
+    const int64_t bt_stride = (max_len + c.page_size - 1) / c.page_size;
+    const int64_t num_pages = b * bt_stride + 3;
+    // Keys quantized by the cpu append into every page, then the pages no table names poisoned.
+    ops::AppendIndexerArgs ap;
+    ap.page_size = c.page_size;
+    ap.num_pages = num_pages;
+    ap.n_tokens = num_pages * c.page_size;
+    const auto keys = random_rows(rng, ap.n_tokens, 128, DType::kBF16);
+    std::vector<int64_t> slots(ap.n_tokens);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::vector<uint8_t> cache(num_pages * ops::indexer_page_bytes(c.page_size));
+    ap.k = keys.data();
+    ap.slot_mapping = slots.data();
+    ap.index_cache = cache.data();
+    MLAKIT_ASSERT_OK(ops::append_indexer(Device::kCpu, ap));
+    std::vector<int32_t> ids(num_pages);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng.gen);
+    std::vector<int32_t> table(b * bt_stride, -1);
+    std::vector<bool> used(num_pages, false);
+    int next = 0;
+    for (int i = 0; i < b; ++i) {
+      for (int64_t pg = 0; pg * c.page_size < lens[i]; ++pg) {
+        table[i * bt_stride + pg] = ids[next++];
+        used[table[i * bt_stride + pg]] = true;
+      }
+    }
+    for (int64_t pg = 0; pg < num_pages; ++pg) {
+      if (!used[pg]) {
+        std::fill_n(cache.begin() + pg * ops::indexer_page_bytes(c.page_size),
+                    ops::indexer_page_bytes(c.page_size), 0xff);
+      }
+    }
+    std::vector<uint8_t> q(int64_t{b} * c.next_n * c.heads * 128);
+    for (auto& v : q) v = float_to_e4m3(rng.normal() * 0.5f);
+    std::vector<float> weights(int64_t{b} * c.next_n * c.heads);
+    for (auto& w : weights) w = rng.normal();
+    const int64_t ld = max_len + 3;
+    const int64_t rows = int64_t{b} * c.next_n;
+    std::vector<float> want(rows * ld, 7.0f);
+    ops::IndexerLogitsArgs a;
+    a.batch = b;
+    a.next_n = c.next_n;
+    a.heads = c.heads;
+    a.q = q.data();
+    a.weights = weights.data();
+    a.index_cache = cache.data();
+    a.num_pages = num_pages;
+    a.page_size = c.page_size;
+    a.block_table = table.data();
+    a.block_table_stride = bt_stride;
+    a.seq_lens = lens.data();
+    a.logits = want.data();
+    a.max_len = max_len;
+    a.logits_stride = ld;
+    MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCpu, a));
+    // The GPU's table: two used pages of the longest request out of range (-inf expected there).
+    std::vector<int32_t> gpu_table = table;
+    const int longest = b - 1;
+    gpu_table[longest * bt_stride + 1] = static_cast<int32_t>(num_pages + 7);
+    gpu_table[longest * bt_stride + 3] = -3;
+    DeviceVec<uint8_t> d_q(q), d_cache(cache);
+    DeviceVec<float> d_w(weights), d_logits(std::vector<float>(rows * ld, NAN));
+    DeviceVec<int32_t> d_table(gpu_table), d_lens(lens);
+    a.q = d_q.ptr;
+    a.weights = d_w.ptr;
+    a.index_cache = d_cache.ptr;
+    a.block_table = d_table.ptr;
+    a.seq_lens = d_lens.ptr;
+    a.logits = d_logits.ptr;
+    MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCuda, a));
+    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> got = d_logits.download();
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows && bad < 10; ++r) {
+      const int i = static_cast<int>(r / c.next_n);
+      float row_max = 0;
+      for (int64_t j = 0; j < max_len; ++j) {
+        if (std::isfinite(want[r * ld + j]))
+          row_max = std::max(row_max, std::abs(want[r * ld + j]));
+      }
+      for (int64_t j = 0; j < ld && bad < 10; ++j) {
+        const float g = got[r * ld + j];
+        float w = want[r * ld + j];
+        const int64_t pg = j / c.page_size;
+        if (i == longest && (pg == 1 || pg == 3) && j < max_len) w = -INFINITY;
+        bool ok;
+        if (j >= max_len) {
+          ok = std::isnan(g);  // past max_len: untouched
+        } else if (!std::isfinite(w)) {
+          ok = g == w;
+        } else {
+          ok = std::isfinite(g) && std::abs(g - w) <= 1e-4f * row_max + 1e-6f;
+        }
+        if (!ok) {
+          ++bad;
+          ADD_FAILURE() << "heads " << c.heads << " next_n " << c.next_n << " page " << c.page_size
+                        << " row " << r << " position " << j << ": got " << g << ", want " << w;
+        }
       }
     }
   }

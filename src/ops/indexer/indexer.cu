@@ -1,0 +1,336 @@
+// The lightning indexer's logits on the GPU (ops.h, indexer_logits): fp8 MQA scores of every query
+// head against every cached indexer key, times the key's scale, relu, weighted by the row's head
+// weights and summed over the heads.
+//
+// Schedule: a CTA of 8 warps takes 64-256 positions (fewer when the grid would be small) of one
+// request and a group of its query rows (t0 .. t0 + rows_per_cta - 1, as many as fit in shared
+// memory with all their heads). It keeps those rows' heads (e4m3) and weights in shared memory and
+// streams the keys in tiles of 64 positions, double-buffered with cp.async (the next tile's copies
+// are in flight while the current one is computed). A tile's scores are mma.sync m16n8k32 e4m3 x
+// e4m3 -> f32 (sm_89 and newer): a work unit is 16 heads x 16 positions, all 128 values; its fp32
+// accumulators get the key's scale, relu and the head's weight, then the unit's 16 heads are summed
+// by shuffles and written to a shared-memory row per head group; the groups are summed in a fixed
+// order, so logits do not depend on the schedule. Positions past a row's visible length (ops.h) and
+// positions whose page id lies outside [0, num_pages) get -inf; nothing is read through such an
+// id. A CTA whose positions are all past its rows' lengths only writes -inf.
+//
+// Data reuse: the keys are read once per CTA (once per request and row group); q once per CTA.
+// Graph-capturable: the grid depends only on the arguments' shapes; lengths and page ids are read
+// on the device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/pdl.h"
+#include "ops/indexer/indexer.h"
+#include "ops/topk/topk.h"
+
+namespace mlakit::ops {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 64;                          // positions per key tile
+constexpr int kMaxChunk = 256;                     // positions per CTA, at most
+constexpr int kRowBytes = kIndexerDim + 16;        // a key or head row in shared memory (padded)
+constexpr int kMaxGroups = kIndexerMaxHeads / 16;  // 16-head groups
+// Shared memory for the query rows of one CTA (heads and weights); the rest is fixed.
+constexpr int kQBudget = 96 * 1024;
+
+struct IndexerParams {
+  const uint8_t* q;      // [b, next_n, heads, 128] e4m3
+  const float* weights;  // [b * next_n, heads]
+  const uint8_t* cache;  // [num_pages, page_bytes]
+  int64_t page_bytes;    // page_size * 132
+  int64_t num_pages;
+  int32_t page_size;
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  const int32_t* seq_lens;
+  float* logits;  // [b * next_n, ld]
+  int64_t ld;
+  int64_t max_len;
+  int32_t next_n;
+  int32_t heads;
+  int32_t groups;        // ceil(heads / 16)
+  int32_t rows_per_cta;  // query rows (t) per CTA
+  int32_t chunk;         // positions per CTA: a multiple of kTile, at most kMaxChunk
+};
+
+// Shared memory layout (dynamic): [rows][groups * 16][kRowBytes] heads, [rows][groups * 16]
+// weights, 2 x [kTile][kRowBytes] keys, 2 x [kTile] scales, 2 x [kTile] ok flags, [kMaxGroups]
+// [kTile] partial sums.
+struct Layout {
+  int q, w, k, scale, ok, red, bytes;
+};
+__host__ __device__ inline Layout layout_of(int rows, int groups) {
+  Layout l{};
+  const int heads = groups * 16;
+  l.q = 0;
+  l.w = l.q + rows * heads * kRowBytes;
+  l.k = l.w + rows * heads * 4;
+  l.scale = l.k + 2 * kTile * kRowBytes;
+  l.ok = l.scale + 2 * kTile * 4;
+  l.red = l.ok + 2 * kTile * 4;
+  l.bytes = l.red + kMaxGroups * kTile * 4;
+  return l;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+  const int src_size = valid ? kBytes : 0;  // 0: zero-fill, nothing read
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_size));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_size));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();  // the host refuses devices below sm_89
+#endif
+}
+
+// Issues the copies of the key tile at positions j0 .. j0 + 63 of request i into buffer `buf`.
+// Positions past `len` or on a page outside [0, num_pages) are zero-filled and flagged not ok.
+template <int kVec>
+__device__ __forceinline__ void load_tile(const IndexerParams& p, const int32_t* pages, int64_t j0,
+                                          int64_t len, uint8_t* keys, float* scales, int* ok) {
+  constexpr int kPieces = kIndexerDim / kVec;  // copies per key
+  for (int c = threadIdx.x; c < kTile * kPieces; c += kThreads) {
+    const int t = c / kPieces, piece = c % kPieces;
+    const int64_t j = j0 + t;
+    int64_t page = -1;
+    if (j < len) page = pages[j / p.page_size];
+    const bool valid = page >= 0 && page < p.num_pages;
+    const uint8_t* src =
+        valid ? p.cache + page * p.page_bytes + (j % p.page_size) * kIndexerDim + piece * kVec
+              : p.cache;
+    cp_async<kVec>(keys + t * kRowBytes + piece * kVec, src, valid);
+    if (piece == 0) {
+      // The scale through the same copy path (4 bytes), so one wait covers both.
+      const uint8_t* s = valid ? p.cache + page * p.page_bytes +
+                                     int64_t{p.page_size} * kIndexerDim + (j % p.page_size) * 4
+                               : p.cache;
+      cp_async<4>(scales + t, s, valid);
+      ok[t] = valid ? 1 : 0;
+    }
+  }
+}
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int i = blockIdx.y;
+  const int t0 = blockIdx.z * p.rows_per_cta;
+  const int rows = min(p.rows_per_cta, p.next_n - t0);
+  const int64_t j_begin = int64_t{blockIdx.x} * p.chunk;
+  const int64_t j_end = min(j_begin + p.chunk, p.max_len);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tg = lane % 4;
+
+  pdl::griddepcontrol_wait();  // q, weights, the cache or the lengths may come from the previous
+                               // kernel (the appends)
+  int64_t len = p.seq_lens[i];
+  len = max(int64_t{0}, min(len, min(p.max_len, p.block_table_stride * p.page_size)));
+  // Visible length of query row t: clamp(len - next_n + 1 + t, 0, len) (topk_row_length).
+  auto visible = [&](int t) { return max(int64_t{0}, min(len, len - p.next_n + 1 + t)); };
+  const int64_t vis_max = visible(t0 + rows - 1);
+  const int64_t computed_end = min(j_end, max(j_begin, vis_max));  // positions with keys to read
+  float* out = p.logits + (int64_t{i} * p.next_n + t0) * p.ld;
+
+  // Positions nobody sees in this CTA: -inf.
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t j = computed_end + threadIdx.x; j < j_end; j += kThreads) {
+      out[r * p.ld + j] = -INFINITY;
+    }
+  }
+  if (computed_end > j_begin) {
+    const Layout l = layout_of(p.rows_per_cta, p.groups);
+    uint8_t* qs = smem + l.q;
+    float* ws = reinterpret_cast<float*>(smem + l.w);
+    uint8_t* ks = smem + l.k;
+    float* ss = reinterpret_cast<float*>(smem + l.scale);
+    int* oks = reinterpret_cast<int*>(smem + l.ok);
+    float* red = reinterpret_cast<float*>(smem + l.red);
+    const int hp = p.groups * 16;  // heads padded to 16
+    const int32_t* pages = p.block_table + int64_t{i} * p.block_table_stride;
+
+    // The rows' heads (zero past `heads`) and weights (zero past `heads`).
+    const uint8_t* q = p.q + (int64_t{i} * p.next_n + t0) * p.heads * kIndexerDim;
+    for (int c = threadIdx.x; c < rows * hp * (kIndexerDim / 16); c += kThreads) {
+      const int row = c / (kIndexerDim / 16), piece = c % (kIndexerDim / 16);
+      const int r = row / hp, h = row % hp;
+      const bool valid = h < p.heads;
+      cp_async<16>(qs + row * kRowBytes + piece * 16,
+                   valid ? q + (int64_t{r} * p.heads + h) * kIndexerDim + piece * 16 : p.q, valid);
+    }
+    const float* w = p.weights + (int64_t{i} * p.next_n + t0) * p.heads;
+    for (int c = threadIdx.x; c < rows * hp; c += kThreads) {
+      const int r = c / hp, h = c % hp;
+      ws[c] = h < p.heads ? w[int64_t{r} * p.heads + h] : 0.f;
+    }
+    load_tile<kVec>(p, pages, j_begin, len, ks, ss, oks);
+    cp_async_commit();
+
+    const int tiles = static_cast<int>((computed_end - j_begin + kTile - 1) / kTile);
+    const int units = p.groups * (kTile / 16);  // (16 heads, 16 positions) per unit
+    for (int tile = 0; tile < tiles; ++tile) {
+      const int buf = tile & 1;
+      if (tile + 1 < tiles) {
+        const int nb = buf ^ 1;
+        load_tile<kVec>(p, pages, j_begin + (tile + 1) * kTile, len, ks + nb * kTile * kRowBytes,
+                        ss + nb * kTile, oks + nb * kTile);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile's copies (and q's, with the first) have landed
+      __syncthreads();
+      const uint8_t* kt = ks + buf * kTile * kRowBytes;
+      const float* st = ss + buf * kTile;
+      const int* okt = oks + buf * kTile;
+      const int64_t jt = j_begin + int64_t{tile} * kTile;
+      for (int r = 0; r < rows; ++r) {
+        const uint8_t* qr = qs + r * hp * kRowBytes;
+        const float* wr = ws + r * hp;
+        for (int u = warp; u < units; u += kWarps) {
+          const int grp = u / (kTile / 16), n0 = u % (kTile / 16) * 16;
+          float acc[2][4] = {};
+#pragma unroll
+          for (int k0 = 0; k0 < kIndexerDim; k0 += 32) {
+            uint32_t a[4];
+            const uint8_t* qa = qr + (grp * 16 + g) * kRowBytes + k0 + 4 * tg;
+            a[0] = *reinterpret_cast<const uint32_t*>(qa);
+            a[1] = *reinterpret_cast<const uint32_t*>(qa + 8 * kRowBytes);
+            a[2] = *reinterpret_cast<const uint32_t*>(qa + 16);
+            a[3] = *reinterpret_cast<const uint32_t*>(qa + 8 * kRowBytes + 16);
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              const uint8_t* kb = kt + (n0 + n * 8 + g) * kRowBytes + k0 + 4 * tg;
+              mma_e4m3(acc[n], a, *reinterpret_cast<const uint32_t*>(kb),
+                       *reinterpret_cast<const uint32_t*>(kb + 16));
+            }
+          }
+          // acc[n][0..1]: head grp*16 + g, positions n0 + 8n + 2tg + {0, 1}; [2..3]: head + 8.
+          const float w_lo = wr[grp * 16 + g], w_hi = wr[grp * 16 + g + 8];
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = n0 + n * 8 + 2 * tg + e;
+              const float s = st[col];
+              float v = w_lo * fmaxf(acc[n][e] * s, 0.f) + w_hi * fmaxf(acc[n][2 + e] * s, 0.f);
+              v += __shfl_xor_sync(0xffffffffu, v, 4);
+              v += __shfl_xor_sync(0xffffffffu, v, 8);
+              v += __shfl_xor_sync(0xffffffffu, v, 16);
+              if (g == 0) red[grp * kTile + col] = v;
+            }
+          }
+        }
+        __syncthreads();
+        const int t = t0 + r;
+        const int64_t vis = visible(t);
+        for (int c = threadIdx.x; c < kTile; c += kThreads) {
+          const int64_t j = jt + c;
+          if (j >= j_end) continue;
+          float sum = 0.f;
+          for (int grp = 0; grp < p.groups; ++grp) sum += red[grp * kTile + c];
+          out[r * p.ld + j] = j < vis && okt[c] ? sum : -INFINITY;
+        }
+        __syncthreads();  // red is rewritten by the next row
+      }
+    }
+  }
+  pdl::griddepcontrol_launch_dependents();
+}
+
+}  // namespace
+
+Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
+  if (a.batch == 0 || a.max_len == 0) return Status::Ok();
+  int device = 0, major = 0, minor = 0;
+  MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major * 10 + minor < 89) {
+    return unsupported(
+        "indexer_logits on device cuda: needs fp8 tensor cores (sm_89 or newer), "
+        "given sm_",
+        major, minor);
+  }
+  const int groups = (a.heads + 15) / 16;
+  const int hp = groups * 16;
+  const int per_row = hp * (kRowBytes + 4);
+  const int rows_per_cta = std::max(1, std::min(a.next_n, kQBudget / per_row));
+  const Layout l = layout_of(rows_per_cta, groups);
+  IndexerParams p{};
+  p.q = a.q;
+  p.weights = a.weights;
+  p.cache = static_cast<const uint8_t*>(a.index_cache);
+  p.page_bytes = static_cast<int64_t>(indexer_page_bytes(a.page_size));
+  p.num_pages = a.num_pages;
+  p.page_size = a.page_size;
+  p.block_table = a.block_table;
+  p.block_table_stride = a.block_table_stride;
+  p.seq_lens = a.seq_lens;
+  p.logits = a.logits;
+  p.ld = ld;
+  p.max_len = a.max_len;
+  p.next_n = a.next_n;
+  p.heads = a.heads;
+  p.groups = groups;
+  p.rows_per_cta = rows_per_cta;
+  // Positions per CTA: kMaxChunk (four key tiles, q read once for them), fewer while the grid
+  // would leave SMs idle (short rows, small batches).
+  int sms = 0;
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t row_groups = (a.next_n + rows_per_cta - 1) / rows_per_cta;
+  int chunk = kMaxChunk;
+  while (chunk > kTile &&
+         (a.max_len + chunk - 1) / chunk * a.batch * row_groups < int64_t{2} * sms) {
+    chunk /= 2;
+  }
+  p.chunk = chunk;
+  const int64_t chunks = (a.max_len + chunk - 1) / chunk;
+  if (chunks > INT32_MAX) return invalid_argument("max_len", "fewer positions", a.max_len);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(a.batch),
+                  static_cast<unsigned>(row_groups));
+  if (grid.y > 65535) {
+    return invalid_argument("batch", "at most 65535 for indexer_logits on device cuda", a.batch);
+  }
+  // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.
+  const bool vec16 = reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0 && p.page_bytes % 16 == 0;
+  auto launch = [&](auto kernel) -> Status {
+    MLAKIT_CUDA_RETURN(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.bytes));
+    kernel<<<grid, kThreads, l.bytes, static_cast<cudaStream_t>(stream)>>>(p);
+    MLAKIT_CUDA_RETURN_LAUNCH("indexer_kernel");
+    return Status::Ok();
+  };
+  return vec16 ? launch(indexer_kernel<16>) : launch(indexer_kernel<4>);
+}
+
+}  // namespace mlakit::ops
