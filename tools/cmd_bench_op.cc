@@ -1,7 +1,10 @@
-// mlakit bench-op: times one of mlakit::ops, a cache append or the top-k selection, on the GPU
-// when one is present (graph replay, median; harness/timing) and on the cpu device otherwise, and
-// checks the GPU's result against the cpu reference bit for bit (both ops are exact). Prints a
-// table like `mlakit bench`, and --json writes the rows.
+// mlakit bench-op: times one of mlakit::ops, a cache append, the indexer's logits or the top-k
+// selection, on the GPU when one is present (graph replay, median; harness/timing) and on the cpu
+// device otherwise, and checks the GPU's result against the cpu reference (append and top-k bit
+// for bit; the indexer within float accumulation error, on its first request). Prints a table
+// like `mlakit bench`, and --json writes the rows.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -22,11 +25,12 @@ namespace mlakit::tools {
 namespace {
 
 struct OpFlags {
-  std::string op;               // append | topk
-  std::vector<int> batch, len;  // defaults by device (run_bench_op)
-  std::vector<int> next_n{1};   // tokens per request
-  std::string layout = "v32";   // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
-  int k = 2048;                 // topk
+  std::string op;                  // append | indexer | topk
+  std::vector<int> batch, len;     // defaults by device (run_bench_op)
+  std::vector<int> next_n{1};      // tokens per request
+  std::string layout = "v32";      // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
+  int k = 2048;                    // topk
+  int heads = ops::kIndexerHeads;  // indexer
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
   int replays = 15, warmup = 3;
@@ -273,6 +277,105 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   return harness::time_gpu_launches(launch, 1, topt, &row->timing);
 }
 
+// The indexer over random e4m3 keys (no NaN codes) and scales in shuffled pages; q, weights random.
+// Checked on request 0 against the cpu reference (a batch of one over the same pages).
+Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
+  const OpCase& c = row->c;
+  const int ps = f.page_size;
+  const int64_t rows = int64_t{c.batch} * c.next_n;
+  const int64_t pages_per = std::max<int64_t>(1, (int64_t{c.len} + ps - 1) / ps);
+  const int64_t len = std::max(c.len, 1);
+  std::mt19937_64 gen(f.seed);
+  std::vector<uint8_t> cache(c.batch * pages_per * ops::indexer_page_bytes(ps));
+  for (int64_t pg = 0; pg < c.batch * pages_per; ++pg) {
+    uint8_t* page = cache.data() + pg * ops::indexer_page_bytes(ps);
+    for (int64_t e = 0; e < int64_t{ps} * ops::kIndexerDim; e += 8) {
+      uint64_t bits = gen();
+      for (int b = 0; b < 8; ++b, bits >>= 8) {
+        const auto v = static_cast<uint8_t>(bits);
+        page[e + b] = (v & 0x7f) == 0x7f ? v ^ 1 : v;  // 0x7f / 0xff are NaN
+      }
+    }
+    auto* scales = reinterpret_cast<float*>(page + int64_t{ps} * ops::kIndexerDim);
+    for (int t = 0; t < ps; ++t) scales[t] = static_cast<float>(gen() % 1000 + 1) / 448e3f;
+  }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint8_t> q(rows * f.heads * ops::kIndexerDim);
+  for (uint8_t& v : q) v = float_to_e4m3(normal(gen) * 0.5f);
+  std::vector<float> weights(rows * f.heads);
+  for (float& w : weights) w = normal(gen);
+  const std::vector<int32_t> lens(c.batch, c.len);
+  const std::vector<int32_t> table = shuffled_table(gen, c.batch, pages_per);
+  row->bytes = static_cast<double>(c.batch) * c.len * (ops::kIndexerDim + 4) +
+               static_cast<double>(q.size() + weights.size() * 4) +
+               static_cast<double>(rows) * c.len * 4;
+  auto run = [&](ops::Device device, int batch, const uint8_t* qp, const float* wp, const void* cp,
+                 const int32_t* tp, const int32_t* np, float* out, Stream st) {
+    return ops::indexer_logits(device,
+                               {.batch = batch,
+                                .next_n = c.next_n,
+                                .heads = f.heads,
+                                .q = qp,
+                                .weights = wp,
+                                .index_cache = cp,
+                                .num_pages = c.batch * pages_per,
+                                .page_size = ps,
+                                .block_table = tp,
+                                .block_table_stride = pages_per,
+                                .seq_lens = np,
+                                .logits = out,
+                                .max_len = len},
+                               st);
+  };
+  std::vector<float> want(int64_t{c.next_n} * len);  // request 0
+  MLAKIT_RETURN_IF_ERROR(run(ops::Device::kCpu, 1, q.data(), weights.data(), cache.data(),
+                             table.data(), lens.data(), want.data(), nullptr));
+  if (!gpu) {
+    row->check = "reference";
+    std::vector<float> out(rows * len);
+    return harness::time_cpu_calls(
+        [&] {
+          return run(ops::Device::kCpu, c.batch, q.data(), weights.data(), cache.data(),
+                     table.data(), lens.data(), out.data(), nullptr);
+        },
+        std::min(f.replays, 3), &row->timing);
+  }
+  harness::DeviceBuffer dq, dw, dcache, dtable, dlens, dout;
+  MLAKIT_RETURN_IF_ERROR(upload(q.data(), q.size(), &dq));
+  MLAKIT_RETURN_IF_ERROR(upload(weights.data(), weights.size() * sizeof(float), &dw));
+  MLAKIT_RETURN_IF_ERROR(upload(cache.data(), cache.size(), &dcache));
+  MLAKIT_RETURN_IF_ERROR(upload(table.data(), table.size() * sizeof(int32_t), &dtable));
+  MLAKIT_RETURN_IF_ERROR(upload(lens.data(), lens.size() * sizeof(int32_t), &dlens));
+  const std::vector<float> poison(rows * len, NAN);
+  MLAKIT_RETURN_IF_ERROR(upload(poison.data(), poison.size() * sizeof(float), &dout));
+  auto launch = [&](int, Stream st) {
+    return run(ops::Device::kCuda, c.batch, dq.as<uint8_t>(), dw.as<float>(), dcache.get(),
+               dtable.as<int32_t>(), dlens.as<int32_t>(), dout.as<float>(), st);
+  };
+  if (!f.no_verify) {
+    MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
+    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
+    std::vector<float> got(poison.size());
+    MLAKIT_RETURN_IF_ERROR(download(dout, &got));
+    size_t differ = 0;
+    for (int64_t r = 0; r < c.next_n; ++r) {
+      float row_max = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        if (std::isfinite(want[r * len + j]))
+          row_max = std::max(row_max, std::abs(want[r * len + j]));
+      }
+      for (int64_t j = 0; j < len; ++j) {
+        const float g = got[r * len + j], w = want[r * len + j];
+        differ += std::isfinite(w) ? !(std::abs(g - w) <= 1e-4f * row_max + 1e-6f) : g != w;
+      }
+    }
+    row->ok = differ == 0;
+    row->check = differ == 0 ? "ok" : str_cat("FAIL ", differ, " differ");
+  }
+  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
+  return harness::time_gpu_launches(launch, 1, topt, &row->timing);
+}
+
 // Flags checked, and each case's host memory bounded, before anything is allocated.
 Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>* cases) {
   MLAKIT_RETURN_IF_ERROR(check_list("--batch", f.batch, 1, 1 << 20));
@@ -284,18 +387,24 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
   if (f.k < 1 || f.k > ops::kTopkMax) {
     return invalid_argument("--k", str_cat("1..", ops::kTopkMax), f.k);
   }
+  if (f.heads < 1 || f.heads > ops::kIndexerMaxHeads) {
+    return invalid_argument("--heads", str_cat("1..", ops::kIndexerMaxHeads), f.heads);
+  }
   const uint64_t host = host_memory_bytes();
   for (int b : f.batch) {
     for (int l : f.len) {
       for (int t : f.next_n) {
         const uint64_t rows = uint64_t(b) * t;
-        // topk: the logits and two outputs; append: the tokens, slots and two caches (at most
-        // 2 pages a request and 8 KB a token in any layout, page_size <= 4096).
-        const uint64_t need = f.op == "topk"
-                                  ? rows * (uint64_t(std::max(l, 1)) + 2 * f.k) * 4
-                                  : rows * (kind.d * 2 + 8) + 2 * uint64_t(b) *
-                                                                  (uint64_t(t) / f.page_size + 2) *
-                                                                  f.page_size * 8192;
+        // topk: the logits and two outputs; indexer: the cache (132 bytes a token, a page more
+        // a request), q, weights and the logits twice; append: the tokens, slots and two caches
+        // (at most 2 pages a request and 8 KB a token in any layout, page_size <= 4096).
+        const uint64_t len = uint64_t(std::max(l, 1));
+        const uint64_t need =
+            f.op == "topk" ? rows * (len + 2 * f.k) * 4
+            : f.op == "indexer"
+                ? uint64_t(b) * (len + f.page_size) * 132 + rows * (f.heads * 132 + 2 * len * 4)
+                : rows * (kind.d * 2 + 8) +
+                      2 * uint64_t(b) * (uint64_t(t) / f.page_size + 2) * f.page_size * 8192;
         if (need > host) {
           return unsupported("case batch ", b, ", len ", l, ", next_n ", t, " needs ", need,
                              " bytes of host memory, more than the ", host,
@@ -335,14 +444,18 @@ int run_bench_op(OpFlags& f, bool run) {
   } else {
     std::printf("device: %s (%d SMs)\n", device.name.c_str(), device.sm_count);
   }
-  const std::string what = f.op == "append" ? f.layout : str_cat("k=", f.k);
+  const std::string what = f.op == "append"    ? f.layout
+                           : f.op == "indexer" ? str_cat("h=", f.heads)
+                                               : str_cat("k=", f.k);
   std::printf("%-7s %-8s %5s %8s %6s %5s %-6s %10s %8s  %s\n", "op", "variant", "batch", "len",
               "next_n", "page", "device", "time_us", "GB/s", "check");
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   for (const OpCase& c : cases) {
     OpRow row{.c = c, .device = gpu ? "cuda" : "cpu"};
-    const Status s = f.op == "append" ? bench_append(f, kind, gpu, &row) : bench_topk(f, gpu, &row);
+    const Status s = f.op == "append"    ? bench_append(f, kind, gpu, &row)
+                     : f.op == "indexer" ? bench_indexer(f, gpu, &row)
+                                         : bench_topk(f, gpu, &row);
     if (!s.ok()) {
       row.ok = false;
       row.check = "ERROR";
@@ -362,6 +475,7 @@ int run_bench_op(OpFlags& f, bool run) {
                        {"len", c.len},
                        {"next_n", c.next_n},
                        {"k", f.op == "topk" ? f.k : 0},
+                       {"heads", f.op == "indexer" ? f.heads : 0},
                        {"page_size", f.page_size},
                        {"device", row.device},
                        {"time_us", row.timing.median_us},
@@ -387,14 +501,14 @@ int run_bench_op(OpFlags& f, bool run) {
 void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   auto* cmd = app.add_subcommand(
       "bench-op",
-      "time one of mlakit::ops (docs/ops.md): `append` (new tokens into a cache, --layout) or "
-      "`topk` (the k largest logits as sparse-decode indices), on the GPU when one is present "
-      "(graph replay, median; the result checked bit for bit against the cpu reference) or on "
-      "the cpu device");
+      "time one of mlakit::ops (docs/ops.md): `append` (new tokens into a cache, --layout), "
+      "`indexer` (the lightning indexer's logits, --heads) or `topk` (the k largest logits as "
+      "sparse-decode indices), on the GPU when one is present (graph replay, median; the result "
+      "checked against the cpu reference) or on the cpu device");
   auto f = std::make_shared<OpFlags>();
-  cmd->add_option("op", f->op, "append or topk")
+  cmd->add_option("op", f->op, "append, indexer or topk")
       ->required()
-      ->check(CLI::IsMember({"append", "topk"}));
+      ->check(CLI::IsMember({"append", "indexer", "topk"}));
   cmd->add_option("--batch", f->batch, "requests, comma list (default: 64 on a GPU, 4 on the cpu)")
       ->delimiter(',');
   cmd->add_option("--len", f->len,
@@ -404,6 +518,7 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--next-n", f->next_n, "tokens per request (MTP), comma list")->delimiter(',');
   cmd->add_option("--layout", f->layout, "append: bf16, fp16, fp8 (dense), v32, v4 or indexer");
   cmd->add_option("--k", f->k, "topk: k");
+  cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

@@ -319,9 +319,11 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
   refused({"append", "--page-size", "0"}, "--page-size: expected 1..4096, given 0");
   refused({"topk", "--batch", "1000000", "--len", "16000000"}, "bytes of host memory");
   refused({"topk", "--json", "/nonexistent-dir/x.json"}, "--json");
+  refused({"indexer", "--heads", "129"}, "--heads: expected 1..128, given 129");
+  refused({"indexer", "--batch", "100000", "--len", "16000000"}, "bytes of host memory");
   const Result r = run_mlakit({"bench-op", "sort"});
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(has(r, "append,topk")) << r.output;
+  EXPECT_TRUE(has(r, "append,indexer,topk")) << r.output;
 }
 
 // bench --cp N: flags that do not go with it are refused by name before anything runs, then more
