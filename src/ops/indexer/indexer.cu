@@ -17,12 +17,20 @@
 // Data reuse: the keys are read once per CTA (once per request and row group); q once per CTA.
 // Graph-capturable: the grid depends only on the arguments' shapes; lengths and page ids are read
 // on the device.
+//
+// Two kernels with that schedule: on sm_90 the scores are wgmma m64n64k32 e4m3 (both operands
+// in shared memory with the 128-byte swizzle: a warpgroup takes 64 heads x 64 positions of one
+// query row; the CTA's two warpgroups take alternate key tiles, all of the CTA's tiles loaded
+// at once); elsewhere (sm_89 and sm_100+, when the build has their code) mma.sync m16n8k32 e4m3
+// (the keys double-buffered, a warp's unit 16 heads x 16 positions). The epilogue is the same.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cuda/ptx>
 
+#include "backends/sm90/wgmma.cuh"
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
@@ -267,30 +275,207 @@ __global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p
   pdl::griddepcontrol_launch_dependents();
 }
 
+// ---- sm_90: wgmma ---------------------------------------------------------------------------
+
+constexpr int kWgTiles = kMaxChunk / kTile;  // key tiles per CTA, all resident
+constexpr int kWgHeads = 64;                 // heads per wgmma (M)
+
+// Shared memory of the wgmma kernel past its 1024-byte alignment: [rows][hp][128] heads and
+// [kWgTiles][64][128] keys, both with the 128-byte swizzle (1024-byte atoms of 8 rows), then
+// [kWgTiles][64] scales and ok flags, [rows][hp] weights, [2][8][64] partial sums.
+struct WgLayout {
+  int q, k, scale, ok, w, red, bytes;
+};
+__host__ __device__ inline WgLayout wg_layout_of(int rows, int hp) {
+  WgLayout l{};
+  l.q = 0;
+  l.k = l.q + rows * hp * kIndexerDim;
+  l.scale = l.k + kWgTiles * kTile * kIndexerDim;
+  l.ok = l.scale + kWgTiles * kTile * 4;
+  l.w = l.ok + kWgTiles * kTile * 4;
+  l.red = l.w + rows * hp * 4;
+  l.bytes = l.red + 2 * 8 * kTile * 4 + 1024;  // + the alignment of the base
+  return l;
+}
+
+// Byte `byte` (a multiple of kVec) of row `row` of a 128-byte-swizzled tile.
+__device__ __forceinline__ int swizzled(int row, int byte) {
+  return row * kIndexerDim + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerParams p) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
+  const int i = blockIdx.y;
+  const int t0 = blockIdx.z * p.rows_per_cta;
+  const int rows = min(p.rows_per_cta, p.next_n - t0);
+  const int64_t j_begin = int64_t{blockIdx.x} * p.chunk;
+  const int64_t j_end = min(j_begin + p.chunk, p.max_len);
+  const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;  // warpgroup, its thread
+  const int warp = wt / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tg = lane % 4;
+
+  pdl::griddepcontrol_wait();
+  int64_t len = p.seq_lens[i];
+  len = max(int64_t{0}, min(len, min(p.max_len, p.block_table_stride * p.page_size)));
+  auto visible = [&](int t) { return max(int64_t{0}, min(len, len - p.next_n + 1 + t)); };
+  const int64_t vis_max = visible(t0 + rows - 1);
+  const int64_t computed_end = min(j_end, max(j_begin, vis_max));
+  float* out = p.logits + (int64_t{i} * p.next_n + t0) * p.ld;
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t j = computed_end + threadIdx.x; j < j_end; j += kThreads) {
+      out[r * p.ld + j] = -INFINITY;
+    }
+  }
+  if (computed_end > j_begin) {
+    const int hgroups = (p.heads + kWgHeads - 1) / kWgHeads;
+    const int hp = hgroups * kWgHeads;
+    const WgLayout l = wg_layout_of(p.rows_per_cta, hp);
+    uint8_t* qs = smem + l.q;
+    uint8_t* ks = smem + l.k;
+    float* ss = reinterpret_cast<float*>(smem + l.scale);
+    int* oks = reinterpret_cast<int*>(smem + l.ok);
+    float* ws = reinterpret_cast<float*>(smem + l.w);
+    float* red = reinterpret_cast<float*>(smem + l.red);
+    const int32_t* pages = p.block_table + int64_t{i} * p.block_table_stride;
+
+    const uint8_t* q = p.q + (int64_t{i} * p.next_n + t0) * p.heads * kIndexerDim;
+    for (int c = threadIdx.x; c < rows * hp * (kIndexerDim / 16); c += kThreads) {
+      const int row = c / (kIndexerDim / 16), piece = c % (kIndexerDim / 16);
+      const int r = row / hp, h = row % hp;
+      const bool valid = h < p.heads;
+      cp_async<16>(qs + swizzled(row, piece * 16),
+                   valid ? q + (int64_t{r} * p.heads + h) * kIndexerDim + piece * 16 : p.q, valid);
+    }
+    const float* w = p.weights + (int64_t{i} * p.next_n + t0) * p.heads;
+    for (int c = threadIdx.x; c < rows * hp; c += kThreads) {
+      const int r = c / hp, h = c % hp;
+      ws[c] = h < p.heads ? w[int64_t{r} * p.heads + h] : 0.f;
+    }
+    const int tiles = static_cast<int>((computed_end - j_begin + kTile - 1) / kTile);
+    constexpr int kPieces = kIndexerDim / kVec;
+    for (int c = threadIdx.x; c < tiles * kTile * kPieces; c += kThreads) {
+      const int tt = c / kPieces, piece = c % kPieces;  // tt: tile * 64 + token
+      const int64_t j = j_begin + tt;
+      int64_t page = -1;
+      if (j < len) page = pages[j / p.page_size];
+      const bool valid = page >= 0 && page < p.num_pages;
+      const uint8_t* row = p.cache + (valid ? page * p.page_bytes : 0);
+      const int64_t off = j % p.page_size;
+      cp_async<kVec>(ks + swizzled(tt, piece * kVec),
+                     valid ? row + off * kIndexerDim + piece * kVec : p.cache, valid);
+      if (piece == 0) {
+        cp_async<4>(ss + tt, valid ? row + int64_t{p.page_size} * kIndexerDim + off * 4 : p.cache,
+                    valid);
+        oks[tt] = valid ? 1 : 0;
+      }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+#ifdef MLAKIT_SM90_WGMMA
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // the copies, read by wgmma
+#endif
+    __syncthreads();
+
+    float* wred = red + wg * 8 * kTile;  // this warpgroup's [hgroups * 4][64] partial sums
+    for (int tile = wg; tile < tiles; tile += 2) {
+      const uint8_t* kt = ks + tile * kTile * kIndexerDim;
+      const float* st = ss + tile * kTile;
+      const int* okt = oks + tile * kTile;
+      const int64_t jt = j_begin + int64_t{tile} * kTile;
+      const uint64_t desc_b = sm90::smem_desc_sw128(smem_addr(kt), 0, 1024);
+      for (int r = 0; r < rows; ++r) {
+        for (int hg = 0; hg < hgroups; ++hg) {
+          const uint8_t* qa = qs + (r * hp + hg * kWgHeads) * kIndexerDim;
+          const uint64_t desc_a = sm90::smem_desc_sw128(smem_addr(qa), 0, 1024);
+          float d[32];
+          sm90::wgmma_fence();
+#pragma unroll
+          for (int k = 0; k < kIndexerDim / 32; ++k) {
+            sm90::wgmma_m64n64k32_e4m3(d, sm90::desc_advance(desc_a, 32 * k),
+                                       sm90::desc_advance(desc_b, 32 * k), k > 0);
+          }
+          sm90::wgmma_commit_group();
+          sm90::wgmma_wait_group<0>();
+          sm90::fence_accumulators(d);
+          // d[i]: head hg * 64 + 16 warp + g + 8 ((i / 2) % 2), position 8 (i / 4) + 2 tg + i % 2.
+          const float* wr = ws + r * hp + hg * kWgHeads + 16 * warp;
+          const float w_lo = wr[g], w_hi = wr[g + 8];
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * nb + 2 * tg + e;
+              const float s = st[col];
+              float v =
+                  w_lo * fmaxf(d[4 * nb + e] * s, 0.f) + w_hi * fmaxf(d[4 * nb + 2 + e] * s, 0.f);
+              v += __shfl_xor_sync(0xffffffffu, v, 4);
+              v += __shfl_xor_sync(0xffffffffu, v, 8);
+              v += __shfl_xor_sync(0xffffffffu, v, 16);
+              if (g == 0) wred[(hg * 4 + warp) * kTile + col] = v;
+            }
+          }
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+        const int64_t vis = visible(t0 + r);
+        if (wt < kTile) {
+          const int64_t j = jt + wt;
+          if (j < j_end) {
+            float sum = 0.f;
+            for (int part = 0; part < hgroups * 4; ++part) sum += wred[part * kTile + wt];
+            out[r * p.ld + j] = j < vis && okt[wt] ? sum : -INFINITY;
+          }
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // wred is rewritten
+      }
+    }
+  }
+  pdl::griddepcontrol_launch_dependents();
+}
+
+// The SASS version of `kernel` that runs on this device (0 when it cannot be had).
+template <typename Kernel>
+int binary_version(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return attr.binaryVersion;
+}
+
 }  // namespace
 
 Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
-  int device = 0, major = 0, minor = 0;
+  int device = 0, major = 0, minor = 0, sms = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major * 10 + minor < 89) {
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.
+  const int64_t page_bytes = static_cast<int64_t>(indexer_page_bytes(a.page_size));
+  const bool vec16 = reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0 && page_bytes % 16 == 0;
+  // sm_90: wgmma (its code is in the build when it targets sm_90a); else mma.sync (sm_89+).
+  const bool wgmma = major == 9 && binary_version(indexer_wgmma_kernel<16>) >= 90;
+  if (!wgmma && (major * 10 + minor < 89 || binary_version(indexer_kernel<16>) < 89)) {
     return unsupported(
-        "indexer_logits on device cuda: needs fp8 tensor cores (sm_89 or newer), "
-        "given sm_",
+        "indexer_logits on device cuda: needs fp8 tensor cores (sm_89 or newer) "
+        "and a build with code for them, given sm_",
         major, minor);
   }
   const int groups = (a.heads + 15) / 16;
-  const int hp = groups * 16;
-  const int per_row = hp * (kRowBytes + 4);
+  const int hp = wgmma ? (a.heads + kWgHeads - 1) / kWgHeads * kWgHeads : groups * 16;
+  const int per_row = hp * (wgmma ? kIndexerDim + 4 : kRowBytes + 4);
   const int rows_per_cta = std::max(1, std::min(a.next_n, kQBudget / per_row));
-  const Layout l = layout_of(rows_per_cta, groups);
+  const int smem_bytes =
+      wgmma ? wg_layout_of(rows_per_cta, hp).bytes : layout_of(rows_per_cta, groups).bytes;
   IndexerParams p{};
   p.q = a.q;
   p.weights = a.weights;
   p.cache = static_cast<const uint8_t*>(a.index_cache);
-  p.page_bytes = static_cast<int64_t>(indexer_page_bytes(a.page_size));
+  p.page_bytes = page_bytes;
   p.num_pages = a.num_pages;
   p.page_size = a.page_size;
   p.block_table = a.block_table;
@@ -305,8 +490,6 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   p.rows_per_cta = rows_per_cta;
   // Positions per CTA: kMaxChunk (four key tiles, q read once for them), fewer while the grid
   // would leave SMs idle (short rows, small batches).
-  int sms = 0;
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t row_groups = (a.next_n + rows_per_cta - 1) / rows_per_cta;
   int chunk = kMaxChunk;
   while (chunk > kTile &&
@@ -316,20 +499,19 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   p.chunk = chunk;
   const int64_t chunks = (a.max_len + chunk - 1) / chunk;
   if (chunks > INT32_MAX) return invalid_argument("max_len", "fewer positions", a.max_len);
-  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(a.batch),
-                  static_cast<unsigned>(row_groups));
-  if (grid.y > 65535) {
+  if (a.batch > 65535) {
     return invalid_argument("batch", "at most 65535 for indexer_logits on device cuda", a.batch);
   }
-  // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.
-  const bool vec16 = reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0 && p.page_bytes % 16 == 0;
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(a.batch),
+                  static_cast<unsigned>(row_groups));
   auto launch = [&](auto kernel) -> Status {
     MLAKIT_CUDA_RETURN(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.bytes));
-    kernel<<<grid, kThreads, l.bytes, static_cast<cudaStream_t>(stream)>>>(p);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    kernel<<<grid, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
     MLAKIT_CUDA_RETURN_LAUNCH("indexer_kernel");
     return Status::Ok();
   };
+  if (wgmma) return vec16 ? launch(indexer_wgmma_kernel<16>) : launch(indexer_wgmma_kernel<4>);
   return vec16 ? launch(indexer_kernel<16>) : launch(indexer_kernel<4>);
 }
 
