@@ -358,6 +358,7 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
     std::vector<float> got(poison.size());
     MLAKIT_RETURN_IF_ERROR(download(dout, &got));
     size_t differ = 0;
+    float worst = 0;  // largest |got - want| / the row's largest |logit|
     for (int64_t r = 0; r < c.next_n; ++r) {
       float row_max = 0;
       for (int64_t j = 0; j < len; ++j) {
@@ -366,11 +367,15 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
       }
       for (int64_t j = 0; j < len; ++j) {
         const float g = got[r * len + j], w = want[r * len + j];
-        differ += std::isfinite(w) ? !(std::abs(g - w) <= 1e-4f * row_max + 1e-6f) : g != w;
+        // fp8 tensor cores accumulate with less than fp32's precision (tests/gpu/ops_test.cc).
+        differ += std::isfinite(w) ? !(std::abs(g - w) <= 2e-3f * row_max + 1e-6f) : g != w;
+        if (std::isfinite(w) && row_max > 0) worst = std::max(worst, std::abs(g - w) / row_max);
       }
     }
     row->ok = differ == 0;
-    row->check = differ == 0 ? "ok" : str_cat("FAIL ", differ, " differ");
+    char err[32];
+    std::snprintf(err, sizeof(err), "%.1e", worst);
+    row->check = differ == 0 ? str_cat("ok ", err) : str_cat("FAIL ", differ, " differ");
   }
   harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
   return harness::time_gpu_launches(launch, 1, topt, &row->timing);

@@ -105,7 +105,8 @@ Status append_indexer(Device device, const AppendIndexerArgs& args, Stream strea
 // < max_len is -inf. kCpu refuses a length or a page id out of range; kCuda clamps L_i to
 // [0, min(max_len, block_table_stride * page_size)] and gives -inf to a position whose page id is
 // outside [0, num_pages) (nothing is read through it). kCuda: fp8 tensor cores, sm_89 and newer;
-// the sum over heads runs in float in a fixed order (deterministic), the cpu reference in double.
+// the sum over heads runs in float in a fixed order (deterministic), the cpu reference in double;
+// fp8 tensor cores accumulate each dot product with less than fp32 precision (docs/ops.md).
 // ---------------------------------------------------------------------------------------------
 struct IndexerLogitsArgs {
   int32_t batch = 0;                  // b >= 0

@@ -108,7 +108,11 @@ def test_indexer_logits_equals_cpu(next_n, heads):
     got = got.cpu()
     finite = torch.isfinite(want)
     assert torch.equal(torch.isfinite(got), finite)
-    torch.testing.assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+    # fp8 tensor cores accumulate with less than fp32's precision (sm_90's wgmma: about 2e-4 of a
+    # row's largest logit): the bound is 2e-3 of each row's largest |logit|.
+    row_max = torch.where(finite, want.abs(), torch.zeros_like(want)).amax(dim=1, keepdim=True)
+    err = torch.where(finite, (got - want).abs(), torch.zeros_like(want))
+    assert (err <= 2e-3 * row_max + 1e-6).all(), (err / row_max.clamp_min(1e-30)).max()
     # The torch op on the current stream, in place.
     out = torch.full_like(got, 7.0, device=DEVICE)
     mt.indexer_logits(q.to(DEVICE), weights.to(DEVICE), cache.to(DEVICE), table.to(DEVICE),

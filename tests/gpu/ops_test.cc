@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -289,6 +290,7 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
     MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
     const std::vector<float> got = d_logits.download();
     int64_t bad = 0;
+    float worst = 0;  // largest |got - want| / the row's largest |logit|
     for (int64_t r = 0; r < rows && bad < 10; ++r) {
       const int i = static_cast<int>(r / c.next_n);
       float row_max = 0;
@@ -307,7 +309,11 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
         } else if (!std::isfinite(w)) {
           ok = g == w;
         } else {
-          ok = std::isfinite(g) && std::abs(g - w) <= 1e-4f * row_max + 1e-6f;
+          // fp8 tensor cores accumulate a 128-value dot product with less than fp32's precision
+          // (sm_90's wgmma: about 2e-4 of a row's largest logit measured here; DeepGEMM's
+          // indexer alike); the heads' sums are float.
+          ok = std::isfinite(g) && std::abs(g - w) <= 2e-3f * row_max + 1e-6f;
+          if (ok && row_max > 0) worst = std::max(worst, std::abs(g - w) / row_max);
         }
         if (!ok) {
           ++bad;
@@ -316,6 +322,8 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
         }
       }
     }
+    std::printf("  heads %d next_n %d page %d: largest error %.2e of a row's largest logit\n",
+                c.heads, c.next_n, c.page_size, worst);
   }
 }
 
