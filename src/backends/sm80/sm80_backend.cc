@@ -37,6 +37,11 @@ Status available(const DeviceInfo& device) {
 }
 
 Status can_run(const Problem& problem, const DeviceInfo& device) {
+  if (problem.var_q) {
+    return unsupported(
+        "var_q (variable query lengths) is not supported by backend sm80 yet "
+        "(supported: uniform s_q; the cpu backend runs var_q)");
+  }
   if (problem.has_extra()) {
     return unsupported("an extra cache (extra_topk ", problem.extra_topk,
                        ") is not supported by backend sm80 (supported: none)");

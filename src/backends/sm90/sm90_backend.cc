@@ -63,6 +63,11 @@ Status can_run_sparse(const Problem& p) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo&) {
+  if (p.var_q) {
+    return unsupported(
+        "var_q (variable query lengths) is not supported by backend sm90 yet "
+        "(supported: uniform s_q; the cpu backend runs var_q)");
+  }
   if (p.has_extra()) {
     return unsupported("an extra cache (extra_topk ", p.extra_topk,
                        ") is not supported by backend sm90 (supported: none)");
