@@ -168,6 +168,61 @@ TEST(VarQ, ContextParallelMatchesEachRequestAlone) {
   expect_matches_requests_alone(in);
 }
 
+// Packed rows as views (padded heads, a gap after each token's heads): the rows' bits of the
+// contiguous run, and nothing written between or past them.
+TEST(VarQ, ViewsGiveTheContiguousRunsRows) {
+  const Problem p{.h_q = 8,
+                  .s_q = 4,
+                  .page_size = 16,
+                  .max_batch = 4,
+                  .max_seq_len = 200,
+                  .var_q = true,
+                  .return_lse = true};
+  const HostInputs in = make_inputs(p, std::vector<int32_t>{150, 3, 0, 77},
+                                    {.seed = case_seed(), .q_lens = {4, 2, 1, 0}});
+  const CpuRun contiguous = run_cpu(in);
+  ASSERT_TRUE(contiguous.status.ok()) << contiguous.status.to_string();
+  const int64_t rows = int64_t{in.batch} * p.s_q;  // capacity: the packed ones come first
+  const int64_t q_h = mlakit::kDqk + 64, q_s = p.h_q * q_h + 128;
+  const int64_t out_h = mlakit::kDv + 32, out_s = p.h_q * out_h + 64;
+  std::vector<uint16_t> q(rows * q_s, 0x7fc0), out(rows * out_s, 0xffff);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int h = 0; h < p.h_q; ++h) {
+      std::memcpy(&q[r * q_s + h * q_h], in.q.data() + (r * p.h_q + h) * mlakit::kDqk * 2,
+                  mlakit::kDqk * 2);
+    }
+  }
+  const CpuRun viewed = run_cpu(in, [&](RunArgs& a) {
+    a.q = q.data();
+    a.out = out.data();
+    a.q_stride_s = q_s;
+    a.q_stride_h = q_h;
+    a.out_stride_s = out_s;
+    a.out_stride_h = out_h;
+  });
+  ASSERT_TRUE(viewed.status.ok()) << viewed.status.to_string();
+  const int64_t total = in.cu_seqlens_q[in.batch];
+  std::vector<bool> in_row(out.size(), false);
+  for (int64_t r = 0; r < total; ++r) {
+    for (int h = 0; h < p.h_q; ++h) {
+      EXPECT_EQ(
+          std::memcmp(&out[r * out_s + h * out_h],
+                      contiguous.out.data() + (r * p.h_q + h) * mlakit::kDv * 2, mlakit::kDv * 2),
+          0)
+          << "row " << r << " head " << h;
+      std::fill_n(in_row.begin() + r * out_s + h * out_h, mlakit::kDv, true);
+    }
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (!in_row[k]) ASSERT_EQ(out[k], 0xffff) << "element " << k << " written";
+  }
+  ASSERT_EQ(viewed.lse.size(), contiguous.lse.size());
+  for (size_t k = 0; k < viewed.lse.size(); ++k) {
+    const float a = viewed.lse[k], b = contiguous.lse[k];
+    EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << "lse " << k;
+  }
+}
+
 TEST(VarQ, AllRequestsEmptyWritesNothing) {
   const Problem p{
       .h_q = 16, .s_q = 8, .max_batch = 3, .max_seq_len = 128, .var_q = true, .return_lse = true};
@@ -195,6 +250,26 @@ TEST(VarQ, RefusesRequestStrides) {
     EXPECT_TRUE(is_error(run.status, StatusCode::kInvalidArgument,
                          q ? "q_stride_b" : "out_stride_b", {"var_q"}));
   }
+}
+
+// The packed rows' strides may not make out's rows overlap (up to b * s_q of them); the overlap
+// checks between arguments count one packed row (the host cannot know how many there are).
+TEST(VarQ, OutRowsApartAndOverlapChecksOfOneRow) {
+  const HostInputs in = small_var_q_inputs({1, 2, 3});
+  const CpuRun overlapping = run_cpu(in, [](RunArgs& a) { a.out_stride_s = mlakit::kDv; });
+  EXPECT_TRUE(is_error(overlapping.status, StatusCode::kInvalidArgument, "out strides"));
+  // lse right after out's first packed row: no overlap the host can see with var_q (the rows past
+  // the first are the caller's to size); without var_q out spans b * s_q rows and overlaps it.
+  Problem p = in.problem;
+  p.return_lse = true;
+  std::vector<uint16_t> out(12 * 4 * mlakit::kDv + 2 * 12 * 4, 0);
+  RunArgs a = in.args(out.data(), nullptr);
+  a.lse = reinterpret_cast<float*>(out.data() + 4 * mlakit::kDv);  // (in's problem has no lse)
+  EXPECT_TRUE(mlakit::validate_args(p, a, 0, nullptr, 0).ok());
+  p.var_q = false;
+  a.cu_seqlens_q = nullptr;
+  EXPECT_TRUE(is_error(mlakit::validate_args(p, a, 0, nullptr, 0), StatusCode::kInvalidArgument,
+                       "out", {"overlap lse"}));
 }
 
 TEST(VarQ, RefusesMissingOrUnexpectedOffsets) {
