@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -345,6 +346,13 @@ Status reference_for(const harness::HostInputs& in, int k, Reference* ref) {
   return cpu->run(args, nullptr, 0, nullptr);
 }
 
+std::string verdict_summary(const Verdict& v) {
+  std::string s = v.cmp.summary();
+  if (v.unwritten > 0) s += str_cat(", ", v.unwritten, " left unwritten (NaN)");
+  if (v.written_past > 0) s += str_cat(", ", v.written_past, " written past the packed rows");
+  return s;
+}
+
 Verdict judge(const harness::HostInputs& in, const Reference& ref, const std::vector<uint8_t>& out,
               const std::vector<float>& lse) {
   const Problem& p = in.problem;
@@ -381,7 +389,7 @@ Status verify_device(const Decoder& decoder, const harness::HostInputs& in,
 Status verify_host(const Decoder& decoder, const harness::HostInputs& in, const Reference& ref,
                    Verdict* v) {
   std::vector<uint8_t> out(in.out_bytes());
-  std::vector<float> lse(in.lse_count());
+  std::vector<float> lse(in.lse_count(), NAN);  // poisoned as out (var_q: nothing past the rows)
   harness::fill_nan(out.data(), out.size() / dtype_bytes(in.problem.out_dtype),
                     in.problem.out_dtype);
   MLAKIT_RETURN_IF_ERROR(decoder.run(in.args(out.data(), lse.data()), nullptr, 0, nullptr));

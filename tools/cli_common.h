@@ -103,6 +103,8 @@ struct Verdict {
   int64_t unwritten = 0;     // NaN left anywhere in the output (every request is checked)
   int64_t written_past = 0;  // var_q: elements past the packed rows that were written
 };
+// The comparison's summary, and what else failed (NaN left unwritten, rows written past var_q's).
+std::string verdict_summary(const Verdict& verdict);
 // Compares an output of every request of `inputs` (out_dtype bits; lse when the problem returns
 // it) with the reference: its first ref.k requests within harness::default_tolerance, and no NaN
 // left anywhere.

@@ -72,11 +72,7 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
     char buf[96];
     std::snprintf(buf, sizeof(buf), "%s %.1e", v.ok ? "ok" : "FAIL", v.cmp.rel_l2_err);
     row->check = buf;
-    if (!v.ok) {
-      row->note = v.cmp.summary();
-      if (v.unwritten > 0) row->note += str_cat(", ", v.unwritten, " left unwritten");
-      if (v.written_past > 0) row->note += str_cat(", ", v.written_past, " written past the rows");
-    }
+    if (!v.ok) row->note = verdict_summary(v);
   }
   harness::TimingOptions topt;
   topt.replays = f.replays;
