@@ -108,7 +108,7 @@ int run_check(CheckFlags& f, bool run) {
         verdict = st.code() == StatusCode::kUnsupported ? "skipped" : "error";
         failures += st.code() != StatusCode::kUnsupported;
       } else {
-        result = v.ok ? "ok" : "FAIL " + v.cmp.summary();
+        result = v.ok ? "ok" : "FAIL " + verdict_summary(v);
         verdict = v.ok ? "ok" : "fail";
         failures += !v.ok;
       }
@@ -122,7 +122,7 @@ int run_check(CheckFlags& f, bool run) {
                            {"variable", c.variable},
                            {"page_size", c.problem.page_size},
                            {"result", verdict},
-                           {"message", st.ok() ? (v.ok ? "" : v.cmp.summary()) : st.message()},
+                           {"message", st.ok() ? (v.ok ? "" : verdict_summary(v)) : st.message()},
                            {"max_abs_err", v.cmp.max_abs_err},
                            {"max_abs_ref", v.cmp.max_abs_ref},
                            {"rel_l2_err", v.cmp.rel_l2_err}});

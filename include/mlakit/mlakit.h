@@ -133,7 +133,24 @@ struct Problem {
   DType kv_dtype = DType::kBF16;
   DType out_dtype = DType::kBF16;
   KvLayout kv_layout = KvLayout::kDense;
-  bool causal = true;      // s_q > 1: token t sees positions < L - s_q + 1 + t
+  bool causal = true;  // s_q > 1: token t sees positions < L - s_q + 1 + t
+  // Variable query lengths (speculative decoding without padding): request i has
+  // q_len_i = cu_seqlens_q[i + 1] - cu_seqlens_q[i] query tokens, 0..s_q (s_q is then the
+  // longest), given by RunArgs::cu_seqlens_q [b + 1] (cu_seqlens_q[0] = 0, non-decreasing). q,
+  // out and lse are packed by query token: row r = cu_seqlens_q[i] + t is token t of request i
+  // (q [total, h_q, d_qk] with q_stride_s between rows and q_stride_h between heads; out
+  // [total, h_q, 512] likewise; lse [total, h_q]); q_stride_b and out_stride_b must be 0. With
+  // causal, token t of request i sees positions < L_i - q_len_i + 1 + t. Rows past cu_seqlens_q[b]
+  // are neither read nor written. A request with q_len 0 writes nothing. Sparse: indices (and
+  // extra_indices) are packed the same way, [total, topk] (row cu_seqlens_q[i] + t), topk_lens
+  // stays [b]. Context parallelism: the causal bound on global positions as above. The host does
+  // not know total (cu_seqlens_q lives where the backend runs): validate_args' overlap checks
+  // count the first packed row of q, out, lse and the indices only; the cpu backend and
+  // Decoder::check_data check the offsets (cu_seqlens_q[0] = 0, each q_len 0..s_q), the GPU
+  // backends clamp each q_len to 0..s_q and otherwise trust them. GPU cost: the padded [b, s_q]
+  // problem's compute (absent rows are computed on zeros, not written; a request with q_len 0 is
+  // skipped), plus a small kernel for the bounds (docs/sm90-decode.md, docs/sm80-decode.md).
+  bool var_q = false;
   bool has_sinks = false;  // a per-head sink logit is passed in RunArgs::sinks
   int32_t topk = 0;        // > 0: sparse attention over RunArgs::indices [b, s_q, topk]
   // > 0 (sparse only): a second ("extra") cache, RunArgs::extra_kv_cache, whose slots listed in
@@ -233,6 +250,10 @@ struct RunArgs {
   // [b] cached lengths, 0..min(max_seq_len, block_table_stride * page_size) (dense mode). The
   // cpu backend refuses longer ones; GPU backends cannot check device memory and clamp them.
   const int32_t* seq_lens = nullptr;
+  // [b + 1] query-token offsets (Problem::var_q): request i owns the packed q/out/lse rows
+  // cu_seqlens_q[i] .. cu_seqlens_q[i + 1] - 1, 0..s_q of them (where seq_lens lives: device
+  // memory for GPU backends). Must be null without var_q.
+  const int32_t* cu_seqlens_q = nullptr;
 
   const int32_t* indices = nullptr;    // [b, s_q, topk] page * page_size + offset, -1 = empty
   const int32_t* topk_lens = nullptr;  // [b] optional: only the first topk_lens[i] slots count

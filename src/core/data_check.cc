@@ -16,15 +16,18 @@
 namespace mlakit {
 namespace {
 
-// Request i's lengths (lens[i], when given) and its index rows [s_q, topk] of one cache.
+// Request i's lengths (lens[i], when given) and its index rows [s_q, topk] of one cache (var_q:
+// its q_len rows from packed row cu_seqlens_q[i]).
 Status check_listed(std::string_view lens_name, std::string_view indices_name, const int32_t* lens,
                     const int32_t* indices, int64_t topk, int64_t cache_tokens, const Problem& p,
-                    int i) {
+                    const RunArgs& a, int i) {
   if (lens != nullptr && (lens[i] < 0 || lens[i] > topk)) {
     return invalid_argument(str_cat(lens_name, "[", i, "]"), str_cat("0..", topk), lens[i]);
   }
-  const int32_t* idx = indices + static_cast<int64_t>(i) * p.s_q * topk;
-  for (int64_t k = 0; k < p.s_q * topk; ++k) {
+  const int64_t first = p.var_q ? a.cu_seqlens_q[i] : int64_t{i} * p.s_q;
+  const int64_t tokens = p.var_q ? a.cu_seqlens_q[i + 1] - a.cu_seqlens_q[i] : p.s_q;
+  const int32_t* idx = indices + first * topk;
+  for (int64_t k = 0; k < tokens * topk; ++k) {
     if (idx[k] < -1 || idx[k] >= cache_tokens) {
       return invalid_argument(str_cat(indices_name, "[", i, ", ", k / topk, ", ", k % topk, "]"),
                               str_cat("-1 or a cache slot in 0..", cache_tokens - 1), idx[k]);
@@ -46,7 +49,26 @@ Status copy_to_host(const T* device, uint64_t n, Stream, std::vector<T>* host) {
 
 }  // namespace
 
+Status check_cu_seqlens_q(const Problem& p, const int32_t* cu, int32_t batch) {
+  if (cu == nullptr) {
+    return invalid_argument("cu_seqlens_q", "[b + 1] int32 query-token offsets for var_q",
+                            "nullptr");
+  }
+  if (cu[0] != 0) return invalid_argument("cu_seqlens_q[0]", "0", cu[0]);
+  for (int32_t i = 0; i < batch; ++i) {
+    const int64_t q_len = int64_t{cu[i + 1]} - cu[i];
+    if (q_len < 0 || q_len > p.s_q) {
+      return invalid_argument(str_cat("cu_seqlens_q[", i + 1, "]"),
+                              str_cat(cu[i], "..", int64_t{cu[i]} + p.s_q, " (cu_seqlens_q[", i,
+                                      "] plus a query length of 0..s_q ", p.s_q, ")"),
+                              cu[i + 1]);
+    }
+  }
+  return Status::Ok();
+}
+
 Status check_host_data(const Problem& p, const RunArgs& a) {
+  if (p.var_q) MLAKIT_RETURN_IF_ERROR(check_cu_seqlens_q(p, a.cu_seqlens_q, a.batch));
   // Scales by pointer: validate_args checks host values but cannot read pointers; here they are
   // host memory too.
   for (const auto& [name, ptr] :
@@ -67,11 +89,11 @@ Status check_host_data(const Problem& p, const RunArgs& a) {
   const int64_t extra_tokens = a.extra_num_pages * p.extra_page_size_or_default();
   for (int i = 0; i < a.batch; ++i) {
     if (p.sparse()) {
-      MLAKIT_RETURN_IF_ERROR(
-          check_listed("topk_lens", "indices", a.topk_lens, a.indices, p.topk, cache_tokens, p, i));
+      MLAKIT_RETURN_IF_ERROR(check_listed("topk_lens", "indices", a.topk_lens, a.indices, p.topk,
+                                          cache_tokens, p, a, i));
       if (p.has_extra()) {
         MLAKIT_RETURN_IF_ERROR(check_listed("extra_topk_lens", "extra_indices", a.extra_topk_lens,
-                                            a.extra_indices, p.extra_topk, extra_tokens, p, i));
+                                            a.extra_indices, p.extra_topk, extra_tokens, p, a, i));
       }
       continue;
     }
@@ -111,15 +133,23 @@ Status Decoder::check_data(const RunArgs& args, Stream stream) const {
     return invalid_argument("batch", str_cat("0..", p.max_batch), args.batch);
   }
   const uint64_t b = static_cast<uint64_t>(args.batch);
-  std::vector<int32_t> seq_lens, table, indices, topk_lens, extra_indices, extra_lens;
+  std::vector<int32_t> seq_lens, table, indices, topk_lens, extra_indices, extra_lens, cu_seqlens;
   std::vector<float> sinks, q_scale, k_scale;
   RunArgs h = args;
   MLAKIT_CUDA_RETURN(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  // Index rows: b * s_q, or with var_q the packed rows' count cu_seqlens_q[b], once it is valid.
+  uint64_t index_rows = b * p.s_q;
+  if (p.var_q && args.cu_seqlens_q != nullptr) {
+    MLAKIT_RETURN_IF_ERROR(copy_to_host(args.cu_seqlens_q, b + 1, stream, &cu_seqlens));
+    MLAKIT_RETURN_IF_ERROR(check_cu_seqlens_q(p, cu_seqlens.data(), args.batch));
+    index_rows = static_cast<uint64_t>(cu_seqlens[b]);
+    h.cu_seqlens_q = cu_seqlens.data();
+  }
   if (p.sparse()) {
-    MLAKIT_RETURN_IF_ERROR(copy_to_host(args.indices, b * p.s_q * p.topk, stream, &indices));
+    MLAKIT_RETURN_IF_ERROR(copy_to_host(args.indices, index_rows * p.topk, stream, &indices));
     MLAKIT_RETURN_IF_ERROR(copy_to_host(args.topk_lens, b, stream, &topk_lens));
     MLAKIT_RETURN_IF_ERROR(
-        copy_to_host(args.extra_indices, b * p.s_q * p.extra_topk, stream, &extra_indices));
+        copy_to_host(args.extra_indices, index_rows * p.extra_topk, stream, &extra_indices));
     MLAKIT_RETURN_IF_ERROR(copy_to_host(args.extra_topk_lens, b, stream, &extra_lens));
   } else {
     if (args.block_table_stride < 0) {

@@ -129,10 +129,22 @@ Status check_views(const Problem& p, const RunArgs& a) {
                               g.stride);
     }
   }
+  // var_q: q, out and lse are packed by query token (cu_seqlens_q), no request stride.
+  if (p.var_q) {
+    for (const auto& [name, stride] :
+         {std::pair("q_stride_b", a.q_stride_b), std::pair("out_stride_b", a.out_stride_b)}) {
+      if (stride != 0) {
+        return invalid_argument(
+            name, "0 with var_q (rows packed by query token: row cu_seqlens_q[i] + t)", stride);
+      }
+    }
+  }
   // out: with its dimensions ordered by stride, each stride at least the extent of the smaller
-  // ones, so that no two elements share an address.
+  // ones, so that no two elements share an address. (var_q: at most b * s_q packed rows.)
   const Views v = views_of(p, a);
-  std::pair<int64_t, int64_t> dims[] = {{v.out_h, p.h_q}, {v.out_s, p.s_q}, {v.out_b, a.batch}};
+  const int64_t tokens = p.var_q ? int64_t{a.batch} * p.s_q : p.s_q;
+  std::pair<int64_t, int64_t> dims[] = {
+      {v.out_h, p.h_q}, {v.out_s, tokens}, {v.out_b, p.var_q ? 1 : a.batch}};
   std::sort(std::begin(dims), std::end(dims));
   int64_t extent = kDv;
   for (const auto& [stride, size] : dims) {
@@ -155,7 +167,11 @@ Status check_views(const Problem& p, const RunArgs& a) {
 // table [b, block_table_stride], ...); nothing is read.
 Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
                    const void* workspace) {
-  const uint64_t b = a.batch, rows = b * p.s_q * p.h_q;
+  // var_q: the host does not know the packed rows' count (cu_seqlens_q lives where the backend
+  // runs), so q, out, lse and the indices count their first query token only.
+  const uint64_t b = a.batch;
+  const int64_t requests = p.var_q ? 1 : a.batch, tokens = p.var_q ? 1 : p.s_q;
+  const uint64_t rows = static_cast<uint64_t>(requests * tokens) * p.h_q;
   // A sparse run neither reads nor checks the block table and lengths.
   const int32_t* table = p.sparse() ? nullptr : a.block_table;
   const int32_t* lens = p.sparse() ? nullptr : a.seq_lens;
@@ -164,12 +180,12 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
   const Span spans[] = {
       // Written first: each is checked against all that follow it.
       span("out", a.out,
-           view_bytes({{a.batch, v.out_b}, {p.s_q, v.out_s}, {p.h_q, v.out_h}}, kDv,
+           view_bytes({{requests, v.out_b}, {tokens, v.out_s}, {p.h_q, v.out_h}}, kDv,
                       dtype_bytes(p.out_dtype))),
       span("lse", a.lse, rows * sizeof(float)),
       span("workspace", workspace, workspace_needed),
       span("q", a.q,
-           view_bytes({{a.batch, v.q_b}, {p.s_q, v.q_s}, {p.h_q, v.q_h}}, p.d_qk,
+           view_bytes({{requests, v.q_b}, {tokens, v.q_s}, {p.h_q, v.q_h}}, p.d_qk,
                       dtype_bytes(p.q_dtype))),
       // A V4 page holds the scale rows and padding after the tokens' data: whole pages.
       span("kv_cache", a.kv_cache,
@@ -180,6 +196,7 @@ Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
                             Views::token_elems(p), kv_elem)),
       span("block_table", table, b * static_cast<uint64_t>(a.block_table_stride) * sizeof(int32_t)),
       span("seq_lens", lens, b * sizeof(int32_t)),
+      span("cu_seqlens_q", a.cu_seqlens_q, p.var_q ? (b + 1) * sizeof(int32_t) : 0),
       span("indices", a.indices, rows / p.h_q * p.topk * sizeof(int32_t)),
       span("topk_lens", a.topk_lens, b * sizeof(int32_t)),
       span("extra_kv_cache", a.extra_kv_cache,
@@ -322,6 +339,15 @@ Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
     MLAKIT_RETURN_IF_ERROR(check_absent("indices", a.indices, "the problem is dense (topk 0)"));
     MLAKIT_RETURN_IF_ERROR(check_absent("topk_lens", a.topk_lens, "the problem is dense (topk 0)"));
   }
+  if (p.var_q) {
+    if (a.cu_seqlens_q == nullptr) {
+      return invalid_argument("cu_seqlens_q", "[b + 1] int32 query-token offsets for var_q",
+                              "nullptr");
+    }
+    MLAKIT_RETURN_IF_ERROR(check_pointer("cu_seqlens_q", a.cu_seqlens_q, alignof(int32_t)));
+  } else {
+    MLAKIT_RETURN_IF_ERROR(check_absent("cu_seqlens_q", a.cu_seqlens_q, "Problem::var_q is false"));
+  }
   if (p.has_extra()) {
     MLAKIT_RETURN_IF_ERROR(check_pointer("extra_kv_cache", a.extra_kv_cache, 16));
     MLAKIT_RETURN_IF_ERROR(check_range("extra_num_pages", a.extra_num_pages, 1, INT32_MAX));
@@ -402,6 +428,7 @@ std::string describe(const Problem& p) try {
   s += str_cat(", out ", to_string(p.out_dtype), ", max_batch ", p.max_batch, ", max_seq_len ",
                p.max_seq_len);
   if (p.s_q > 1) s += p.causal ? ", causal" : ", non-causal";
+  if (p.var_q) s += ", var_q";
   if (p.sparse()) s += str_cat(", sparse topk ", p.topk);
   if (p.has_extra()) {
     s += str_cat(", extra topk ", p.extra_topk, " page ", p.extra_page_size_or_default());

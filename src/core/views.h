@@ -12,6 +12,8 @@
 
 namespace mlakit {
 
+// With Problem::var_q, q and out are packed by query token ([total, h_q, ...]): q_b and out_b are
+// 0 and a row's token index is its packed row cu_seqlens_q[i] + t (q_row(i, cu[i] + t, h)).
 struct Views {
   int64_t q_b, q_s, q_h;        // q [b, s_q, h_q, d_qk]
   int64_t kv_page, kv_token;    // kv_cache [num_pages, page_size, token]
@@ -34,7 +36,10 @@ struct Views {
   }
 
   // q's rows (one per request, token and head) equally spaced, q_h apart: a 2-D [rows, d_qk] view.
-  bool q_uniform(const Problem& p) const { return q_s == p.h_q * q_h && q_b == p.s_q * q_s; }
+  // Never with var_q: the kernels' padded rows [b, s_q] are not the packed ones.
+  bool q_uniform(const Problem& p) const {
+    return !p.var_q && q_s == p.h_q * q_h && q_b == p.s_q * q_s;
+  }
   // Cached tokens equally spaced across pages: a 2-D [num_pages * page_size, token] view.
   bool kv_uniform(const Problem& p) const { return kv_page == p.page_size * kv_token; }
 
@@ -53,12 +58,12 @@ inline Views views_of(const Problem& p, const RunArgs& a) {
   Views v{};
   v.q_h = pick(a.q_stride_h, p.d_qk);
   v.q_s = pick(a.q_stride_s, int64_t{p.h_q} * p.d_qk);
-  v.q_b = pick(a.q_stride_b, int64_t{p.s_q} * p.h_q * p.d_qk);
+  v.q_b = p.var_q ? 0 : pick(a.q_stride_b, int64_t{p.s_q} * p.h_q * p.d_qk);
   v.kv_token = pick(a.kv_stride_token, Views::token_elems(p));
   v.kv_page = pick(a.kv_stride_page, Views::page_elems(p));
   v.out_h = pick(a.out_stride_h, kDv);
   v.out_s = pick(a.out_stride_s, int64_t{p.h_q} * kDv);
-  v.out_b = pick(a.out_stride_b, int64_t{p.s_q} * p.h_q * kDv);
+  v.out_b = p.var_q ? 0 : pick(a.out_stride_b, int64_t{p.s_q} * p.h_q * kDv);
   return v;
 }
 

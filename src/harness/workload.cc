@@ -219,6 +219,44 @@ void make_extra(const Problem& p, const Rng& rng, const WorkloadOptions& opt, Ho
   }
 }
 
+// var_q (make_inputs): the query lengths and offsets, and the rows (i, t < q_len_i) of q and the
+// indices moved to packed row cu[i] + t (never after their uniform row i * s_q + t, so in order);
+// the rows past the packed ones poisoned.
+void pack_query_rows(const Rng& rng, const WorkloadOptions& opt, HostInputs* in) {
+  const Problem& p = in->problem;
+  const int b = in->batch;
+  in->cu_seqlens_q.assign(b + 1, 0);
+  for (int i = 0; i < b; ++i) {
+    const int32_t q_len =
+        !opt.q_lens.empty()
+            ? opt.q_lens[i]
+            : 1 + std::min(p.s_q - 1,
+                           static_cast<int32_t>(rng.uniform(kLens, 5000011 + i) * p.s_q));
+    in->cu_seqlens_q[i + 1] = in->cu_seqlens_q[i] + q_len;
+  }
+  const int64_t total = in->cu_seqlens_q[b];
+  const auto pack = [&](uint8_t* data, size_t row_bytes) {
+    for (int i = 0; i < b; ++i) {
+      const int64_t q_len = in->cu_seqlens_q[i + 1] - in->cu_seqlens_q[i];
+      std::memmove(data + in->cu_seqlens_q[i] * row_bytes,
+                   data + static_cast<int64_t>(i) * p.s_q * row_bytes, q_len * row_bytes);
+    }
+  };
+  const size_t q_row = static_cast<size_t>(p.h_q) * p.d_qk * dtype_bytes(p.q_dtype);
+  pack(in->q.data(), q_row);
+  fill_nan(in->q.data() + total * q_row, (in->q.size() - total * q_row) / dtype_bytes(p.q_dtype),
+           p.q_dtype);
+  const int32_t bad_index = std::numeric_limits<int32_t>::max();
+  if (p.sparse()) {
+    pack(reinterpret_cast<uint8_t*>(in->indices.data()), p.topk * sizeof(int32_t));
+    std::fill(in->indices.begin() + total * p.topk, in->indices.end(), bad_index);
+  }
+  if (p.has_extra()) {
+    pack(reinterpret_cast<uint8_t*>(in->extra_indices.data()), p.extra_topk * sizeof(int32_t));
+    std::fill(in->extra_indices.begin() + total * p.extra_topk, in->extra_indices.end(), bad_index);
+  }
+}
+
 }  // namespace
 
 size_t HostInputs::out_bytes() const {
@@ -251,6 +289,7 @@ RunArgs HostInputs::args(void* out, float* lse) const {
     a.extra_topk_lens = extra_topk_lens.empty() ? nullptr : extra_topk_lens.data();
   }
   a.sinks = sinks.empty() ? nullptr : sinks.data();
+  a.cu_seqlens_q = problem.var_q ? cu_seqlens_q.data() : nullptr;
   a.out = out;
   a.lse = problem.return_lse ? lse : nullptr;
   a.softmax_scale = softmax_scale;
@@ -449,6 +488,7 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
     }
   }
   if (p.has_extra()) make_extra(p, rng, opt, &in);
+  if (p.var_q) pack_query_rows(rng, opt, &in);
   return in;
 }
 

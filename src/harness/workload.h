@@ -25,6 +25,8 @@ struct WorkloadOptions {
   double sparse_empty = 0.1;  // share of -1 slots in sparse indices
   bool topk_lens = false;     // pass per-request top-k lengths
   bool poison = true;         // NaN in unused pages and page tails
+  // Problem::var_q: each request's query length, 0..s_q; empty: uniform in 1..s_q from the seed.
+  std::vector<int32_t> q_lens;
 };
 
 // Inputs in storage form on the host. args() points at these buffers.
@@ -33,7 +35,7 @@ struct HostInputs {
   int32_t batch = 0;
   int64_t num_pages = 0;
   int64_t block_table_stride = 0;
-  std::vector<uint8_t> q;            // [b, s_q, h_q, d_qk] of q_dtype
+  std::vector<uint8_t> q;            // [b, s_q, h_q, d_qk] of q_dtype (var_q: packed, below)
   std::vector<uint8_t> kv;           // [num_pages, kv_page_bytes]
   std::vector<int32_t> block_table;  // [b, block_table_stride]
   std::vector<int32_t> seq_lens;     // [b]
@@ -48,6 +50,12 @@ struct HostInputs {
   std::vector<int32_t> extra_topk_lens;        // [b] (with options.topk_lens) or empty
   float softmax_scale = kDefaultSoftmaxScale;  // make_inputs: kV4SoftmaxScale for kFp8V4
   float q_scale = NAN, k_scale = NAN;          // set for fp8
+  // Problem::var_q: [b + 1] query-token offsets. q, indices and extra_indices then hold the packed
+  // rows (row cu_seqlens_q[i] + t: the row (i, t) of the uniform inputs of the same seed) in their
+  // first cu_seqlens_q[b] rows and poison after them (NaN in q, out-of-range ids in the indices):
+  // no backend reads those; out and lse keep room for b * s_q rows, the rows past the packed ones
+  // a canary that no run writes.
+  std::vector<int32_t> cu_seqlens_q;
 
   size_t out_bytes() const;
   size_t lse_count() const;
@@ -113,7 +121,7 @@ class DeviceBuffer {
 
 // A copy of HostInputs in device memory, plus out / lse / workspace buffers.
 struct DeviceInputs {
-  DeviceBuffer q, kv, block_table, seq_lens, indices, topk_lens, sinks, out, lse;
+  DeviceBuffer q, kv, block_table, seq_lens, cu_seqlens_q, indices, topk_lens, sinks, out, lse;
   DeviceBuffer extra_kv, extra_indices, extra_topk_lens;
   RunArgs args;  // device pointers
 

@@ -58,6 +58,7 @@ Status DeviceInputs::upload(const HostInputs& h, DeviceInputs* d) {
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.kv, &d->kv));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.block_table, &d->block_table));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.seq_lens, &d->seq_lens));
+  MLAKIT_RETURN_IF_ERROR(upload_vector(h.cu_seqlens_q, &d->cu_seqlens_q));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.indices, &d->indices));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.topk_lens, &d->topk_lens));
   MLAKIT_RETURN_IF_ERROR(upload_vector(h.sinks, &d->sinks));
@@ -80,6 +81,7 @@ Status DeviceInputs::upload(const HostInputs& h, DeviceInputs* d) {
     d->args.topk_lens = h.topk_lens.empty() ? nullptr : d->topk_lens.as<int32_t>();
   }
   d->args.sinks = h.sinks.empty() ? nullptr : d->sinks.as<float>();
+  d->args.cu_seqlens_q = h.problem.var_q ? d->cu_seqlens_q.as<int32_t>() : nullptr;
   if (h.problem.has_extra()) {
     d->args.extra_kv_cache = d->extra_kv.get();
     d->args.extra_indices = d->extra_indices.as<int32_t>();

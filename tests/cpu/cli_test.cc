@@ -159,6 +159,21 @@ TEST_F(Cli, SparseLayoutsCheckOnTheCpu) {
   }
 }
 
+// --var-q 1: dense and sparse, the packed rows checked and nothing written past them (the check
+// poisons out and lse); --var-q with --cp is refused by name.
+TEST_F(Cli, VarQChecksOnTheCpu) {
+  for (const std::string topk : {"0", "32"}) {
+    const Result r =
+        run_mlakit({"check", "--backend", "cpu", "--var-q", "1", "--heads", "4", "--s-q", "1,3,16",
+                    "--batch", "3", "--seq-len", "70", "--topk", topk, "--sinks", "--lse"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r, "0 failure(s)")) << r.output;
+  }
+  const Result cp = run_mlakit({"bench", "--cp", "2", "--var-q", "1"});
+  EXPECT_EQ(cp.exit_code, 2) << cp.output;
+  EXPECT_TRUE(has(cp, "--var-q: expected 0 with --cp")) << cp.output;
+}
+
 TEST_F(Cli, SparseV4BenchWritesTheLayoutToJson) {
   const std::string json = ::testing::TempDir() + "mlakit-cli-v4.json";
   const Result r =

@@ -1,6 +1,6 @@
 // GPU tests of the sm80 backend with an fp8 (e4m3, one scale) cache, against the cpu reference:
 // q bf16 or fp16 (out alike) or e4m3 (out bf16 or fp16), every page size, h_q 1..128, s_q up to
-// 8, length kinds, sinks, lse, every tactic; scales behind device pointers followed by a
+// 16, length kinds, sinks, lse, every tactic; scales behind device pointers followed by a
 // captured graph; PDL on and off bitwise equal.
 //
 // Tolerance: that of 16-bit inputs (harness::default_tolerance of the 16-bit problem), also with
@@ -72,6 +72,20 @@ TEST(Sm80Fp8, Edges) {
     edges.push_back(with_q);
   }
   check_each_tactic(edges, 3200, kBackend);
+}
+
+// s_q 9..16 with an e4m3 cache, bf16 q and e4m3 q, every tactic.
+TEST(Sm80Fp8, LongMtp) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  std::vector<Case> cases = long_mtp_cases();
+  const size_t n = cases.size();
+  for (size_t k = 0; k < n; ++k) {
+    cases[k].fp8_kv = true;
+    Case with_q = cases[k];
+    with_q.fp8_q = true;
+    cases.push_back(with_q);
+  }
+  check_each_tactic(cases, 3300, kBackend);
 }
 
 TEST(Sm80Fp8Graph, ScalesAndLengthsFollowedByReplays) {

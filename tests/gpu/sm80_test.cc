@@ -187,6 +187,12 @@ TEST(Sm80, Tile64BothLoops) {
   }
 }
 
+// s_q 9..16 under every tactic.
+TEST(Sm80, LongMtp) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  check_each_tactic(long_mtp_cases(), 1400, "sm80");
+}
+
 TEST(Sm80, WorkspaceTooSmallIsRefused) {
   MLAKIT_SKIP_WITHOUT_GPU();
   check_workspace_too_small_is_refused("sm80");

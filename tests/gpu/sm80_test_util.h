@@ -102,7 +102,7 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
                   const harness::DeviceInputs& device, cudaStream_t stream, Output* got);
 
 // Compares against the reference with harness::default_tolerance (or `tolerance`); returns the
-// summary.
+// summary. var_q: the packed rows, and no element past them written (got poisoned before).
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
                                              const Output& ref);
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
@@ -127,14 +127,17 @@ void check_each_tactic(std::span<const Case> cases, uint64_t seed, const char* b
 // than s_q, non-causal MTP, all empty, 1100 requests, odd head counts. With sm80's page sizes
 // (64, 16, 1, 32); a backend that runs other ones maps them.
 std::vector<Case> common_edges();
+// MTP with 9..16 query tokens (up to 2048 rows a request), page sizes 32, 64, 128: the most rows,
+// 32-row tiles, one row per token, lengths below s_q, partial tiles, non-causal.
+std::vector<Case> long_mtp_cases();
 
 // A problem that `backend` must refuse (StatusCode::kUnsupported), with a word its message names.
 struct Refusal {
   Problem problem;
   const char* mentions;
 };
-// What no GPU backend runs yet: the fp8 blockwise cache ("kv_layout"), sparse ("sparse"), s_q 9
-// ("s_q 9"), each on a default problem with max_seq_len 1024.
+// What no GPU backend runs yet: the fp8 blockwise cache ("kv_layout") and an extra cache ("extra
+// cache"), each on a default problem with max_seq_len 1024.
 std::vector<Refusal> common_refusals();
 // Expects can_run(backend, r.problem) to refuse each with kUnsupported, naming r.mentions.
 void expect_refused(const char* backend, const std::vector<Refusal>& refusals);

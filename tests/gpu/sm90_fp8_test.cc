@@ -2,7 +2,7 @@
 // on sm_90 devices only: the narrow tile of 16 or 32 rows (decode_fp8_narrow.cuh; tiles of 32 rows
 // past 32), q bf16 or fp16 (out alike: the cache widened in registers) or e4m3 (out bf16 or fp16:
 // both products on fp8 wgmma, also on the wide tile, decode_fp8_wide.cuh), page sizes 32, 64 and
-// 128, h_q 1..128, s_q up to 8, length kinds, sinks, lse, every tactic; device-side scales
+// 128, h_q 1..128, s_q up to 16, length kinds, sinks, lse, every tactic; device-side scales
 // followed by graph replays; PDL bitwise.
 //
 // Tolerance: harness::default_tolerance: for a 16-bit q that of 16-bit inputs (the widening is
@@ -78,6 +78,20 @@ TEST(Sm90Fp8, Edges) {
     edges.push_back(with_q);
   }
   check_each_tactic(edges, 4200, kBackend);
+}
+
+// s_q 9..16 with an e4m3 cache, bf16 q and e4m3 q, every tactic.
+TEST(Sm90Fp8, LongMtp) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  std::vector<Case> cases = long_mtp_cases();
+  const size_t n = cases.size();
+  for (size_t k = 0; k < n; ++k) {
+    cases[k].fp8_kv = true;
+    Case with_q = cases[k];
+    with_q.fp8_q = true;
+    cases.push_back(with_q);
+  }
+  check_each_tactic(cases, 4250, kBackend);
 }
 
 // The error of the e4m3 products on the data (q and the cache N(0, 1/4) before

@@ -3,7 +3,7 @@
 //
 // Same inputs, poisoning and tolerance as sm80_test.cc (see there): every element is compared
 // with harness::default_tolerance. What sm90 claims to run, and so what is covered here: bf16 or
-// fp16 (q, kv and out alike), page sizes 32, 64 and 128, h_q 1..128, s_q 1..8 causal or not,
+// fp16 (q, kv and out alike), page sizes 32, 64 and 128, h_q 1..128, s_q 1..16 causal or not,
 // variable lengths including 0, sinks, lse, tactics 0 (persistent), 1 (one-shot) and 2 (cluster:
 // the CTAs of a request merge through distributed shared memory, no combine kernel), and the same
 // three with the narrow tile (3, 4, 5; h_q x s_q <= 32, tiles of 16 or 32 rows).
@@ -173,6 +173,12 @@ TEST(Sm90, Edges) {
   };
   edges.insert(edges.end(), std::begin(more), std::end(more));
   check_each_tactic(edges, 500, kBackend);
+}
+
+// s_q 9..16 under every tactic (the wide and narrow tiles: 32 rows of h_q 2).
+TEST(Sm90, LongMtp) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_each_tactic(long_mtp_cases(), 1400, kBackend);
 }
 
 // The short sweep that scripts/sanitize.sh runs under compute-sanitizer: page sizes 32, 64 and

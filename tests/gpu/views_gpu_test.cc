@@ -122,6 +122,14 @@ Status make_viewed(const harness::HostInputs& in, const harness::DeviceInputs& d
   a.q_stride_b = v->q_st.b, a.q_stride_s = v->q_st.s, a.q_stride_h = v->q_st.h;
   a.kv_stride_token = v->kv_token, a.kv_stride_page = v->kv_page;
   a.out_stride_b = v->out_st.b, a.out_stride_s = v->out_st.s, a.out_stride_h = v->out_st.h;
+  // var_q: rows packed by query token, r = cu[i] + t at r * stride_s (in the layouts without gaps
+  // or head-major order, the [b, s_q] rows flattened); no request stride.
+  if (p.var_q) {
+    if (l.q_gap != 0 || l.out_gap != 0 || l.q_permute || l.out_permute) {
+      return invalid_argument("layout", "no gaps or head-major order with var_q", l.name);
+    }
+    a.q_stride_b = a.out_stride_b = 0;
+  }
   return Status::Ok();
 }
 
@@ -294,6 +302,49 @@ TEST(GpuViews, EveryBackendAndTacticTakesQOutAndCacheViews) {
     int runs = 0;
     for (const Dense& c : cases) {
       runs += check_views(backend, c.p, edge_lens(c.long_len), layouts(), seed++);
+    }
+    if (std::string(backend) == "sm80" || current_device().sm_major == 9) {
+      EXPECT_GT(runs, 0) << backend << " ran no case";
+    }
+  }
+}
+
+// Variable query lengths: the packed rows of q and out with padded heads and rows (q through sm90's
+// packing, out through every epilogue), with the cache padded too; nothing written between or
+// past the packed rows. Dense, sparse and an fp8 cache.
+TEST(GpuViews, VarQTakesQOutAndCacheViews) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const std::vector<Layout> var_q_layouts = {
+      {.name = "q-padded-heads kv-padded-pages out-padded",
+       .q_pad = 64,
+       .kv_page_pad = 64,
+       .out_pad = 32},
+      {.name = "kv-padded-tokens out-padded", .kv_token_pad = 64, .out_pad = 512}};
+  std::vector<Problem> problems;
+  problems.push_back(dense_problem(DType::kBF16, 128, 4, 64, 6, 2000));
+  problems.push_back(dense_problem(DType::kFP16, 16, 16, 32, 6, 1500));
+  {
+    Problem p = dense_problem(DType::kBF16, 16, 3, 64, 6, 1200);
+    p.kv_dtype = DType::kFP8E4M3;
+    problems.push_back(p);
+    Problem sparse = dense_problem(DType::kBF16, 16, 3, 64, 6, 2000);
+    sparse.topk = 96;
+    problems.push_back(sparse);
+  }
+  uint64_t seed = 3700;
+  for (const char* backend : {"sm80", "sm90"}) {
+    int runs = 0;
+    for (Problem p : problems) {
+      p.var_q = true;
+      const std::vector<Layout> layouts =
+          p.sparse() && std::string(backend) == "sm90"
+              ? std::vector<Layout>{{.name = "q-padded-heads kv-padded-tokens out-padded",
+                                     .q_pad = 64,
+                                     .kv_token_pad = 64,
+                                     .out_pad = 32}}
+              : var_q_layouts;
+      runs += check_views(backend, p, edge_lens(p.max_seq_len), layouts, seed++,
+                          {.topk_lens = p.sparse(), .q_lens = {0, 1, p.s_q, 2, 0, p.s_q - 1}});
     }
     if (std::string(backend) == "sm80" || current_device().sm_major == 9) {
       EXPECT_GT(runs, 0) << backend << " ran no case";

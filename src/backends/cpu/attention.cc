@@ -100,12 +100,13 @@ void load_token(const Problem& p, float k_scale, const TokenRef& t, float* dst) 
   for (int d = 0; d < kDqk; ++d) dst[d] = load_scalar(t.row, d, p.kv_dtype) * k_scale;
 }
 
-// Number of cached tokens token t of request i sees in this rank's cache (dense mode). seq_len
-// is the global length; with context parallelism the bound is on global positions, and the
-// visible ones of this rank are its first cp_local_len local positions (mlakit/cp.h).
-int64_t visible_dense(const Problem& p, int64_t seq_len, int t) {
+// Number of cached tokens token t of a request of q_len query tokens (s_q, or its own with var_q)
+// sees in this rank's cache (dense mode). seq_len is the global length; with context parallelism
+// the bound is on global positions, and the visible ones of this rank are its first cp_local_len
+// local positions (mlakit/cp.h).
+int64_t visible_dense(const Problem& p, int64_t seq_len, int q_len, int t) {
   const int64_t global =
-      p.s_q == 1 || !p.causal ? seq_len : std::clamp<int64_t>(seq_len - p.s_q + 1 + t, 0, seq_len);
+      q_len == 1 || !p.causal ? seq_len : std::clamp<int64_t>(seq_len - q_len + 1 + t, 0, seq_len);
   return cp_local_len(global, p.cp_world, p.cp_rank, p.cp_interleave);
 }
 
@@ -114,12 +115,21 @@ int64_t listed(const int32_t* lens, int i, int64_t topk) {
   return std::clamp<int64_t>(lens[i], 0, topk);
 }
 
-// Cache tokens token t of request i attends to, in order: the main cache's, then the extra
-// cache's (one softmax over both).
+// A query token: token t of request i, of the request's q_len, in packed row `row` of q, out,
+// lse and the indices (i * s_q + t, or with var_q cu_seqlens_q[i] + t).
+struct QueryToken {
+  int i, t, q_len;
+  int64_t row;
+};
+
+// Cache tokens a query token attends to, in order: the main cache's, then the extra cache's (one
+// softmax over both).
 void visible_tokens(const Problem& p, const RunArgs& a, const CacheView& main,
-                    const CacheView& extra_cache, int i, int t, std::vector<TokenRef>* tokens) {
+                    const CacheView& extra_cache, const QueryToken& qt,
+                    std::vector<TokenRef>* tokens) {
   tokens->clear();
-  const int64_t row = static_cast<int64_t>(i) * p.s_q + t;
+  const int i = qt.i;
+  const int64_t row = qt.row;
   if (p.sparse()) {
     const int32_t* idx = a.indices + row * p.topk;
     const int64_t n = listed(a.topk_lens, i, p.topk);
@@ -136,17 +146,13 @@ void visible_tokens(const Problem& p, const RunArgs& a, const CacheView& main,
     }
     return;
   }
-  const int64_t n = visible_dense(p, a.seq_lens[i], t);
+  const int64_t n = visible_dense(p, a.seq_lens[i], qt.q_len, qt.t);
   const int32_t* pages = a.block_table + i * a.block_table_stride;
   for (int64_t j = 0; j < n; ++j) {
     tokens->push_back(token_ref(
         p, main, static_cast<int64_t>(pages[j / p.page_size]) * p.page_size + j % p.page_size));
   }
 }
-
-struct RowBlock {
-  int i, t, h0, h1;
-};
 
 }  // namespace
 
@@ -184,21 +190,30 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
   const int head_blocks = (p.h_q + kHeadBlock - 1) / kHeadBlock;
   auto compute = [&](int64_t b) {
     const int h0 = static_cast<int>(b % head_blocks) * kHeadBlock;
-    const RowBlock rb{.i = static_cast<int>(b / head_blocks / p.s_q),
-                      .t = static_cast<int>(b / head_blocks % p.s_q),
-                      .h0 = h0,
-                      .h1 = std::min(h0 + kHeadBlock, p.h_q)};
-    const int nh = rb.h1 - rb.h0;
+    const int h1 = std::min(h0 + kHeadBlock, p.h_q);
+    const int i = static_cast<int>(b / head_blocks / p.s_q);
+    const int t = static_cast<int>(b / head_blocks % p.s_q);
+    // var_q: request i's tokens past its own q_len have no row (nothing read or written).
+    const int q_len = p.var_q ? a.cu_seqlens_q[i + 1] - a.cu_seqlens_q[i] : p.s_q;
+    if (t >= q_len) return;
+    const QueryToken qt{
+        .i = i,
+        .t = t,
+        .q_len = q_len,
+        .row = p.var_q ? int64_t{a.cu_seqlens_q[i]} + t : static_cast<int64_t>(i) * p.s_q + t};
+    // The token index in q's and out's views (their request stride is 0 with var_q).
+    const int64_t view_token = p.var_q ? qt.row : t;
+    const int nh = h1 - h0;
     const int d_qk = p.d_qk;
     std::vector<TokenRef> tokens;
-    visible_tokens(p, a, main, extra, rb.i, rb.t, &tokens);
+    visible_tokens(p, a, main, extra, qt, &tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
 
     // Queries of this block, dequantized and multiplied by the softmax scale.
     std::vector<float> q(static_cast<size_t>(nh) * d_qk);
-    const int64_t q_row0 = (static_cast<int64_t>(rb.i) * p.s_q + rb.t) * p.h_q + rb.h0;
+    const int64_t q_row0 = qt.row * p.h_q + h0;
     for (int h = 0; h < nh; ++h) {
-      const int64_t q_at = v.q_row(rb.i, rb.t, rb.h0 + h);
+      const int64_t q_at = v.q_row(i, view_token, h0 + h);
       for (int d = 0; d < d_qk; ++d) {
         q[h * d_qk + d] = load_scalar(a.q, q_at + d, p.q_dtype) * q_scale;
       }
@@ -241,10 +256,10 @@ void attention(const Problem& p, const RunArgs& a, int threads) {
         out_scale = static_cast<float>(1.0 / denom[h]);
         if (p.has_sinks) {
           // out *= exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse))
-          out_scale /= 1.0f + std::exp(a.sinks[rb.h0 + h] - lse);
+          out_scale /= 1.0f + std::exp(a.sinks[h0 + h] - lse);
         }
       }
-      const int64_t out_at = v.out_row(rb.i, rb.t, rb.h0 + h);
+      const int64_t out_at = v.out_row(i, view_token, h0 + h);
       for (int d = 0; d < kDv; ++d) {
         store_scalar(a.out, out_at + d, p.out_dtype, acc[h * kDv + d] * out_scale);
       }

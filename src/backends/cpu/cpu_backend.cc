@@ -70,8 +70,9 @@ const BackendEntry& cpu_backend_entry() {
       .summary = "exact reference on the host (fp32 accumulation, fp64 softmax sums), threaded",
       .supports =
           "q/kv bf16, fp16, fp8 e4m3 (dense, one scale), fp8 blockwise (V3.2, 656 B) and "
-          "fp8_v4 (DeepSeek V4, d_qk 512); any page size; s_q 1..16 causal; variable lengths; "
-          "sinks; sparse top-k with an extra cache; lse",
+          "fp8_v4 (DeepSeek V4, d_qk 512); any page size; s_q 1..16 causal; variable query "
+          "lengths (var_q, dense or sparse, context parallel too); variable lengths; sinks; sparse "
+          "top-k with an extra cache; lse",
       .device_memory = false,
       .available = available,
       .can_run = can_run,

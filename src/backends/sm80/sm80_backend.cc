@@ -13,7 +13,6 @@ namespace mlakit {
 namespace {
 
 constexpr std::array<int32_t, 5> kPageSizes = {1, 16, 32, 64, 128};
-constexpr int32_t kMaxSq = 8;
 
 class Sm80Backend final : public Backend {
  public:
@@ -58,10 +57,6 @@ Status can_run(const Problem& problem, const DeviceInfo& device) {
   if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {
     return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
                        " is not supported by backend sm80 (supported: out_dtype = q_dtype)");
-  }
-  if (p.s_q > kMaxSq) {
-    return unsupported("s_q ", p.s_q, " is not supported by backend sm80 (supported: 1..", kMaxSq,
-                       ")");
   }
   if (std::find(kPageSizes.begin(), kPageSizes.end(), p.page_size) == kPageSizes.end()) {
     return unsupported("page_size ", p.page_size,
@@ -130,8 +125,9 @@ const BackendEntry& sm80_backend_entry() {
       .supports =
           "q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q (out alike) or "
           "e4m3 q (out bf16/fp16), widened to 16 bits in shared memory; page size 1, 16, 32, 64, "
-          "128; h_q 1..128; s_q 1..8 causal or not; variable lengths; sinks; lse; PDL; CUDA "
-          "graphs; sparse top-k over dense caches (the slots as pages of one token). Tactics: "
+          "128; h_q 1..128; s_q 1..16 causal or not; variable query lengths (var_q); variable "
+          "lengths; sinks; lse; PDL; CUDA graphs; sparse top-k over dense caches (the slots as "
+          "pages of one token). Tactics: "
           "persistent, one-shot (and both with the plain loop for h_q * s_q > "
           "32 and a 16-bit cache; persistent-speculative, the default for h_q * s_q <= 32)",
       .device_memory = true,

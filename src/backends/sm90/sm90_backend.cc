@@ -14,7 +14,6 @@ namespace mlakit {
 namespace {
 
 constexpr std::array<int32_t, 3> kPageSizes = {32, 64, 128};
-constexpr int32_t kMaxSq = 8;
 
 class Sm90Backend final : public Backend {
  public:
@@ -77,10 +76,6 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {
     return unsupported("out_dtype ", to_string(p.out_dtype), " with q_dtype ", to_string(p.q_dtype),
                        " is not supported by backend sm90 (supported: out_dtype = q_dtype)");
-  }
-  if (p.s_q > kMaxSq) {
-    return unsupported("s_q ", p.s_q, " is not supported by backend sm90 (supported: 1..", kMaxSq,
-                       ")");
   }
   if (std::find(kPageSizes.begin(), kPageSizes.end(), p.page_size) == kPageSizes.end()) {
     return unsupported("page_size ", p.page_size,
@@ -164,8 +159,9 @@ const BackendEntry& sm90_backend_entry() {
       .supports =
           "sm_90 only; q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q "
           "(out alike; the cache widened in registers) or e4m3 q (out bf16/fp16; fp8 wgmma); "
-          "page size 32, 64, 128; h_q 1..128; s_q 1..8 causal or not; variable lengths; sinks; "
-          "lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 q over a cache of q's type or the "
+          "page size 32, 64, 128; h_q 1..128; s_q 1..16 causal or not; variable query lengths "
+          "(var_q); variable lengths; sinks; lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 "
+          "q over a cache of q's type or the "
           "V3.2 blockwise layout (any page size; tokens gathered, out-of-range indices skipped). "
           "Tactics: cluster, persistent, one-shot, and the same three with "
           "the narrow tile (h_q x s_q <= 32; the only ones with an fp8 cache)",
