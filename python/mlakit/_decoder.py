@@ -272,7 +272,7 @@ class Decoder:
 
         Arguments:
             q: [b, s_q, h_q, d_qk] of q_dtype (the absorbed query, then its 64 RoPE values;
-                d_qk 576, or 512 with fp8_v4).
+                d_qk 576, or 512 with fp8_v4); with var_q [total, h_q, d_qk] (cu_seqlens_q).
             kv_cache: [num_pages, page_size, 576] of kv_dtype (also accepted: [num_pages,
                 page_size, 1, 576] and [num_pages, 1, page_size, 576]); with fp8_blockwise,
                 656 bytes per token (uint8 or float8_e4m3fn); with fp8_v4, [num_pages, page
@@ -283,9 +283,10 @@ class Decoder:
                 lengths beyond ``max_pages * page_size`` are refused; GPU backends cannot read
                 the lengths and bound them by the row stride, so they must fit the view.
             seq_lens: [b] int32 cached lengths (dense problems; unused when sparse).
-            out: [b, s_q, h_q, 512] of out_dtype, written in place and returned; None: a new
-                array of q's framework (NumPy, PyTorch and CuPy).
-            lse: [b, s_q, h_q] float32 for decoders made with lse=True (None: a new array).
+            out: [b, s_q, h_q, 512] of out_dtype ([total, h_q, 512] with var_q), written in
+                place and returned; None: a new array of q's framework (NumPy, PyTorch, CuPy).
+            lse: [b, s_q, h_q] float32 ([total, h_q] with var_q) for decoders made with
+                lse=True (None: a new array).
             softmax_scale: None: 1/sqrt(d_qk) (1/sqrt(576), or 1/sqrt(512) with fp8_v4).
             q_scale, k_scale: fp8 dequantization scales (value = e4m3 * scale; k_scale scales K
                 and V): a finite float > 0, or a one-element float32 array where the backend runs
@@ -294,7 +295,7 @@ class Decoder:
                 fp8_blockwise); both are refused with 16-bit inputs.
             sinks: [h_q] float32 sink logits (decoders made with sinks=True).
             indices: [b, s_q, topk] int32 cache slots ``page * page_size + offset``, -1 = empty
-                (sparse decoders).
+                (sparse decoders); with var_q [total, topk], as q (extra_indices likewise).
             topk_lens: optional [b] int32: only the first topk_lens[i] slots count (sparse).
             extra_kv_cache: the extra cache (decoders made with extra_topk > 0): the layout of
                 ``kv_cache`` with pages of ``extra_page_size`` tokens.
