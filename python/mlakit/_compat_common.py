@@ -64,8 +64,9 @@ def _decode(
     max_q_len: Optional[int] = None,
 ) -> Tuple[Any, Any]:
     """One decode through mlakit.torch (torch tensors) or a cached Decoder; returns (out, lse)
-    (lse in base 2 with ``lse_base2``, written so by the library). With ``cu_seqlens_q`` q, out
-    and lse are packed by query token (the library's var_q), ``max_q_len`` the decoder's s_q."""
+    (lse in base 2 with ``lse_base2``, written so by the library). With ``cu_seqlens_q`` (torch
+    tensors; the shims' ragged queries) q, out and lse are packed by query token (the library's
+    var_q), ``max_q_len`` the decoder's s_q."""
     lse_base2 = bool(lse_base2) and bool(return_lse)  # the library refuses base 2 without an lse
     if _arrays.framework(q) == "torch":
         from . import torch as mlakit_torch
@@ -89,22 +90,18 @@ def _decode(
     q_dtype = _array_dtype("q", q)
     kv_dtype = "fp8_e4m3" if blockwise else _array_dtype("kv_cache", kv_cache)
     host = _arrays.dlpack_device(q)[0] in (1, 3)  # kDLCPU, kDLCUDAHost
-    var_q = cu_seqlens_q is not None
-    if var_q and max_q_len is None:
-        max_q_len = max(1, min(16, int(shape[0])))  # no request has more tokens than q has rows
     decoder = _cache.decoder_for(
         ("dlpack",) + _arrays.dlpack_device(q),
-        int(cu_seqlens_q.shape[0]) - 1 if var_q else int(shape[0]),
+        int(shape[0]),
         int(max_seq_len),
-        h_q=int(shape[-2]),
-        s_q=int(max_q_len) if var_q else int(shape[1]),
+        h_q=int(shape[2]),
+        s_q=int(shape[1]),
         page_size=page_size,
         q_dtype=q_dtype,
         kv_dtype=kv_dtype,
         out_dtype=_array_dtype("out", out) if out is not None else None,
         kv_layout="fp8_blockwise" if blockwise else "dense",
         causal=causal,
-        var_q=var_q,
         sinks=sinks is not None,
         topk=topk,
         lse=return_lse,
@@ -115,7 +112,6 @@ def _decode(
     result = decoder.run(
         q, kv_cache, block_table, seq_lens, out=out, lse=lse, softmax_scale=softmax_scale,
         q_scale=q_scale, k_scale=k_scale, sinks=sinks, indices=indices, topk_lens=topk_lens,
-        cu_seqlens_q=cu_seqlens_q,
     )  # fmt: skip
     return result if return_lse else (result, None)
 
