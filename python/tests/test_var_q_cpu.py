@@ -80,6 +80,28 @@ def test_matches_reference_and_each_request_alone(name, problem, q_lens, seq_len
             assert np.array_equal(lse[rows], got_lse[0]), f"request {i}"
 
 
+def test_fp8_cache_and_query():
+    """The fp8-q mode with variable query lengths: each request's rows equal its run alone."""
+    q_lens = [2, 1, 0]
+    w = make_workload(np.random.default_rng(9), b=3, s_q=2, h_q=4, page_size=16,
+                      seq_lens=[30, 3, 8], q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3",
+                      q_scale=0.5, k_scale=0.25)  # fmt: skip
+    q, q_values, cu = pack_queries(w, q_lens)
+    fp8 = dict(h_q=4, page_size=16, q_dtype="fp8_e4m3", kv_dtype="fp8_e4m3", lse=True)
+    scales = dict(q_scale=0.5, k_scale=0.25)
+    out, lse = decoder(2, **fp8).run(q, w.kv_cache, w.block_table, w.seq_lens, cu_seqlens_q=cu,
+                                     **scales)  # fmt: skip
+    want, _ = var_q_reference(w, q_values, cu, page_size=16)
+    assert_close_to_reference(out_values(out, "bf16"), want, "bf16")
+    for i, n in enumerate(q_lens[:2]):
+        rows = slice(int(cu[i]), int(cu[i + 1]))
+        alone = mlakit.Decoder(s_q=n, max_batch=1, max_seq_len=64, backend="cpu", **fp8)
+        got, got_lse = alone.run(q[rows][None], w.kv_cache, w.block_table[i : i + 1],
+                                 w.seq_lens[i : i + 1], **scales)  # fmt: skip
+        assert np.array_equal(out[rows].view(np.uint16), got[0].view(np.uint16))
+        assert np.array_equal(lse[rows], got_lse[0])
+
+
 def test_rows_past_the_packed_ones_are_left_alone():
     """q, out and lse with more rows than cu_seqlens_q[b]: the extra rows are neither read (NaN
     in q) nor written (NaN canaries in out and lse), and q_len 0 requests write nothing."""
