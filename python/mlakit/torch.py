@@ -150,7 +150,7 @@ def _check_var_q(
             f"cu_seqlens_q: expected a tensor on {q.device} (q's device), given one on "
             f"{cu_seqlens_q.device}"
         )
-    if max_q_len < 0:
+    if not 0 <= max_q_len <= _MAX_QUERY_TOKENS:
         raise ValueError(
             f"max_q_len: expected 0 (a bound from q's rows) or 1..16, given {max_q_len}"
         )

@@ -369,6 +369,8 @@ def var_q_op_errors():
          "lse: expected shape [6, 8] (q's rows, packed by query token), given [6, 8, 1]"),
         (dict(max_q_len=-1), ValueError,
          "max_q_len: expected 0 (a bound from q's rows) or 1..16, given -1"),
+        (dict(max_q_len=17), ValueError,
+         "max_q_len: expected 0 (a bound from q's rows) or 1..16, given 17"),
     ]  # fmt: skip
 
 
