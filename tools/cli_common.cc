@@ -49,6 +49,10 @@ void add_sweep_flags(CLI::App* app, SweepFlags* f) {
   app->add_flag("--lse", f->lse, "also return the LSE");
   app->add_flag("--pdl", f->pdl, "programmatic dependent launch");
   app->add_flag("--non-causal", f->non_causal, "no causal mask between the s_q query tokens");
+  app->add_option("--var-q", f->var_q,
+                  "1: variable query lengths (var_q; packed q/out rows, cu_seqlens_q), each "
+                  "request's drawn from 1..s_q with the seed; 0: every request has s_q")
+      ->check(CLI::Range(0, 1));
   app->add_option("--seed", f->seed, "random seed");
   app->add_option("--grid", f->grid,
                   "standard: batch 1,8,32,64,128 x seq-len 1024,4096,8192,32768 (with the given "
@@ -160,6 +164,7 @@ Status make_cases(const SweepFlags& f, std::vector<Case>* cases) {
                                 ? (p.q_dtype == DType::kFP16 ? DType::kFP16 : DType::kBF16)
                                 : p.kv_dtype;
               p.causal = !f.non_causal;
+              p.var_q = f.var_q != 0;
               p.has_sinks = f.sinks;
               p.topk = f.topk;
               p.extra_topk = f.extra_topk;
@@ -222,29 +227,34 @@ Work count_work(const harness::HostInputs& in) {
   const Problem& p = in.problem;
   double visible = 0;  // sum over (request, token) of visible cached tokens
   double cached = 0;   // cached tokens read once
+  int64_t tokens = 0;  // query tokens of the batch
   for (int i = 0; i < in.batch; ++i) {
+    // var_q: request i's q_len tokens in packed rows from cu_seqlens_q[i].
+    const int q_len = p.var_q ? in.cu_seqlens_q[i + 1] - in.cu_seqlens_q[i] : p.s_q;
+    const int64_t first = p.var_q ? in.cu_seqlens_q[i] : static_cast<int64_t>(i) * p.s_q;
+    tokens += q_len;
     if (p.sparse()) {
       const int64_t n = in.topk_lens.empty() ? p.topk : in.topk_lens[i];
       const int64_t m = !p.has_extra()               ? 0
                         : in.extra_topk_lens.empty() ? p.extra_topk
                                                      : in.extra_topk_lens[i];
-      for (int t = 0; t < p.s_q; ++t) {
-        const int64_t row = static_cast<int64_t>(i) * p.s_q + t;
+      for (int t = 0; t < q_len; ++t) {
+        const int64_t row = first + t;
         for (int64_t k = 0; k < n; ++k) visible += in.indices[row * p.topk + k] >= 0;
         for (int64_t k = 0; k < m; ++k) visible += in.extra_indices[row * p.extra_topk + k] >= 0;
       }
       continue;
     }
     const int64_t len = in.seq_lens[i];
-    cached += len;
-    for (int t = 0; t < p.s_q; ++t) {
-      visible += (p.s_q == 1 || !p.causal) ? len : std::max<int64_t>(0, len - p.s_q + 1 + t);
+    cached += q_len > 0 ? len : 0;
+    for (int t = 0; t < q_len; ++t) {
+      visible += (q_len == 1 || !p.causal) ? len : std::max<int64_t>(0, len - q_len + 1 + t);
     }
   }
   if (p.sparse()) cached = visible;  // each selected token is read (sparse: extra ones too)
   Work w;
   w.flops = 2.0 * (p.d_qk + kDv) * p.h_q * visible;
-  const double rows = static_cast<double>(in.batch) * p.s_q * p.h_q;
+  const double rows = static_cast<double>(tokens) * p.h_q;
   w.bytes = cached * kv_token_bytes(p.kv_dtype, p.kv_layout) +
             rows * (p.d_qk * dtype_bytes(p.q_dtype) + kDv * dtype_bytes(p.out_dtype));
   return w;
@@ -339,12 +349,19 @@ Verdict judge(const harness::HostInputs& in, const Reference& ref, const std::ve
               const std::vector<float>& lse) {
   const Problem& p = in.problem;
   Verdict v;
+  // var_q: the packed rows of the first ref.k requests, then of all; past those, no row written.
+  const auto tokens = [&](int k) -> int64_t { return p.var_q ? in.cu_seqlens_q[k] : -1; };
   v.cmp =
       harness::compare(p, ref.k, out.data(), ref.out.data(), p.return_lse ? lse.data() : nullptr,
-                       p.return_lse ? ref.lse.data() : nullptr);
-  v.unwritten = harness::compare(p, in.batch, out.data(), out.data(), nullptr, nullptr).nonfinite;
+                       p.return_lse ? ref.lse.data() : nullptr, tokens(ref.k));
+  const float* lse_or_null = p.return_lse ? lse.data() : nullptr;
+  const harness::Comparison all = harness::compare(p, in.batch, out.data(), out.data(), lse_or_null,
+                                                   lse_or_null, tokens(in.batch));
+  v.unwritten = all.nonfinite;
+  v.written_past = all.written_past;
+  v.cmp.written_past = 0;  // (the rows past the first ref.k requests' belong to the others)
   const harness::Tolerance tol = harness::default_tolerance(p);
-  v.ok = v.cmp.passes(tol) && v.unwritten == 0;
+  v.ok = v.cmp.passes(tol) && v.unwritten == 0 && v.written_past == 0;
   return v;
 }
 

@@ -21,6 +21,7 @@ struct SweepFlags {
   int topk = 0;
   int extra_topk = 0, extra_page_size = 0;  // the V4 extra cache (sparse only)
   bool sinks = false, lse = false, pdl = false, non_causal = false;
+  int var_q = 0;  // 1: variable query lengths (Problem::var_q), drawn from 1..s_q by the seed
   uint64_t seed = 1;
   std::string grid;  // "standard": the standard grid of BENCHMARKING.md
 };
@@ -98,8 +99,9 @@ Status reference_for(const harness::HostInputs& inputs, int k, Reference* ref);
 
 struct Verdict {
   bool ok = false;
-  harness::Comparison cmp;  // the first ref.k requests against the reference
-  int64_t unwritten = 0;    // NaN left anywhere in the output (every request is checked)
+  harness::Comparison cmp;   // the first ref.k requests against the reference
+  int64_t unwritten = 0;     // NaN left anywhere in the output (every request is checked)
+  int64_t written_past = 0;  // var_q: elements past the packed rows that were written
 };
 // Compares an output of every request of `inputs` (out_dtype bits; lse when the problem returns
 // it) with the reference: its first ref.k requests within harness::default_tolerance, and no NaN

@@ -72,7 +72,11 @@ Status bench_one(const BenchFlags& f, const std::string& backend, const Case& c,
     char buf[96];
     std::snprintf(buf, sizeof(buf), "%s %.1e", v.ok ? "ok" : "FAIL", v.cmp.rel_l2_err);
     row->check = buf;
-    if (!v.ok) row->note = v.cmp.summary();
+    if (!v.ok) {
+      row->note = v.cmp.summary();
+      if (v.unwritten > 0) row->note += str_cat(", ", v.unwritten, " left unwritten");
+      if (v.written_past > 0) row->note += str_cat(", ", v.written_past, " written past the rows");
+    }
   }
   harness::TimingOptions topt;
   topt.replays = f.replays;
@@ -272,11 +276,17 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
 
 nlohmann::json case_json(const Case& c, const CacheKind& kind, const std::string& backend,
                          int tactic) {
-  return {{"backend", backend},   {"tactic", tactic},
-          {"h_q", c.problem.h_q}, {"s_q", c.problem.s_q},
-          {"batch", c.batch},     {"seq_len", c.seq_len},
-          {"var", c.variable},    {"page_size", c.problem.page_size},
-          {"dtype", kind.label},  {"layout", to_string(c.problem.kv_layout)}};
+  return {{"backend", backend},
+          {"tactic", tactic},
+          {"h_q", c.problem.h_q},
+          {"s_q", c.problem.s_q},
+          {"var_q", c.problem.var_q},
+          {"batch", c.batch},
+          {"seq_len", c.seq_len},
+          {"var", c.variable},
+          {"page_size", c.problem.page_size},
+          {"dtype", kind.label},
+          {"layout", to_string(c.problem.kv_layout)}};
 }
 
 Status check_cp_flags(const BenchFlags& f) {
@@ -290,6 +300,10 @@ Status check_cp_flags(const BenchFlags& f) {
   }
   if (!f.reference_csv.empty()) {
     return invalid_argument("--reference", "none with --cp", f.reference_csv);
+  }
+  if (f.sweep.var_q != 0) {
+    return invalid_argument("--var-q", "0 with --cp (the sharded workloads have uniform s_q)",
+                            f.sweep.var_q);
   }
   if (f.cp.interleave.empty() || f.cp.merge.empty()) {
     return invalid_argument("--cp-interleave/--cp-merge", "at least one value each", "none");

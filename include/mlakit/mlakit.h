@@ -146,7 +146,10 @@ struct Problem {
   // stays [b]. Context parallelism: the causal bound on global positions as above. The host does
   // not know total (cu_seqlens_q lives where the backend runs): validate_args' overlap checks
   // count the first packed row of q, out, lse and the indices only; the cpu backend and
-  // Decoder::check_data check the offsets (cu_seqlens_q[0] = 0, each q_len 0..s_q).
+  // Decoder::check_data check the offsets (cu_seqlens_q[0] = 0, each q_len 0..s_q), the GPU
+  // backends clamp each q_len to 0..s_q and otherwise trust them. GPU cost: the padded [b, s_q]
+  // problem's compute (absent rows are computed on zeros, not written; a request with q_len 0 is
+  // skipped), plus a small kernel for the bounds (docs/sm90-decode.md, docs/sm80-decode.md).
   bool var_q = false;
   bool has_sinks = false;  // a per-head sink logit is passed in RunArgs::sinks
   int32_t topk = 0;        // > 0: sparse attention over RunArgs::indices [b, s_q, topk]

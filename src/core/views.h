@@ -36,9 +36,9 @@ struct Views {
   }
 
   // q's rows (one per request, token and head) equally spaced, q_h apart: a 2-D [rows, d_qk] view.
-  // (With var_q: rows q_s apart, q_s = h_q * q_h.)
+  // Never with var_q: the kernels' padded rows [b, s_q] are not the packed ones.
   bool q_uniform(const Problem& p) const {
-    return q_s == p.h_q * q_h && (p.var_q || q_b == p.s_q * q_s);
+    return !p.var_q && q_s == p.h_q * q_h && q_b == p.s_q * q_s;
   }
   // Cached tokens equally spaced across pages: a 2-D [num_pages * page_size, token] view.
   bool kv_uniform(const Problem& p) const { return kv_page == p.page_size * kv_token; }

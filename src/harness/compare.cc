@@ -9,13 +9,20 @@
 namespace mlakit::harness {
 
 Comparison compare(const Problem& p, int batch, const void* test, const void* ref,
-                   const float* test_lse, const float* ref_lse) {
+                   const float* test_lse, const float* ref_lse, int64_t tokens) {
   Comparison c;
-  const int64_t rows = static_cast<int64_t>(batch) * p.s_q * p.h_q;
+  const int64_t all_rows = static_cast<int64_t>(batch) * p.s_q * p.h_q;
+  const int64_t rows = tokens < 0 ? all_rows : tokens * p.h_q;
   c.count = rows * kDv;
   const auto* t16 = static_cast<const uint16_t*>(test);
   const auto* r16 = static_cast<const uint16_t*>(ref);
   const bool bf16 = p.out_dtype == DType::kBF16;
+  for (int64_t k = c.count; k < all_rows * kDv; ++k) {
+    c.written_past += !std::isnan(bf16 ? bf16_to_float(t16[k]) : fp16_to_float(t16[k]));
+  }
+  if (test_lse != nullptr) {
+    for (int64_t k = rows; k < all_rows; ++k) c.written_past += !std::isnan(test_lse[k]);
+  }
   double err2 = 0, ref2 = 0;
   for (int64_t k = 0; k < c.count; ++k) {
     const double t = bf16 ? bf16_to_float(t16[k]) : fp16_to_float(t16[k]);
@@ -45,16 +52,18 @@ Comparison compare(const Problem& p, int batch, const void* test, const void* re
 }
 
 bool Comparison::passes(const Tolerance& t) const {
-  return nonfinite == 0 && lse_mismatch == 0 && max_abs_err <= t.atol + t.rtol * max_abs_ref &&
-         rel_l2_err <= t.rel_l2 && lse_max_abs_err <= t.lse_atol;
+  return nonfinite == 0 && lse_mismatch == 0 && written_past == 0 &&
+         max_abs_err <= t.atol + t.rtol * max_abs_ref && rel_l2_err <= t.rel_l2 &&
+         lse_max_abs_err <= t.lse_atol;
 }
 
 std::string Comparison::summary() const {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "max err %.2e (ref max %.2e), rel L2 %.2e, lse err %.2e%s%s",
+  std::snprintf(buf, sizeof(buf), "max err %.2e (ref max %.2e), rel L2 %.2e, lse err %.2e%s%s%s",
                 max_abs_err, max_abs_ref, rel_l2_err, lse_max_abs_err,
                 nonfinite ? str_cat(", ", nonfinite, " non-finite").c_str() : "",
-                lse_mismatch ? str_cat(", ", lse_mismatch, " lse mismatches").c_str() : "");
+                lse_mismatch ? str_cat(", ", lse_mismatch, " lse mismatches").c_str() : "",
+                written_past ? str_cat(", ", written_past, " written past the rows").c_str() : "");
   return buf;
 }
 

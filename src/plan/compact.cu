@@ -22,8 +22,16 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
   pdl::griddepcontrol_wait();  // the indices and lengths may come from the previous kernel
   const int64_t r = blockIdx.x;
   const int32_t request = static_cast<int32_t>(r / p.s_q);
-  const int32_t n = p.topk_lens == nullptr ? p.topk : min(max(p.topk_lens[request], 0), p.topk);
-  const int32_t* idx = p.indices + r * p.topk;
+  int32_t n = p.topk_lens == nullptr ? p.topk : min(max(p.topk_lens[request], 0), p.topk);
+  // var_q: the row's indices are packed row cu[request] + t; a token past q_len keeps nothing.
+  int64_t row = r;
+  if (p.cu_seqlens_q != nullptr) {
+    const int32_t t = static_cast<int32_t>(r - int64_t{request} * p.s_q);
+    const int32_t first = p.cu_seqlens_q[request];
+    if (t >= p.cu_seqlens_q[request + 1] - first) n = 0;
+    row = int64_t{first} + t;
+  }
+  const int32_t* idx = p.indices + row * p.topk;
   int32_t* out = p.slots + r * p.topk;
   int32_t kept = 0, dropped = 0;
   for (int32_t k0 = 0; k0 < n; k0 += kCompactThreads * kPerThread) {
@@ -80,6 +88,7 @@ CompactParams compact_params(const Problem& problem, const RunArgs& args, void* 
   CompactParams p{};
   p.indices = args.indices;
   p.topk_lens = args.topk_lens;
+  p.cu_seqlens_q = problem.var_q ? args.cu_seqlens_q : nullptr;
   p.counts = reinterpret_cast<int32_t*>(base);
   p.slots =
       reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * static_cast<size_t>(rows)));

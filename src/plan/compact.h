@@ -19,12 +19,15 @@
 namespace mlakit::plan {
 
 struct CompactParams {
-  const int32_t* indices;    // [rows, topk]
+  const int32_t* indices;    // [rows, topk] (var_q: [total, topk], below)
   const int32_t* topk_lens;  // [rows / s_q] or null
-  int32_t* slots;            // [rows, topk] out: the kept indices, first count[r] of each row
-  int32_t* counts;           // [rows] out
-  int32_t* dropped;          // optional [1]: incremented by the indices dropped as out of range
-  int64_t num_tokens;        // cached tokens: num_pages * page_size
+  // [rows / s_q + 1] with var_q, else null: row (request, t)'s indices are packed row
+  // cu_seqlens_q[request] + t ([total, topk]), and a row with t >= q_len keeps none.
+  const int32_t* cu_seqlens_q;
+  int32_t* slots;      // [rows, topk] out: the kept indices, first count[r] of each row
+  int32_t* counts;     // [rows] out
+  int32_t* dropped;    // optional [1]: incremented by the indices dropped as out of range
+  int64_t num_tokens;  // cached tokens: num_pages * page_size
   int32_t topk;
   int32_t s_q;
 };

@@ -17,10 +17,13 @@ __global__ void __launch_bounds__(kThreads) cp_lengths_kernel(const CpLengthsPar
   pdl::griddepcontrol_wait();  // the lengths may come from the previous kernel
   for (int32_t i = blockIdx.x * kThreads + threadIdx.x; i < p.batch; i += gridDim.x * kThreads) {
     const int32_t len = p.seq_lens[i];
-    p.local_lens[i] = p.lens.of(len);
+    const int32_t q_len = p.cu_seqlens_q == nullptr
+                              ? p.s_q
+                              : max(0, min(p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i], p.s_q));
+    p.local_lens[i] = q_len > 0 ? p.lens.of(len) : 0;
     if (p.causal_bounds != nullptr) {
       for (int32_t t = 0; t < p.s_q; ++t) {
-        p.causal_bounds[int64_t{i} * p.s_q + t] = p.lens.causal_bound(len, p.s_q - 1 - t);
+        p.causal_bounds[int64_t{i} * p.s_q + t] = p.lens.causal_bound(len, max(q_len - 1 - t, 0));
       }
     }
   }
@@ -44,7 +47,7 @@ Lengths cp_lengths(const Problem& given, int64_t table_tokens) {
 }
 
 size_t cp_lengths_bytes(const Problem& given) {
-  if (!given.context_parallel() || given.sparse()) return 0;
+  if (!(given.context_parallel() || given.var_q) || given.sparse()) return 0;
   const size_t batch = static_cast<size_t>(given.max_batch);
   return align_up(sizeof(int32_t) * batch) + align_up(sizeof(int32_t) * batch * given.s_q);
 }
@@ -58,6 +61,7 @@ CpLengthsParams cp_lengths_params(const Problem& given, const RunArgs& args, voi
               causal ? reinterpret_cast<int32_t*>(
                            base + align_up(sizeof(int32_t) * static_cast<size_t>(given.max_batch)))
                      : nullptr,
+          .cu_seqlens_q = given.var_q ? args.cu_seqlens_q : nullptr,
           .batch = args.batch,
           .s_q = given.s_q,
           .lens = cp_lengths(given, args.block_table_stride * given.page_size)};

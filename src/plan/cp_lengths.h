@@ -1,6 +1,10 @@
 // Context parallelism (Problem::cp_world > 1) on the GPU backends: a rank's local lengths and the
 // causal bounds of its MTP tokens, counted from the GLOBAL lengths by a small kernel that runs
-// before the decode (graph-capturable, PDL-chained like the plan and compaction kernels). The
+// before the decode (graph-capturable, PDL-chained like the plan and compaction kernels).
+// Variable query lengths (Problem::var_q, dense) take the same kernel, with or without context
+// parallelism: token t of request i sees positions < L_i - q_len_i + 1 + t, which is not the
+// kernels' uniform bound, and a request with q_len 0 gets length 0 (no chunk is run for it; the
+// kernels write no row past q_len_i: plan::RowView::live_rows). The
 // decode kernels then read the local lengths as they read any lengths, so their code for problems
 // without context parallelism is unchanged; only a causal bound reads causal_bounds when set
 // (DecodeParamsBase). Counting in the decode kernels instead (in every chunk iterator and plan
@@ -53,7 +57,8 @@ struct Lengths {
   }
 };
 
-// The Lengths of a rank of `given` (a dense context-parallel problem) whose block table holds
+// The Lengths of a rank of `given` (a dense context-parallel or var_q problem; without context
+// parallelism, rank 0 of 1: the lengths clamped) whose block table holds
 // `table_tokens` tokens a row (block_table_stride * page_size).
 Lengths cp_lengths(const Problem& given, int64_t table_tokens);
 
@@ -61,13 +66,16 @@ struct CpLengthsParams {
   const int32_t* seq_lens;  // [batch] global lengths (RunArgs::seq_lens)
   int32_t* local_lens;      // [batch] out: the rank's tokens per request
   int32_t* causal_bounds;   // [batch, s_q] out with causal MTP (else null): tokens token t sees
+  // [batch + 1] with var_q (RunArgs::cu_seqlens_q), else null: q_len_i, clamped to 0..s_q. The
+  // bounds of tokens t >= q_len_i (absent) are the whole length, so they still grow with t.
+  const int32_t* cu_seqlens_q;
   int32_t batch;
   int32_t s_q;
   Lengths lens;
 };
 
-// Workspace bytes for the local lengths and bounds of `given` (0 without context parallelism or
-// for a sparse problem, whose indices are already local), 256-aligned.
+// Workspace bytes for the local lengths and bounds of `given` (0 without context parallelism and
+// var_q, or for a sparse problem, whose indices are already local), 256-aligned.
 size_t cp_lengths_bytes(const Problem& given);
 // The run's parameters, the outputs in `region` (cp_lengths_bytes(given) bytes).
 CpLengthsParams cp_lengths_params(const Problem& given, const RunArgs& args, void* region);

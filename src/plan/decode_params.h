@@ -22,34 +22,67 @@ namespace mlakit::plan {
 // pairs as requests of one token (rows_as_requests): there `request_tokens` (the problem's s_q)
 // splits the kernels' request back into (request / s_q, request % s_q); else it is 1. Strides in
 // elements; the offsets are 64-bit (a view's strides reach 2^40).
+// Problem::var_q: q and out are packed by query token. Token t of request i is packed row
+// cu_seqlens_q[i] + t (its offset that times stride_s), and only the first q_len_i tokens of a
+// request exist: the kernels' rows r < live_rows(request) (rows are token-major, so the absent ones
+// are a suffix). The kernels still run the padded [b, s_q] rows; they read no q row and write no
+// out or lse row past live_rows (q loads fill zeros there).
 struct RowView {
   int64_t stride_b, stride_s, stride_h;
   int32_t h_q;
   int32_t request_tokens;
   // > 0 when the rows are equally spaced (stride_s = h_q * stride_h unless s_q is 1, stride_b =
-  // s_q * h_q * stride_h; the contiguous tensor among them): the kernels' request then has this
-  // many rows, one stride_h apart, and offset() is one multiply-add instead of the general case's
-  // divisions by h_q and s_q for every row the epilogues write.
+  // s_q * h_q * stride_h; the contiguous tensor among them) and there is no var_q: the kernels'
+  // request then has this many rows, one stride_h apart, and offset() is one multiply-add instead
+  // of the general case's divisions by h_q and s_q for every row the epilogues write.
   int32_t uniform_rows;
+  const int32_t* cu_seqlens_q;  // [b + 1] with var_q (device memory), else null
 
+  // The problem's request i and the query token the kernels' request starts at.
+  __host__ __device__ __forceinline__ void request_token(int32_t request, int32_t* i,
+                                                         int32_t* t0) const {
+    *i = request;
+    *t0 = 0;
+    if (request_tokens > 1) {
+      *i = request / request_tokens;
+      *t0 = request - *i * request_tokens;
+    }
+  }
   __host__ __device__ __forceinline__ int64_t offset(int32_t request, int32_t r) const {
     if (uniform_rows > 0) return (int64_t{request} * uniform_rows + r) * stride_h;
     int32_t t = r / h_q;
     const int32_t h = r - t * h_q;
-    int32_t i = request;
-    if (request_tokens > 1) {
-      i = request / request_tokens;
-      t += request - i * request_tokens;
-    }
+    int32_t i, t0;
+    request_token(request, &i, &t0);
+    t += t0;
+    if (cu_seqlens_q != nullptr) return (int64_t{cu_seqlens_q[i]} + t) * stride_s + h * stride_h;
     return i * stride_b + t * stride_s + h * stride_h;
+  }
+  // The rows of the kernels' request (of `rows`) that exist: all but with var_q.
+  __host__ __device__ __forceinline__ int32_t live_rows(int32_t request, int32_t rows) const {
+    if (cu_seqlens_q == nullptr) return rows;
+    int32_t i, t0;
+    request_token(request, &i, &t0);
+    const int32_t live = (cu_seqlens_q[i + 1] - cu_seqlens_q[i] - t0) * h_q;
+    return live < 0 ? 0 : live < rows ? live : rows;
+  }
+  // The element of the contiguous lse ([b, s_q, h_q], or with var_q [total, h_q]) of row r.
+  __host__ __device__ __forceinline__ int64_t lse_index(int32_t request, int32_t r,
+                                                        int32_t rows) const {
+    if (cu_seqlens_q == nullptr) return int64_t{request} * rows + r;
+    int32_t i, t0;
+    request_token(request, &i, &t0);
+    return (int64_t{cu_seqlens_q[i]} + t0) * h_q + r;
   }
 };
 
-// q's or out's view for the kernels' rows of `p` (the problem as given, not as planned).
-inline RowView row_view(const Problem& p, int64_t stride_b, int64_t stride_s, int64_t stride_h) {
+// q's or out's view for the kernels' rows of `p` (the problem as given, not as planned);
+// cu_seqlens_q: RunArgs' (null without var_q).
+inline RowView row_view(const Problem& p, int64_t stride_b, int64_t stride_s, int64_t stride_h,
+                        const int32_t* cu_seqlens_q) {
   // (stride_s matters only with several query tokens.)
-  const bool uniform =
-      (p.s_q == 1 || stride_s == p.h_q * stride_h) && stride_b == int64_t{p.s_q} * p.h_q * stride_h;
+  const bool uniform = !p.var_q && (p.s_q == 1 || stride_s == p.h_q * stride_h) &&
+                       stride_b == int64_t{p.s_q} * p.h_q * stride_h;
   return {.stride_b = stride_b,
           .stride_s = stride_s,
           .stride_h = stride_h,
@@ -57,7 +90,8 @@ inline RowView row_view(const Problem& p, int64_t stride_b, int64_t stride_s, in
           .request_tokens = p.sparse() ? p.s_q : 1,
           .uniform_rows = !uniform     ? 0
                           : p.sparse() ? p.h_q
-                                       : p.s_q * p.h_q};
+                                       : p.s_q * p.h_q,
+          .cu_seqlens_q = p.var_q ? cu_seqlens_q : nullptr};
 }
 
 // The cache's view as the kernels address it: the token at (page, offset) lies at page *
@@ -152,7 +186,7 @@ inline DecodeParamsBase decode_params_base(const Problem& p, const Problem& give
       .sinks = p.has_sinks ? a.sinks : nullptr,
       .out = a.out,
       .lse = p.return_lse ? a.lse : nullptr,
-      .out_view = row_view(given, v.out_b, v.out_s, v.out_h),
+      .out_view = row_view(given, v.out_b, v.out_s, v.out_h, a.cu_seqlens_q),
       .lse_scale = given.lse_base2 ? kLog2e : 1.0f,
       .plan = view,
       .schedule = shape.schedule,

@@ -35,7 +35,8 @@ std::string problem_key(const Problem& p) {
       p.has_extra() ? str_cat(".extra", p.extra_topk, ".ep", p.extra_page_size_or_default())
                     : std::string(),
       p.context_parallel() ? str_cat(".cp", p.cp_world, "r", p.cp_rank, "i", p.cp_interleave)
-                           : std::string());
+                           : std::string(),
+      p.var_q ? ".varq" : "");
 }
 
 std::string bucket_key(const Problem& p, int batch_bucket, int len_bucket) {

@@ -17,8 +17,9 @@ int batch_bucket_at(int index);
 int len_bucket(int max_seq_len);
 
 // "h128.s1.p64.q-bf16.kv-bf16.out-bf16.dense.causal.sinks0.lse0.pdl0.topk0", then
-// ".extra<extra_topk>.ep<extra page size>" with an extra cache and ".cp<N>r<rank>i<I>" with
-// context parallelism (absent otherwise: earlier caches' keys stay valid).
+// ".extra<extra_topk>.ep<extra page size>" with an extra cache, ".cp<N>r<rank>i<I>" with
+// context parallelism and ".varq" with variable query lengths (absent otherwise: earlier caches'
+// keys stay valid). The tuner times a var_q bucket on query lengths drawn from 1..s_q.
 std::string problem_key(const Problem& problem);
 // problem_key + "|b<batch bucket>|L<len bucket>"
 std::string bucket_key(const Problem& problem, int batch_bucket, int len_bucket);

@@ -49,8 +49,8 @@ TEST(Bucket, LengthBucketsAndKeys) {
   q.page_size = 16;
   EXPECT_NE(problem_key(p), problem_key(q));
   EXPECT_EQ(bucket_key(p, 64, 4096), problem_key(p) + "|b64|L4096");
-  // Sparse problems with and without an extra cache, and ranks of context parallelism, are
-  // tuned apart; the default problem's key is unchanged.
+  // Sparse problems with and without an extra cache, ranks of context parallelism and var_q
+  // problems are tuned apart; the default problem's key is unchanged.
   EXPECT_EQ(problem_key(p),
             "h128.s1.p64.q-bf16.kv-bf16.out-bf16.dense.causal.sinks0.lse0.pdl0.topk0");
   Problem sparse = p;
@@ -64,6 +64,16 @@ TEST(Bucket, LengthBucketsAndKeys) {
   EXPECT_NE(problem_key(p), problem_key(cp));
   EXPECT_NE(problem_key(cp).find(".cp2r1i1"), std::string::npos) << problem_key(cp);
   EXPECT_NE(problem_key(extra).find(".extra128.ep64"), std::string::npos) << problem_key(extra);
+  // Variable query lengths too (with or without context parallelism).
+  Problem var_q = p;
+  var_q.s_q = 4;
+  var_q.var_q = true;
+  Problem uniform = var_q;
+  uniform.var_q = false;
+  EXPECT_EQ(problem_key(var_q), problem_key(uniform) + ".varq");
+  Problem cp_var_q = cp;
+  cp_var_q.var_q = true;
+  EXPECT_EQ(problem_key(cp_var_q), problem_key(cp) + ".varq");
 }
 // On a machine without a GPU the cpu backend is the only candidate: the choice logic still runs
 // through the cache (a cache file naming cpu for this bucket) and the heuristic.

@@ -113,9 +113,10 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
                                              const Output& ref, const harness::Tolerance& tol) {
   const Problem& p = in.problem;
   const bool lse = p.return_lse;
+  // var_q: the packed rows, and nothing written past them.
   const harness::Comparison cmp =
       harness::compare(p, in.batch, got.out.data(), ref.out.data(), lse ? got.lse.data() : nullptr,
-                       lse ? ref.lse.data() : nullptr);
+                       lse ? ref.lse.data() : nullptr, p.var_q ? in.cu_seqlens_q[in.batch] : -1);
   if (cmp.passes(tol)) {
     return ::testing::AssertionSuccess() << cmp.summary();
   }

@@ -102,7 +102,7 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
                   const harness::DeviceInputs& device, cudaStream_t stream, Output* got);
 
 // Compares against the reference with harness::default_tolerance (or `tolerance`); returns the
-// summary.
+// summary. var_q: the packed rows, and no element past them written (got poisoned before).
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,
                                              const Output& ref);
 ::testing::AssertionResult matches_reference(const harness::HostInputs& in, const Output& got,

@@ -18,7 +18,8 @@
 
 namespace mlakit::sm80 {
 
-// Each row's LSE (to lse or the partial's LSE) and output scale (to s.row_scale), from the score
+// Each row's LSE (to lse or the partial's LSE) and output scale (to s.row_scale; -1 for a row
+// that is not written: past the rows, or past a var_q request's q_len), from the score
 // warps' softmax state. With several token groups their denominators meet in shared memory
 // (a barrier of all threads inside); with whole rows per warp (kSColGroups 1) only score threads
 // may call it, and it has no barrier. scale_log2: the scores' scale (p.scale_log2, times the fp8
@@ -57,15 +58,21 @@ __device__ __forceinline__ void write_row_stats(const DecodeParams& p, SharedSto
     const float lse =
         any ? ((e == 0 ? st.max[0] : st.max[1]) * scale_log2 + log2f(sum)) * kLn2 : -INFINITY;
     float scale = any ? 1.0f / sum : 0.0f;
-    if (r < p.rows) {
+    // var_q: an out row past the request's q_len is not written; its scale says so (-1), so
+    // that the output warps need not work it out again.
+    bool written = r < p.rows;
+    if (written) {
       if (direct) {
         if (p.sinks != nullptr && any) scale /= 1.0f + expf(p.sinks[r % p.h_q] - lse);
-        if (p.lse != nullptr) p.lse[int64_t{c.request} * p.rows + r] = lse * p.lse_scale;
+        written = r < p.out_view.live_rows(c.request, p.rows);
+        if (p.lse != nullptr && written) {
+          p.lse[p.out_view.lse_index(c.request, r, p.rows)] = lse * p.lse_scale;
+        }
       } else {
         p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
       }
     }
-    s.row_scale[row] = scale * v_scale;
+    s.row_scale[row] = written ? scale * v_scale : -1.0f;
   }
 }
 
@@ -85,8 +92,8 @@ __device__ __forceinline__ void write_output(const DecodeParams& p, const Shared
     for (int e = 0; e < 2; ++e) {
       const int row = o_row0 + mt * 16 + lane / 4 + 8 * e;
       const int r = row0 + row;
-      if (r >= p.rows) continue;
       const float scale = s.row_scale[row];
+      if (r >= p.rows || scale < 0.0f) continue;  // (-1: var_q's absent rows, write_row_stats)
       if (direct) {
         // out may be a view: the row's own offset (plan::RowView).
         T* g_out = static_cast<T*>(p.out) + p.out_view.offset(c.request, r) + col0;

@@ -156,12 +156,13 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
       int64_t{device.sm_count} * ctas_per_sm / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
-  // The region at compact_offset: a sparse problem's compacted slots, or a context-parallel
-  // rank's lengths (cp_lengths.h).
-  setup->workspace_bytes =
-      p.sparse() ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
-      : problem.context_parallel() ? setup->compact_offset + plan::cp_lengths_bytes(problem)
-                                   : setup->layout.bytes;
+  // The region at compact_offset: a sparse problem's compacted slots, or the lengths of a
+  // context-parallel rank or a var_q problem (cp_lengths.h).
+  const size_t lengths_bytes = plan::cp_lengths_bytes(problem);
+  setup->workspace_bytes = p.sparse()
+                               ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
+                           : lengths_bytes > 0 ? setup->compact_offset + lengths_bytes
+                                               : setup->layout.bytes;
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->speculate = tactic == 4 && !roles;
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
@@ -188,7 +189,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const Views views = views_of(p, args);
   params.q = a.q;
   params.kv = a.kv_cache;
-  params.q_view = plan::row_view(p, views.q_b, views.q_s, views.q_h);
+  params.q_view = plan::row_view(p, views.q_b, views.q_s, views.q_h, args.cu_seqlens_q);
   params.kv_view = plan::kv_view(p, views, 1);
   params.stages = setup.stages;
   params.scale = a.softmax_scale;
@@ -206,8 +207,9 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.seq_lens = compact.counts;
     params.max_len = p.topk;
     params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.num_tokens, INT32_MAX));
-  } else if (p.context_parallel()) {
-    // The rank's lengths and causal bounds, counted from the global lengths (cp_lengths.h).
+  } else if (p.context_parallel() || p.var_q) {
+    // The rank's lengths and causal bounds, counted from the global lengths, or var_q's bounds
+    // from each request's query length (cp_lengths.h).
     const plan::CpLengthsParams cp =
         plan::cp_lengths_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
     if (launches & kLaunchPlan) {

@@ -21,14 +21,15 @@ __device__ __forceinline__ uint32_t row_chunk_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Query rows [row0, row0 + kRows) of request `request`; rows past its last are zero-filled. Copied
-// by kCopiers threads, this one being number tid.
+// Query rows [row0, row0 + kRows) of request `request`; rows past its last (with var_q, past its
+// q_len: RowView::live_rows) are zero-filled. Copied by kCopiers threads, this one being number
+// tid.
 template <typename T, typename Cfg, int kCopiers = Cfg::kThreads>
 __device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int request, int row0,
                                        int tid = static_cast<int>(threadIdx.x)) {
   static_assert(Cfg::kRows * kRowChunks % kCopiers == 0);
   const T* g_q = static_cast<const T*>(p.q);
-  const int valid_rows = min(Cfg::kRows, p.rows - row0);
+  const int valid_rows = min(Cfg::kRows, p.q_view.live_rows(request, p.rows) - row0);
   // Unrolled only in part: 36 copies per thread (kRoles' score warps) held 72 registers of
   // addresses.
 #pragma unroll 9

@@ -64,13 +64,13 @@ __device__ __forceinline__ void load_words(const uint8_t* src, uint32_t (&w)[kWo
 }
 
 // The fp8 q tile: rows [row0, row0 + kRows) of request `request` widened to T (rows past the
-// request's last are zeros). Synchronous: once per chunk.
+// request's last, or its q_len with var_q, are zeros). Synchronous: once per chunk.
 template <typename T, typename Cfg>
 __device__ __forceinline__ void load_q_fp8(uint32_t s_q, const DecodeParams& p, int request,
                                            int row0) {
   constexpr int kPieces = Cfg::kRows * kDqk / 16;
   const auto* g_q = static_cast<const uint8_t*>(p.q);
-  const int valid_rows = min(Cfg::kRows, p.rows - row0);
+  const int valid_rows = min(Cfg::kRows, p.q_view.live_rows(request, p.rows) - row0);
   for (int idx = static_cast<int>(threadIdx.x); idx < kPieces; idx += Cfg::kThreads) {
     const int row = idx / (kDqk / 16), d0 = idx % (kDqk / 16) * 16;
     uint32_t w[4] = {0, 0, 0, 0};

@@ -45,6 +45,8 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
   const int row_begin = rank * kTileRows / splits;
   const int row_end = (rank + 1) * kTileRows / splits;
   const int tid = static_cast<int>(threadIdx.x);
+  // Rows written: all of a partial's; of out, the request's (var_q: up to its q_len).
+  const int32_t live = clusters > 1 ? p.rows : p.out_view.live_rows(request, p.rows);
   // 1. Per row: the merged LSE and each result's weight, exp(lse_k - lse) times the sink factor.
   if (tid < row_end - row_begin) {
     const int row = row_begin + tid;
@@ -74,8 +76,8 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
     if (r < p.rows) {
       if (clusters > 1) {
         p.plan.partial_lse[first_row + r] = lse;
-      } else if (p.lse != nullptr) {
-        p.lse[first_row + r] = lse * p.lse_scale;  // natural or base 2
+      } else if (p.lse != nullptr && r < live) {
+        p.lse[p.out_view.lse_index(request, r, p.rows)] = lse * p.lse_scale;  // natural or base 2
       }
     }
   }
@@ -87,7 +89,7 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
     const int row = row_begin + idx / kFloat4s;
     const int col4 = idx % kFloat4s;
     const int32_t r = m_tile * kTileRows + row;
-    if (r >= p.rows) continue;
+    if (r >= live) continue;
     const uint32_t at = buf + 4 * (row * kMergeStride + 4 * col4);
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int k = 0; k < splits; ++k) {

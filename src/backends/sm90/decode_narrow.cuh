@@ -186,8 +186,9 @@ __device__ __forceinline__ void narrow_column_factors(const DecodeParams& p, Sma
         sm.merge_lse[col] = lse;
       } else if (!direct) {
         p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
-      } else if (p.lse != nullptr) {
-        p.lse[int64_t{c.request} * p.rows + r] = lse * p.lse_scale;  // natural or base 2
+      } else if (p.lse != nullptr && r < p.out_view.live_rows(c.request, p.rows)) {
+        // natural or base 2; var_q: no row past the request's q_len
+        p.lse[p.out_view.lse_index(c.request, r, p.rows)] = lse * p.lse_scale;
       }
     }
     sm.col_factor[0][col] = a0 * scale * v_scale;
@@ -209,6 +210,8 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
   const int tid = static_cast<int>(threadIdx.x);
   const bool direct = c.slot == -1;
   const int64_t first_row = int64_t{c.slot} * p.rows;  // of the partial
+  // Rows written: all of the partial's; of out, the request's (var_q: up to its q_len).
+  const int32_t live = direct ? p.out_view.live_rows(c.request, p.rows) : p.rows;
   constexpr int kFloat4s = kDv / 4;
   static_assert(kNarrowPassRows * kFloat4s % kConsumerThreads == 0);
   // Unrolled, so the shared-memory loads are in flight together.
@@ -217,7 +220,7 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
     const int idx = tid + k * kConsumerThreads;
     const int row = idx / kFloat4s, col4 = idx % kFloat4s;
     const int32_t r = row0 + row_off + row;
-    if (r >= p.rows) continue;
+    if (r >= live) continue;
     const float4 v = *reinterpret_cast<const float4*>(rows_buf + row * kMergeStride + 4 * col4);
     if (direct) {
       // out may be a view: the row's own offset (plan::RowView).

@@ -238,8 +238,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                        device.sm_count / m_tiles);
   setup->layout = plan::workspace_layout(setup->shape);
   setup->compact_offset = (setup->layout.bytes + 255) / 256 * 256;
-  // The region at compact_offset: a sparse problem's compacted slots, or a context-parallel
-  // rank's lengths (cp_lengths.h).
+  // The region at compact_offset: a sparse problem's compacted slots, or the lengths of a
+  // context-parallel rank or a var_q problem (cp_lengths.h).
   setup->q_pack_offset =
       p.sparse()
           ? setup->compact_offset + (plan::compact_bytes(p.max_batch, p.topk) + 255) / 256 * 256
@@ -278,9 +278,10 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
         "q, kv_cache", "16-byte aligned addresses for backend sm90",
         reinterpret_cast<uintptr_t>(a.q) % 16 != 0 ? "q misaligned" : "kv_cache misaligned");
   }
-  // Views. TMA reads q's rows by one row stride (else q is packed into the workspace first,
-  // pack_q.h), and a dense problem's cache by tokens (2-D) or, with padded pages, by (token,
-  // page) (3-D); the sparse gather and the epilogues address every row by its strides.
+  // Views. TMA reads q's rows by one row stride (else, and always with var_q, q is packed into
+  // the workspace first, pack_q.h), and a dense problem's cache by tokens (2-D) or, with padded
+  // pages, by (token, page) (3-D); the sparse gather and the epilogues address every row by its
+  // strides.
   const Views views = views_of(p, a);
   const bool pack_q = !views.q_uniform(p);
   const bool kv_paged = !sparse && !views.kv_uniform(p);
@@ -321,8 +322,9 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.seq_lens = compact.counts;
     params.max_len = p.topk;
     params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
-  } else if (p.context_parallel()) {
-    // The rank's lengths and causal bounds, counted from the global lengths (cp_lengths.h).
+  } else if (p.context_parallel() || p.var_q) {
+    // The rank's lengths and causal bounds, counted from the global lengths, or var_q's bounds
+    // from each request's query length (cp_lengths.h).
     const plan::CpLengthsParams cp =
         plan::cp_lengths_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
     MLAKIT_RETURN_IF_ERROR(plan::launch_cp_lengths(cp, stream, setup.pdl));
@@ -332,13 +334,14 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const void* q_rows = a.q;
   int64_t q_row_stride = views.q_h;
   if (pack_q) {
-    const PackQParams pack{.q = static_cast<const uint8_t*>(a.q),
-                           .packed = static_cast<uint8_t*>(workspace) + setup.q_pack_offset,
-                           .view = plan::row_view(p, views.q_b, views.q_s, views.q_h),
-                           .requests = a.batch,
-                           .rows = shape.rows,
-                           .row_bytes = static_cast<int32_t>(p.d_qk * dtype_bytes(p.q_dtype)),
-                           .elem_bytes = static_cast<int32_t>(dtype_bytes(p.q_dtype))};
+    const PackQParams pack{
+        .q = static_cast<const uint8_t*>(a.q),
+        .packed = static_cast<uint8_t*>(workspace) + setup.q_pack_offset,
+        .view = plan::row_view(p, views.q_b, views.q_s, views.q_h, args.cu_seqlens_q),
+        .requests = a.batch,
+        .rows = shape.rows,
+        .row_bytes = static_cast<int32_t>(p.d_qk * dtype_bytes(p.q_dtype)),
+        .elem_bytes = static_cast<int32_t>(dtype_bytes(p.q_dtype))};
     MLAKIT_RETURN_IF_ERROR(launch_pack_q(pack, setup.sm_count, stream, setup.pdl));
     q_rows = pack.packed;
     q_row_stride = p.d_qk;

@@ -27,8 +27,12 @@ __global__ void __launch_bounds__(kThreads) pack_q_kernel(const PackQParams p) {
     const int32_t piece = static_cast<int32_t>(idx - row * pieces);
     const int32_t request = static_cast<int32_t>(row / p.rows);
     const int32_t r = static_cast<int32_t>(row - int64_t{request} * p.rows);
-    const uint4 v = *reinterpret_cast<const uint4*>(p.q + p.view.offset(request, r) * p.elem_bytes +
-                                                    piece * 16);
+    // var_q: rows past the request's q_len are zeros (nothing of q is read for them).
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < p.view.live_rows(request, p.rows)) {
+      v = *reinterpret_cast<const uint4*>(p.q + p.view.offset(request, r) * p.elem_bytes +
+                                          piece * 16);
+    }
     *reinterpret_cast<uint4*>(p.packed + row * p.row_bytes + piece * 16) = v;
   }
 }

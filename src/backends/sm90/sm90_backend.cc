@@ -63,11 +63,6 @@ Status can_run_sparse(const Problem& p) {
 }
 
 Status can_run(const Problem& p, const DeviceInfo&) {
-  if (p.var_q) {
-    return unsupported(
-        "var_q (variable query lengths) is not supported by backend sm90 yet "
-        "(supported: uniform s_q; the cpu backend runs var_q)");
-  }
   if (p.has_extra()) {
     return unsupported("an extra cache (extra_topk ", p.extra_topk,
                        ") is not supported by backend sm90 (supported: none)");
@@ -164,8 +159,9 @@ const BackendEntry& sm90_backend_entry() {
       .supports =
           "sm_90 only; q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q "
           "(out alike; the cache widened in registers) or e4m3 q (out bf16/fp16; fp8 wgmma); "
-          "page size 32, 64, 128; h_q 1..128; s_q 1..16 causal or not; variable lengths; sinks; "
-          "lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 q over a cache of q's type or the "
+          "page size 32, 64, 128; h_q 1..128; s_q 1..16 causal or not; variable query lengths "
+          "(var_q); variable lengths; sinks; lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 "
+          "q over a cache of q's type or the "
           "V3.2 blockwise layout (any page size; tokens gathered, out-of-range indices skipped). "
           "Tactics: cluster, persistent, one-shot, and the same three with "
           "the narrow tile (h_q x s_q <= 32; the only ones with an fp8 cache)",

@@ -65,8 +65,9 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
           sm.merge_lse[row] = lse;
         } else if (!direct) {
           p.plan.partial_lse[int64_t{c.slot} * p.rows + r] = lse;
-        } else if (p.lse != nullptr) {
-          p.lse[int64_t{c.request} * p.rows + r] = lse * p.lse_scale;  // natural or base 2
+        } else if (p.lse != nullptr && r < p.out_view.live_rows(c.request, p.rows)) {
+          // natural or base 2; var_q: no row past the request's q_len
+          p.lse[p.out_view.lse_index(c.request, r, p.rows)] = lse * p.lse_scale;
         }
       }
     }
@@ -99,10 +100,12 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
   // out may be a view: each row at its own offset (plan::RowView); partials are contiguous.
   const int64_t first_row = int64_t{c.slot} * p.rows;
   const int q = lane % 4;
+  // Rows written: all of the partial's; of out, the request's (var_q: up to its q_len).
+  const int32_t live_rows = direct ? p.out_view.live_rows(c.request, p.rows) : p.rows;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int32_t r = row0 + row_a + 8 * e;
-    const bool live = r < p.rows;  // the shuffles below need every lane, live row or not
+    const bool live = r < live_rows;  // the shuffles below need every lane, live row or not
     const int32_t r_live = min(r, p.rows - 1);
     if (direct) {
       TOut* g =

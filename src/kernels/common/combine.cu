@@ -94,11 +94,16 @@ __device__ __forceinline__ void combine_row(
     const float scale = p.sinks != nullptr && lse != -INFINITY
                             ? 1.0f / (1.0f + expf(p.sinks[row % p.h_q] - lse))
                             : 1.0f;
-    if (p.lse != nullptr && threadIdx.x == 0) p.lse[item] = lse * p.lse_scale;
     const int32_t request = static_cast<int32_t>(item / p.rows);
-    T* g_dst = static_cast<T*>(p.out) + p.out_view.offset(request, row) + 4 * column;
-    *reinterpret_cast<uint2*>(g_dst) = {pack2<T>(acc.x * scale, acc.y * scale),
-                                        pack2<T>(acc.z * scale, acc.w * scale)};
+    // var_q: no row past the request's q_len is written (its partials, if any, are dropped).
+    if (row < p.out_view.live_rows(request, p.rows)) {
+      if (p.lse != nullptr && threadIdx.x == 0) {
+        p.lse[p.out_view.lse_index(request, row, p.rows)] = lse * p.lse_scale;
+      }
+      T* g_dst = static_cast<T*>(p.out) + p.out_view.offset(request, row) + 4 * column;
+      *reinterpret_cast<uint2*>(g_dst) = {pack2<T>(acc.x * scale, acc.y * scale),
+                                          pack2<T>(acc.z * scale, acc.w * scale)};
+    }
   }
 }
 
