@@ -21,6 +21,7 @@ typedef struct mlakit_problem {
   int32_t extra_topk, extra_page_size;      /* extra cache (sparse): 0 = none / page_size */
   int32_t cp_world, cp_rank, cp_interleave; /* context parallelism (mlakit.h): 1, 0, 1 = off */
   int32_t lse_base2; /* with return_lse: lse in base 2 (lse * log2(e), -inf stays -inf) */
+  int32_t var_q;     /* variable query lengths (mlakit.h): q, out, lse packed by query token */
 } mlakit_problem_t;
 
 typedef struct mlakit_run_args {
@@ -48,6 +49,10 @@ typedef struct mlakit_run_args {
   int64_t q_stride_b, q_stride_s, q_stride_h;
   int64_t kv_stride_page, kv_stride_token;
   int64_t out_stride_b, out_stride_s, out_stride_h;
+  /* [b + 1] query-token offsets (var_q): request i owns the packed rows cu_seqlens_q[i] ..
+     cu_seqlens_q[i + 1] - 1 of q [total, h_q, d_qk], out [total, h_q, 512] and lse [total, h_q];
+     q_stride_b and out_stride_b must be 0. NULL without var_q. */
+  const int32_t* cu_seqlens_q;
 } mlakit_run_args_t;
 
 typedef struct mlakit_decoder mlakit_decoder_t;

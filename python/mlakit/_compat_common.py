@@ -60,9 +60,13 @@ def _decode(
     pdl: bool = False,
     backend: str = "auto",
     lse_base2: bool = False,
+    cu_seqlens_q: Any = None,
+    max_q_len: Optional[int] = None,
 ) -> Tuple[Any, Any]:
     """One decode through mlakit.torch (torch tensors) or a cached Decoder; returns (out, lse)
-    (lse in base 2 with ``lse_base2``, written so by the library)."""
+    (lse in base 2 with ``lse_base2``, written so by the library). With ``cu_seqlens_q`` (torch
+    tensors; the shims' ragged queries) q, out and lse are packed by query token (the library's
+    var_q), ``max_q_len`` the decoder's s_q."""
     lse_base2 = bool(lse_base2) and bool(return_lse)  # the library refuses base 2 without an lse
     if _arrays.framework(q) == "torch":
         from . import torch as mlakit_torch
@@ -71,7 +75,8 @@ def _decode(
             q, kv_cache, block_table, seq_lens, out=out, lse=lse, return_lse=return_lse,
             softmax_scale=softmax_scale, q_scale=q_scale, k_scale=k_scale, sinks=sinks,
             indices=indices, topk_lens=topk_lens, causal=causal, max_seq_len=max_seq_len,
-            pdl=pdl, backend=backend, lse_base2=lse_base2,
+            pdl=pdl, backend=backend, lse_base2=lse_base2, cu_seqlens_q=cu_seqlens_q,
+            max_q_len=max_q_len,
         )  # fmt: skip
         return result if return_lse else (result, None)
 

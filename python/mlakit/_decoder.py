@@ -85,7 +85,8 @@ class Decoder:
 
     Arguments (all keyword):
         h_q: query heads, 1..128 (one KV head).
-        s_q: query tokens per request, 1..16 (> 1: MTP / speculative decoding).
+        s_q: query tokens per request, 1..16 (> 1: MTP / speculative decoding); with var_q the
+            most any request has.
         page_size: tokens per KV page.
         max_batch: the largest batch any run will pass.
         max_seq_len: the longest cached length any run will pass (sizes the split-KV workspace).
@@ -98,6 +99,12 @@ class Decoder:
             token's 576 data bytes, then every token's 8-byte row of 7 UE8M0 scales and a pad
             byte, the page padded to a multiple of 576 bytes; see docs/math-and-layouts.md).
         causal: with ``s_q > 1``, token t sees positions < L - s_q + 1 + t.
+        var_q: variable query lengths (speculative decoding without padding): runs take
+            ``cu_seqlens_q`` [b + 1] int32, request i owning q_len_i = cu_seqlens_q[i + 1] -
+            cu_seqlens_q[i] query tokens (0..s_q), and q, out and lse packed by query token:
+            q [total, h_q, d_qk], out [total, h_q, 512], lse [total, h_q], row cu_seqlens_q[i] + t
+            being token t of request i. With causal, that token sees positions
+            < L_i - q_len_i + 1 + t.
         sinks: runs take per-head sink logits ``sinks`` [h_q] float32.
         topk: > 0: sparse attention over ``indices`` [b, s_q, topk].
         extra_topk: > 0 (with topk): runs take a second, "extra" cache (``extra_kv_cache``, same
@@ -152,6 +159,7 @@ class Decoder:
         cp_rank: int = 0,
         cp_interleave: int = 1,
         lse_base2: bool = False,
+        var_q: bool = False,
     ) -> None:
         q_name = dtype_name("q_dtype", q_dtype)
         kv_name = q_name if kv_dtype is None else dtype_name("kv_dtype", kv_dtype)
@@ -172,11 +180,13 @@ class Decoder:
             q_name, kv_name, out_name, layout, bool(causal), bool(sinks), int(topk),
             bool(lse), bool(pdl), str(backend), int(tactic), tune_cache or "",
             int(extra_topk), int(extra_page_size), int(cp_world), int(cp_rank),
-            int(cp_interleave), bool(lse_base2),
+            int(cp_interleave), bool(lse_base2), bool(var_q),
         )  # fmt: skip
         self._problem: Dict[str, Any] = self._impl.problem
-        self._shape_out = (int(s_q), int(h_q), 512)
-        self._shape_lse = (int(s_q), int(h_q))
+        # The shapes of out and lse after the batch (or, with var_q, the rows) dimension.
+        self._var_q = bool(var_q)
+        self._shape_out = (int(h_q), 512) if var_q else (int(s_q), int(h_q), 512)
+        self._shape_lse = (int(h_q),) if var_q else (int(s_q), int(h_q))
         self._out_dtype = out_name
         self._lse = bool(lse)
         self._q_kind = q_name
@@ -247,6 +257,7 @@ class Decoder:
         extra_kv_cache: Any = None,
         extra_indices: Any = None,
         extra_topk_lens: Any = None,
+        cu_seqlens_q: Any = None,
     ) -> Any:
         """Computes the attention of a batch; returns ``out``, or ``(out, lse)`` with lse=True.
 
@@ -261,7 +272,7 @@ class Decoder:
 
         Arguments:
             q: [b, s_q, h_q, d_qk] of q_dtype (the absorbed query, then its 64 RoPE values;
-                d_qk 576, or 512 with fp8_v4).
+                d_qk 576, or 512 with fp8_v4); with var_q [total, h_q, d_qk] (cu_seqlens_q).
             kv_cache: [num_pages, page_size, 576] of kv_dtype (also accepted: [num_pages,
                 page_size, 1, 576] and [num_pages, 1, page_size, 576]); with fp8_blockwise,
                 656 bytes per token (uint8 or float8_e4m3fn); with fp8_v4, [num_pages, page
@@ -272,9 +283,10 @@ class Decoder:
                 lengths beyond ``max_pages * page_size`` are refused; GPU backends cannot read
                 the lengths and bound them by the row stride, so they must fit the view.
             seq_lens: [b] int32 cached lengths (dense problems; unused when sparse).
-            out: [b, s_q, h_q, 512] of out_dtype, written in place and returned; None: a new
-                array of q's framework (NumPy, PyTorch and CuPy).
-            lse: [b, s_q, h_q] float32 for decoders made with lse=True (None: a new array).
+            out: [b, s_q, h_q, 512] of out_dtype ([total, h_q, 512] with var_q), written in
+                place and returned; None: a new array of q's framework (NumPy, PyTorch, CuPy).
+            lse: [b, s_q, h_q] float32 ([total, h_q] with var_q) for decoders made with
+                lse=True (None: a new array).
             softmax_scale: None: 1/sqrt(d_qk) (1/sqrt(576), or 1/sqrt(512) with fp8_v4).
             q_scale, k_scale: fp8 dequantization scales (value = e4m3 * scale; k_scale scales K
                 and V): a finite float > 0, or a one-element float32 array where the backend runs
@@ -283,12 +295,18 @@ class Decoder:
                 fp8_blockwise); both are refused with 16-bit inputs.
             sinks: [h_q] float32 sink logits (decoders made with sinks=True).
             indices: [b, s_q, topk] int32 cache slots ``page * page_size + offset``, -1 = empty
-                (sparse decoders).
+                (sparse decoders); with var_q [total, topk], as q (extra_indices likewise).
             topk_lens: optional [b] int32: only the first topk_lens[i] slots count (sparse).
             extra_kv_cache: the extra cache (decoders made with extra_topk > 0): the layout of
                 ``kv_cache`` with pages of ``extra_page_size`` tokens.
             extra_indices: [b, s_q, extra_topk] int32 slots of the extra cache, -1 = empty.
             extra_topk_lens: optional [b] int32: only the first extra_topk_lens[i] count.
+            cu_seqlens_q: [b + 1] int32 query-token offsets (decoders made with var_q=True;
+                cu_seqlens_q[0] = 0, non-decreasing, each request 0..s_q tokens): the batch is b,
+                and q is [total, h_q, d_qk], out [total, h_q, 512] and lse [total, h_q] with
+                the same number of rows, at least cu_seqlens_q[b] (rows past it are neither read
+                nor written; on the host the offsets are checked against the rows, on a GPU
+                they cannot be).
             workspace: at least ``workspace_bytes`` bytes, 256-byte aligned; None: one kept by
                 this decoder per (framework, device, stream), allocated on first use (PyTorch:
                 from the caching allocator, so CUDA graph capture works).
@@ -302,7 +320,7 @@ class Decoder:
             RuntimeError: a CUDA error, or an internal one (the host ran out of memory).
         """
         shape: Any = getattr(q, "shape", None)
-        batched = shape is not None and len(shape) == 4
+        batched = shape is not None and len(shape) == (3 if self._var_q else 4)
         if out is None:
             if batched:
                 out = _arrays.empty(q, (int(shape[0]),) + self._shape_out, self._out_dtype, "out")
@@ -343,6 +361,7 @@ class Decoder:
             export("extra_kv_cache", extra_kv_cache, self._kv_kind),
             export("extra_indices", extra_indices),
             export("extra_topk_lens", extra_topk_lens),
+            export("cu_seqlens_q", cu_seqlens_q),
         )
         return (out, lse) if self._lse else out
 

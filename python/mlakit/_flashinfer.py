@@ -1,5 +1,5 @@
 """FlashInfer's MLA decode calls, computed by mlakit (re-exported by ``mlakit.compat``): what
-the two shims share (backend names, mlakit's limits, views, the ragged layout).
+the two shims share (backend names, mlakit's limits, views).
 
 * ``trtllm_batch_decode_with_kv_cache_mla`` (_flashinfer_trtllm.py): FlashInfer 0.6's
   signature, every parameter implemented or refused by name.
@@ -14,7 +14,6 @@ wrapper return), natural log with the wrapper's ``return_lse_base_on_e=True``; a
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Tuple
 
 from . import _arrays
@@ -54,32 +53,6 @@ def _view(name: str, x: Any, shape: Tuple[int, ...]) -> Any:
             f"{name}: expected an array that can be seen as {list(shape)} without a copy, "
             f"given shape {list(x.shape)}"
         ) from None
-
-
-def _ragged_layout(
-    cum_seq_lens_q: Any, total: int, s_q: int, device: Any
-) -> Tuple[Any, Any, Any]:
-    """Ragged rows (request i's tokens at cum[i]..cum[i + 1], ``total`` in all) laid out as a
-    batch of ``s_q`` slots per request, each request's tokens in its last slots, where the causal
-    bound of mlakit's token t (positions < L - s_q + 1 + t) is the ragged token's own. Returns
-    ``source`` [b, s_q], the ragged row each slot reads (unused slots repeat a real row, whose
-    results are dropped), and per ragged row its (request, slot) to gather the results back.
-    Device tensor ops with host-known shapes only: no synchronization, graph-capturable."""
-    torch = sys.modules["torch"]
-    cum = cum_seq_lens_q.to(device=device, dtype=torch.int64)
-    q_lens = cum[1:] - cum[:-1]
-    slots = torch.arange(s_q, device=device)
-    first = s_q - q_lens  # the slot of each request's first token
-    source = (cum[:-1, None] + slots[None, :] - first[:, None]).clamp(0, max(total - 1, 0))
-    rows = torch.arange(total, device=device)
-    request = torch.searchsorted(cum[1:], rows, right=True)
-    slot = first[request] + rows - cum[request]
-    return source, request, slot
-
-
-def _gather_rows(x: Any, source: Any) -> Any:
-    """Rows of ``x`` [total, ...] at ``source`` [b, s_q], as [b, s_q, ...]."""
-    return x.index_select(0, source.reshape(-1)).reshape(tuple(source.shape) + tuple(x.shape[1:]))
 
 
 def _check_query_tokens(name: str, s_q: int) -> None:

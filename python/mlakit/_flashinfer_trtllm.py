@@ -16,8 +16,6 @@ from ._flashinfer import (
     _backend,
     _check_heads,
     _check_query_tokens,
-    _gather_rows,
-    _ragged_layout,
     _view,
     multi_ctas_kv_counter_bytes,
 )
@@ -152,12 +150,16 @@ def _check_counter_buffer(buffer: Any, query: Any, batch: int, heads: int) -> No
             )
 
 
-def _mask_sparse_slots(indices: Any, seq_lens: Any, s_q: int) -> Any:
+def _mask_sparse_slots(indices: Any, seq_lens: Any, s_q: int, cu_seqlens_q: Any = None) -> Any:
     """trtllm-gen's sparse mode bounds each query token's index slots as its dense mode bounds
     positions: slot j of token t (of s_q) counts only where j < seq_lens[i] - s_q + 1 + t, which
     is the causal bound when the slots list positions in order (FlashInfer's sparse test checks
     exactly this against a causal reference). The other slots become -1 (empty), in a copy:
-    device ops, no synchronization. A request at least topk + s_q - 1 long keeps every slot."""
+    device ops, no synchronization. A request at least topk + s_q - 1 long keeps every slot.
+    With ``cu_seqlens_q`` (torch) the rows are packed by query token, [total_q, topk], and s_q
+    is each request's own q_len."""
+    if cu_seqlens_q is not None:
+        return _mask_packed_slots(indices, seq_lens, cu_seqlens_q)
     topk = int(indices.shape[-1])
     if _arrays.framework(indices) == "torch":
         torch = sys.modules["torch"]
@@ -170,6 +172,21 @@ def _mask_sparse_slots(indices: Any, seq_lens: Any, s_q: int) -> Any:
     bound = np.asarray(seq_lens, dtype=np.int64)[:, None] + (np.arange(s_q) - (s_q - 1))[None, :]
     return np.where(np.arange(topk)[None, None, :] < bound[:, :, None], indices, -1).astype(
         indices.dtype)  # fmt: skip
+
+
+def _mask_packed_slots(indices: Any, seq_lens: Any, cu_seqlens_q: Any) -> Any:
+    """_mask_sparse_slots for index rows packed by query token: row r = cu[i] + t keeps slot j
+    where j < seq_lens[i] - q_len_i + 1 + t. Rows past cu[b] belong to no request and are not
+    read; they are masked as the last request's."""
+    torch = sys.modules["torch"]
+    device = indices.device
+    cu = cu_seqlens_q.to(device=device, dtype=torch.int64)
+    rows = torch.arange(int(indices.shape[0]), device=device)
+    request = torch.searchsorted(cu[1:], rows, right=True).clamp(max=int(cu.shape[0]) - 2)
+    first, q_len = cu[request], cu[request + 1] - cu[request]
+    bound = seq_lens.to(device=device, dtype=torch.int64)[request] - q_len + 1 + rows - first
+    keep = torch.arange(int(indices.shape[-1]), device=device)[None, :] < bound[:, None]
+    return indices.masked_fill(~keep, -1)
 
 
 def trtllm_batch_decode_with_kv_cache_mla(
@@ -221,7 +238,7 @@ def trtllm_batch_decode_with_kv_cache_mla(
         kv_lora_rank: must be 512. qk_rope_head_dim: must be 64 (0, NoPE MLA, is refused).
         block_tables: [batch_size, max_num_pages] int32; with sparse_mla_top_k > 0 the sparse
             indices [batch_size, q_len_per_request, sparse_mla_top_k] (page * page_size +
-            offset, -1 = empty).
+            offset, -1 = empty), or with cum_seq_lens_q [total_q, sparse_mla_top_k].
         seq_lens: [batch_size] int32 cached lengths (the new tokens included).
         max_seq_len: the longest cached length (sizes mlakit's workspace).
         out: [batch_size, q_len_per_request, num_heads, 512] (or [batch_size, num_heads, 512]
@@ -247,11 +264,13 @@ def trtllm_batch_decode_with_kv_cache_mla(
         kv_scale_format: "auto", "pow2_fp32" or "arbitrary_fp32": the meaning of the 656-byte
             cache's fp32 scales; mlakit multiplies by them exactly, so both hold.
         cum_seq_lens_q, max_q_len: queries of different lengths per request ([batch_size + 1]
-            int32 offsets into a [total_q, num_heads, 576] query; PyTorch tensors). They are
-            laid out on the device as a batch of max_q_len (<= 16) tokens, each request's in its
-            last slots (its causal bound is then its own), and gathered back: no host
+            int32 offsets into a [total_q, num_heads, 576] query; PyTorch tensors), up to
+            max_q_len (<= 16) each, 0 included. They run as mlakit's variable query lengths
+            (``Decoder(var_q=True)``): query, out, lse and the sparse index rows ([total_q,
+            sparse_mla_top_k]) stay packed and are used in place, and query token t of request
+            i sees positions (sparse: slots) < seq_lens[i] - q_len_i + 1 + t. No host
             synchronization when max_q_len is given (without it, FlashInfer reads the lengths on
-            the host, and so does this). Not with sparse indices.
+            the host, and so does this).
         sparse_mla_top_k_lens: refused (FlashInfer takes it for NoPE MLA only).
         enable_dcp, cp_world, cp_rank, causal_seqlens_kv_global: decode context parallelism;
             refused (enable_dcp True or cp_world > 1).
@@ -304,45 +323,47 @@ def trtllm_batch_decode_with_kv_cache_mla(
 
     softmax_scale, q_scale, k_scale = _trtllm_scales(query, kv_cache, bmm1_scale, bmm2_scale)
 
-    ragged = cum_seq_lens_q is not None
+    # Ragged queries run as the library's variable query lengths (var_q): query, out, lse and
+    # the sparse index rows stay packed by query token and are used in place.
+    cu_seqlens_q = None
     indices = block_tables if sparse else None
-    if ragged:
+    q = query
+    if cum_seq_lens_q is not None:
         if _arrays.framework(query) != "torch":
             raise TypeError("cum_seq_lens_q: expected PyTorch tensors (query and the offsets)")
         if max_q_len is None:  # FlashInfer reads the lengths on the host here too
             max_q_len = int((cum_seq_lens_q[1:] - cum_seq_lens_q[:-1]).max())
         _check_query_tokens("max_q_len", int(max_q_len))
-        source, request, slot = _ragged_layout(cum_seq_lens_q, int(query.shape[0]),
-                                               int(max_q_len), query.device)  # fmt: skip
-        q4 = _gather_rows(query, source)
-        if sparse:  # compact index rows [total_q, topk], one per query token
-            indices = _gather_rows(block_tables, source)
-    elif len(query.shape) == 3:
-        q4 = query.reshape(query.shape[0], 1, query.shape[1], query.shape[2])
+        torch = sys.modules["torch"]
+        cu_seqlens_q = cum_seq_lens_q.to(device=query.device, dtype=torch.int32)
+        b, s_q, h = int(cu_seqlens_q.shape[0]) - 1, max(1, int(max_q_len)), int(query.shape[1])
     else:
-        q4 = query
-    b, s_q, h = int(q4.shape[0]), int(q4.shape[1]), int(q4.shape[2])
+        if len(query.shape) == 3:
+            q = query.reshape(query.shape[0], 1, query.shape[1], query.shape[2])
+        b, s_q, h = int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
     _check_query_tokens("query", s_q)
     _check_heads("query", h)
     if multi_ctas_kv_counter_buffer is not None:
         _check_counter_buffer(multi_ctas_kv_counter_buffer, query, b, h)
     if sparse and seq_lens is not None:
-        indices = _mask_sparse_slots(indices, seq_lens, s_q)
+        indices = _mask_sparse_slots(indices, seq_lens, s_q, cu_seqlens_q)
     indices = _contiguous(indices)
 
-    # Outputs: the caller's, seen in mlakit's [b, s_q, h, ...] shapes (views, written in place).
-    out4 = None if out is None or ragged else _view("out", out, (b, s_q, h, int(out.shape[-1])))
-    lse3 = None
-    if return_lse and lse is not None and not ragged:
-        lse3 = _view("lse", lse, (b, s_q, h))
+    # Outputs: the caller's, seen in mlakit's shapes (views, written in place): [b, s_q, h, ..],
+    # or packed, [total_q, h, ..].
+    lead = (int(query.shape[0]),) if cu_seqlens_q is not None else (b, s_q)
+    out_view = None if out is None else _view("out", out, lead + (h, int(out.shape[-1])))
+    lse_view = None
+    if return_lse and lse is not None:
+        lse_view = _view("lse", lse, lead + (h,))
 
     result, result_lse = _decode(
-        q4,
+        q,
         kv_cache,
         None if sparse else block_tables,
         None if sparse else seq_lens,
-        out=out4,
-        lse=lse3,
+        out=out_view,
+        lse=lse_view,
         return_lse=bool(return_lse),
         softmax_scale=softmax_scale,
         causal=True,
@@ -354,19 +375,15 @@ def trtllm_batch_decode_with_kv_cache_mla(
         pdl=pdl,
         backend=mlakit_backend,
         lse_base2=bool(return_lse),
+        cu_seqlens_q=cu_seqlens_q,
+        max_q_len=s_q if cu_seqlens_q is not None else None,
     )
 
-    if ragged:  # gather each ragged token's row back from its slot
-        flat = result[request, slot]
-        out = flat if out is None else out.copy_(flat)
-        if return_lse:
-            flat_lse = result_lse[request, slot]
-            lse = flat_lse if lse is None else lse.copy_(flat_lse.reshape(lse.shape))
-    else:
-        if out is None:
-            out = result if len(query.shape) == 4 else result.reshape(b, h, int(result.shape[-1]))
-        if return_lse and lse is None:
-            lse = result_lse.reshape(b * s_q, h)
+    if out is None:
+        out = result if len(query.shape) == 4 or cu_seqlens_q is not None else result.reshape(
+            b, h, int(result.shape[-1]))  # fmt: skip
+    if return_lse and lse is None:
+        lse = result_lse if cu_seqlens_q is not None else result_lse.reshape(b * s_q, h)
     if not return_lse:
         return out
     return out, lse

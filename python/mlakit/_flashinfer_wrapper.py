@@ -11,14 +11,7 @@ from typing import Any, Optional, Tuple
 
 from ._compat_common import _decode, _not_supported
 from ._decoder import host_scale
-from ._flashinfer import (
-    _backend,
-    _check_heads,
-    _check_query_tokens,
-    _gather_rows,
-    _ragged_layout,
-    _view,
-)
+from ._flashinfer import _backend, _check_heads, _check_query_tokens, _view
 
 
 # Above this many bytes, a block table sized from the kv_indices buffer (CUDA-graph mode without
@@ -68,8 +61,11 @@ class BatchMLAPagedAttentionWrapper:
     ``use_cuda_graph`` it never synchronizes: the block table is a buffer of fixed width
     (``max_seq_len / page_size`` pages, mlakit's keyword, else the length of the ``kv_indices``
     buffer given at construction) that each ``plan`` rewrites in place, so a graph captured around
-    ``run`` replays with the new lists; every request must then have the same number of query
-    tokens (``q_nope.shape[0] / batch_size``), which is not checked on the device.
+    ``run`` replays with the new lists. Query lengths that differ between requests run as
+    mlakit's variable query lengths (``Decoder(var_q=True)``) over ``qo_indptr`` on the device:
+    found by ``plan`` without ``use_cuda_graph``; with it, given a bound by mlakit's keyword
+    ``max_q_len`` (without it every request must have ``q_nope.shape[0] / batch_size`` query
+    tokens, which is not checked on the device).
 
     ``run`` joins q_nope/q_pe and ckv/kpe without a copy when each pair is one buffer split at
     512 (``x[..., :512]``, ``x[..., 512:]``); other pairs are concatenated (a copy of the cache
@@ -87,13 +83,17 @@ class BatchMLAPagedAttentionWrapper:
         backend: str = "auto",
         *,
         max_seq_len: Optional[int] = None,
+        max_q_len: Optional[int] = None,
     ) -> None:
         """Arguments as FlashInfer's: ``float_workspace_buffer`` (unused: mlakit keeps its own
         workspace; its device is the wrapper's), ``use_cuda_graph`` and the buffers backing the
         CSR lists in that mode, ``backend`` ("auto", "fa2", "fa3": mlakit's "auto", or an
         mlakit backend name; "cutlass", whose run takes other arguments, is refused).
         mlakit adds ``max_seq_len``: the longest cached length any run will pass, which bounds
-        the block table's width in CUDA-graph mode."""
+        the block table's width in CUDA-graph mode; and ``max_q_len`` (1..16): in CUDA-graph
+        mode, the most query tokens any request of a plan has, so that requests may have
+        different numbers (0..max_q_len, read from the ``qo_indptr`` buffer on the device);
+        None: each has ``q_nope.shape[0] / batch_size``."""
         self.device = float_workspace_buffer.device
         if backend == "cutlass":
             raise _not_supported(
@@ -111,8 +111,19 @@ class BatchMLAPagedAttentionWrapper:
                         f"{name}: expected a buffer with use_cuda_graph=True, given None"
                     )
         self._max_seq_len = max_seq_len
+        if max_q_len is not None:
+            if not self._use_cuda_graph:
+                raise ValueError(
+                    "max_q_len: expected None without use_cuda_graph (plan reads the query "
+                    "lengths), given an int"
+                )
+            if int(max_q_len) < 1:
+                raise ValueError(f"max_q_len: expected 1..16, given {max_q_len}")
+            _check_query_tokens("max_q_len", int(max_q_len))
+        self._max_q_len = None if max_q_len is None else int(max_q_len)
         self._plan: Optional[dict] = None
         self._block_table: Any = None
+        self._cu_buf: Any = None  # with max_q_len: qo_indptr as int32 where the buffer is not
 
     def plan(
         self,
@@ -133,8 +144,8 @@ class BatchMLAPagedAttentionWrapper:
         """FlashInfer's ``plan``: CSR lists (``kv_indptr`` [batch_size + 1], ``kv_indices``
         page ids, ``kv_len_arr`` [batch_size] cached lengths), shapes, ``causal`` (bottom-right:
         query token t of a request's s_q sees positions < L - s_q + 1 + t), ``sm_scale`` and
-        dtypes. Without ``use_cuda_graph`` requests may have different query lengths
-        (``qo_indptr``), up to 16 each."""
+        dtypes. Requests may have different query lengths (``qo_indptr``), up to 16 each (with
+        ``use_cuda_graph``, up to the ``max_q_len`` given at construction)."""
         torch = sys.modules["torch"]
         if head_dim_ckv <= 0 or head_dim_kpe < 0:
             raise ValueError(
@@ -172,7 +183,8 @@ class BatchMLAPagedAttentionWrapper:
         # own varlen test passes a kv_indptr of 3 x (batch_size / 3 + 1) entries).
         kv_indptr, kv_len_arr = kv_indptr[: batch + 1], kv_len_arr[:batch]
 
-        ragged = None
+        cu_seqlens_q = None  # the query-token offsets, for variable query lengths (var_q)
+        total = None  # the query tokens, where read on the host
         if self._use_cuda_graph:
             qo_buf, kv_indptr_buf, kv_indices_buf, kv_len_buf = self._buffers
             qo_buf.copy_(qo_indptr, non_blocking=True)
@@ -190,7 +202,14 @@ class BatchMLAPagedAttentionWrapper:
                         f"as wide as the kv_indices buffer ({width} pages x {batch} requests, "
                         f"more than {_MAX_GRAPH_TABLE_BYTES >> 20} MiB), given None"
                     )
-            s_q = None  # from q_nope in run: not read on the host here
+            s_q = self._max_q_len  # None: from q_nope in run; nothing is read on the host here
+            if s_q is not None:
+                cu_seqlens_q = qo_buf[: batch + 1]
+                if cu_seqlens_q.dtype != torch.int32:  # an int32 copy, always the same memory
+                    if self._cu_buf is None:
+                        self._cu_buf = torch.empty(batch + 1, dtype=torch.int32,
+                                                   device=qo_buf.device)  # fmt: skip
+                    cu_seqlens_q = self._cu_buf.copy_(cu_seqlens_q, non_blocking=True)
             kv_indptr, kv_indices, seq_lens = kv_indptr_buf, kv_indices_buf, kv_len_buf
         else:
             kv_indptr = kv_indptr.to(self.device)
@@ -203,9 +222,8 @@ class BatchMLAPagedAttentionWrapper:
             s_q = max(1, int(q_lens.max()))
             _check_query_tokens("qo_indptr", s_q)
             if not bool((q_lens == s_q).all()):
-                # Laid out as a batch of s_q slots, each request's tokens in its last ones.
+                cu_seqlens_q = qo_indptr.to(device=self.device, dtype=torch.int32)
                 total = int(cum_q[-1])
-                ragged = (total,) + _ragged_layout(cum_q, total, s_q, self.device)
             width = max(1, int(pages.max()))
         if (
             self._block_table is None
@@ -224,7 +242,7 @@ class BatchMLAPagedAttentionWrapper:
             self._block_table = self._table_storage[:-1].view(batch, width)
         self._fill_block_table(kv_indptr, kv_indices, batch, width)
         self._plan = dict(
-            batch=batch, s_q=s_q, ragged=ragged, num_heads=int(num_heads),
+            batch=batch, s_q=s_q, cu_seqlens_q=cu_seqlens_q, total=total, num_heads=int(num_heads),
             page_size=int(page_size), causal=bool(causal), sm_scale=float(sm_scale),
             q_dtype=q_data_type, kv_dtype=kv_data_type, seq_lens=seq_lens,
             max_seq_len=width * int(page_size),
@@ -299,13 +317,13 @@ class BatchMLAPagedAttentionWrapper:
                 raise ValueError(
                     f"{name}.dtype: expected {want} (the planned {what}), given {x.dtype}"
                 )
-        batch, ragged = plan["batch"], plan["ragged"]
+        batch, cu_seqlens_q = plan["batch"], plan["cu_seqlens_q"]
         s_q = plan["s_q"] or total // batch
-        if ragged is not None and ragged[0] != total:
+        if plan["total"] is not None and plan["total"] != total:
             raise ValueError(
-                f"q_nope: expected {ragged[0]} rows (qo_indptr[-1] as planned), given {total}"
+                f"q_nope: expected {plan['total']} rows (qo_indptr[-1] as planned), given {total}"
             )
-        if ragged is None and s_q * batch != total:
+        if cu_seqlens_q is None and s_q * batch != total:
             raise ValueError(
                 f"q_nope: expected batch_size x s_q = {batch} x s_q rows, given {total}"
             )
@@ -325,15 +343,15 @@ class BatchMLAPagedAttentionWrapper:
             out = torch.empty((total, h, 512), dtype=q_nope.dtype, device=q_nope.device)
         if write_lse and lse is None:
             lse = torch.empty((total, h), dtype=torch.float32, device=q_nope.device)
-        if ragged is None:
+        if cu_seqlens_q is None:
             q = _joined("q_nope, q_pe", q_nope, q_pe, (batch, s_q, h))
             out4 = _view("out", out, (batch, s_q, h, 512))
             lse3 = _view("lse", lse, (batch, s_q, h)) if write_lse else None
-        else:
-            _, source, request, slot = ragged
-            q = _gather_rows(_joined("q_nope, q_pe", q_nope, q_pe, (total, h)), source)
-            out4, lse3 = None, None
-        result, result_lse = _decode(
+        else:  # variable query lengths: packed by query token, as given
+            q = _joined("q_nope, q_pe", q_nope, q_pe, (total, h))
+            out4 = _view("out", out, (total, h, 512))
+            lse3 = _view("lse", lse, (total, h)) if write_lse else None
+        _decode(
             q,
             kv,
             table,
@@ -347,11 +365,9 @@ class BatchMLAPagedAttentionWrapper:
             max_seq_len=plan["max_seq_len"],
             backend=self._backend,
             lse_base2=write_lse and not return_lse_base_on_e,
+            cu_seqlens_q=cu_seqlens_q,
+            max_q_len=s_q if cu_seqlens_q is not None else None,
         )
-        if ragged is not None:  # each ragged row from its slot
-            out.copy_(result[request, slot])
-            if write_lse:
-                lse.copy_(result_lse[request, slot].reshape(lse.shape))
         return (out, lse) if return_lse else out
 
     @staticmethod

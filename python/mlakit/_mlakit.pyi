@@ -56,6 +56,7 @@ class Decoder:
         cp_rank: int,
         cp_interleave: int,
         lse_base2: bool,
+        var_q: bool,
     ) -> None: ...
     @property
     def backend(self) -> str: ...
@@ -89,4 +90,5 @@ class Decoder:
         extra_kv_cache: Any,
         extra_indices: Any,
         extra_topk_lens: Any,
+        cu_seqlens_q: Any,
     ) -> None: ...

@@ -67,6 +67,9 @@ def _dtype_of(name: str, t: torch.Tensor) -> str:
 # padding; its q has d_qk 512.
 _V4_TOKEN_BYTES = 584
 
+# Query tokens a request may have (mlakit::kMaxSq).
+_MAX_QUERY_TOKENS = 16
+
 
 def _page_size(kv_cache: torch.Tensor) -> int:
     # [num_pages, page_size, d], [num_pages, page_size, 1, d] or [num_pages, 1, page_size, d]
@@ -112,6 +115,54 @@ def _check_scale(
         raise ValueError(f"{name}: expected none for {what}, given a scale")
 
 
+def _var_q_tokens(q: torch.Tensor, max_q_len: int) -> int:
+    """The decoder's s_q with variable query lengths: ``max_q_len``, else a bound read from the
+    shape alone (no request has more tokens than q has rows, nor more than 16)."""
+    if max_q_len > 0:
+        return int(max_q_len)
+    return max(1, min(_MAX_QUERY_TOKENS, int(q.shape[0])))
+
+
+def _check_var_q(
+    q: torch.Tensor,
+    out: torch.Tensor,
+    lse: Optional[torch.Tensor],
+    cu_seqlens_q: torch.Tensor,
+    max_q_len: int,
+) -> None:
+    """The metadata checks of variable query lengths: packed rows and [b + 1] int32 offsets on
+    q's device (their values are the library's business)."""
+    if q.dim() != 3:
+        raise ValueError(
+            f"q: expected shape [total, h_q, d_qk] (packed by query token, with cu_seqlens_q), "
+            f"given {list(q.shape)}"
+        )
+    if cu_seqlens_q.dtype != torch.int32:
+        dtype = str(cu_seqlens_q.dtype).replace("torch.", "")
+        raise TypeError(f"cu_seqlens_q: expected dtype int32, given {dtype}")
+    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 2:
+        raise ValueError(
+            f"cu_seqlens_q: expected shape [b + 1] = [>= 2] (b >= 1 requests), given "
+            f"{list(cu_seqlens_q.shape)}"
+        )
+    if cu_seqlens_q.device != q.device:
+        raise ValueError(
+            f"cu_seqlens_q: expected a tensor on {q.device} (q's device), given one on "
+            f"{cu_seqlens_q.device}"
+        )
+    if not 0 <= max_q_len <= _MAX_QUERY_TOKENS:
+        raise ValueError(
+            f"max_q_len: expected 0 (a bound from q's rows) or 1..16, given {max_q_len}"
+        )
+    rows, heads = int(q.shape[0]), int(q.shape[1])
+    for name, t, shape in (("out", out, [rows, heads, 512]), ("lse", lse, [rows, heads])):
+        if t is not None and list(t.shape) != shape:
+            raise ValueError(
+                f"{name}: expected shape {shape} (q's rows, packed by query token), given "
+                f"{list(t.shape)}"
+            )
+
+
 def _problem(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -133,11 +184,18 @@ def _problem(
     cp_world: int = 1,
     cp_rank: int = 0,
     cp_interleave: int = 1,
+    cu_seqlens_q: Optional[torch.Tensor] = None,
+    max_q_len: int = 0,
 ) -> Dict[str, Any]:
     """The Decoder arguments of one call, read from the tensors' metadata only (so that the fake
     implementation runs the same checks on fake tensors), with the scales checked against it."""
-    if q.dim() != 4:
+    var_q = cu_seqlens_q is not None
+    if var_q:
+        _check_var_q(q, out, lse, cu_seqlens_q, max_q_len)
+    elif q.dim() != 4:
         raise ValueError(f"q: expected shape [b, s_q, h_q, d_qk], given {list(q.shape)}")
+    elif max_q_len != 0:
+        raise ValueError(f"max_q_len: expected 0 without cu_seqlens_q, given {max_q_len}")
     blockwise = kv_cache.dim() >= 1 and kv_cache.shape[-1] == 656
     # The V4 layout: q of d_qk 512 and a cache of 584-byte tokens (FlashMLA's view of its pages).
     v4 = int(q.shape[-1]) == 512
@@ -164,14 +222,15 @@ def _problem(
     if q.device.type == "cpu" and backend == "auto":
         backend = "cpu"  # host tensors: the only backend that reads host memory
     return dict(
-        h_q=int(q.shape[2]),
-        s_q=int(q.shape[1]),
+        h_q=int(q.shape[-2]),
+        s_q=_var_q_tokens(q, max_q_len) if var_q else int(q.shape[1]),
         page_size=_page_size(kv_cache),
         q_dtype=q_dtype,
         kv_dtype=kv_dtype,
         out_dtype=_dtype_of("out", out),
         kv_layout="fp8_v4" if v4 else "fp8_blockwise" if blockwise else "dense",
         causal=causal,
+        var_q=var_q,
         sinks=sinks is not None,
         topk=int(indices.shape[-1]) if indices is not None else 0,
         lse=lse is not None,
@@ -216,10 +275,13 @@ def _decode_op(
     cp_world: int = 1,
     cp_rank: int = 0,
     cp_interleave: int = 1,
+    cu_seqlens_q: Optional[torch.Tensor] = None,
+    max_q_len: int = 0,
 ) -> None:
     problem = _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor,
                        q_scale, k_scale, causal, pdl, backend, tactic, extra_kv_cache,
-                       extra_indices, lse_base2, cp_world, cp_rank, cp_interleave)  # fmt: skip
+                       extra_indices, lse_base2, cp_world, cp_rank, cp_interleave, cu_seqlens_q,
+                       max_q_len)  # fmt: skip
     if max_seq_len > 0:
         seq_len = max_seq_len
     elif problem["topk"] > 0:
@@ -234,11 +296,12 @@ def _decode_op(
             seq_len = cp.global_position(seq_len, cp_world, cp_rank, cp_interleave)
     device = q.device
     key = (device.type, device.index)
+    batch = int(cu_seqlens_q.shape[0]) - 1 if cu_seqlens_q is not None else int(q.shape[0])
     if device.type == "cuda":
         with torch.cuda.device(device):
-            decoder = _cache.decoder_for(key, int(q.shape[0]), seq_len, **problem)
+            decoder = _cache.decoder_for(key, batch, seq_len, **problem)
     else:
-        decoder = _cache.decoder_for(key, int(q.shape[0]), seq_len, **problem)
+        decoder = _cache.decoder_for(key, batch, seq_len, **problem)
 
     workspace = None
     if decoder.workspace_bytes > 0:
@@ -262,6 +325,7 @@ def _decode_op(
         extra_kv_cache=extra_kv_cache,
         extra_indices=extra_indices,
         extra_topk_lens=extra_topk_lens,
+        cu_seqlens_q=cu_seqlens_q,
     )
 
 
@@ -270,13 +334,14 @@ def _decode_fake(
     q, kv_cache, block_table, seq_lens, out, lse, sinks, indices, topk_lens, q_scale_tensor,
     k_scale_tensor, softmax_scale, q_scale, k_scale, causal, max_seq_len, pdl, backend, tactic,
     extra_kv_cache=None, extra_indices=None, extra_topk_lens=None, lse_base2=False, cp_world=1,
-    cp_rank=0, cp_interleave=1,
+    cp_rank=0, cp_interleave=1, cu_seqlens_q=None, max_q_len=0,
 ):  # fmt: skip
     # Writes out (and lse) in place and returns nothing; the checks that metadata decides (dtypes,
-    # scales) raise here as they would at run time, so that torch.compile reports them.
+    # scales, the shapes of packed rows) raise here as they would at run time, so that
+    # torch.compile reports them.
     _problem(q, kv_cache, out, lse, sinks, indices, q_scale_tensor, k_scale_tensor, q_scale,
              k_scale, causal, pdl, backend, tactic, extra_kv_cache, extra_indices,
-             lse_base2, cp_world, cp_rank, cp_interleave)  # fmt: skip
+             lse_base2, cp_world, cp_rank, cp_interleave, cu_seqlens_q, max_q_len)  # fmt: skip
     return None
 
 
@@ -315,6 +380,8 @@ def decode(
     cp_world: int = 1,
     cp_rank: int = 0,
     cp_interleave: int = 1,
+    cu_seqlens_q: Optional[torch.Tensor] = None,
+    max_q_len: Optional[int] = None,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """MLA decode on PyTorch tensors through the ``mlakit::decode`` custom op.
 
@@ -345,9 +412,16 @@ def decode(
         cp_world, cp_rank, cp_interleave: context parallelism, as for ``mlakit.Decoder``: the
             cache and block table are this rank's shard, ``seq_lens`` global; needs an lse and no
             sinks (the merge applies them). ``mlakit.cp.sharded_decode`` runs the whole step.
+        cu_seqlens_q: variable query lengths (``mlakit.Decoder``'s var_q): [b + 1] int32 offsets
+            on q's device; q is then packed by query token, [total, h_q, d_qk], and out / lse
+            are [total, h_q, 512] / [total, h_q] (rows past cu_seqlens_q[b] are left as they
+            are). Never read on the host.
+        max_q_len: with cu_seqlens_q, the most query tokens any request has (the decoder's
+            s_q); None: a bound from the shape alone, min(16, q.shape[0]).
 
     Returns:
-        ``out`` [b, s_q, h_q, 512], or ``(out, lse)`` when an lse was given or asked for.
+        ``out`` [b, s_q, h_q, 512] ([total, h_q, 512] with cu_seqlens_q), or ``(out, lse)`` when
+        an lse was given or asked for.
     """
     if out is None:
         if out_dtype is None:
@@ -357,9 +431,9 @@ def decode(
                 out_dtype = q.dtype
             else:
                 out_dtype = torch.bfloat16
-        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], 512), dtype=out_dtype)
+        out = q.new_empty(tuple(q.shape[:-1]) + (512,), dtype=out_dtype)
     if lse is None and return_lse:
-        lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=torch.float32)
+        lse = q.new_empty(tuple(q.shape[:-1]), dtype=torch.float32)
     q_scale_tensor, q_scale_value = _split_scale(q_scale)
     k_scale_tensor, k_scale_value = _split_scale(k_scale)
     torch.ops.mlakit.decode(
@@ -389,5 +463,7 @@ def decode(
         int(cp_world),
         int(cp_rank),
         int(cp_interleave),
+        cu_seqlens_q,
+        0 if max_q_len is None else int(max_q_len),
     )
     return (out, lse) if lse is not None else out

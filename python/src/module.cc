@@ -69,13 +69,24 @@ void check_lengths_fit(const int32_t* seq_lens, int64_t b, int64_t width, int pa
   }
 }
 
+// Host query-token offsets against the rows of q, out and lse they index: each in [0, rows].
+void check_offsets_fit(const int32_t* cu_seqlens_q, int64_t b, int64_t rows) {
+  for (int64_t i = 0; i <= b; ++i) {
+    if (cu_seqlens_q[i] >= 0 && cu_seqlens_q[i] <= rows) continue;
+    throw_value_error("cu_seqlens_q[" + std::to_string(i) + "]: expected 0.." +
+                      std::to_string(rows) + " (the rows of q, out and lse), given " +
+                      std::to_string(cu_seqlens_q[i]));
+  }
+}
+
 class PyDecoder {
  public:
   PyDecoder(int h_q, int s_q, int page_size, int max_batch, int max_seq_len,
             const std::string& q_dtype, const std::string& kv_dtype, const std::string& out_dtype,
             const std::string& kv_layout, bool causal, bool sinks, int topk, bool lse, bool pdl,
             const std::string& backend, int tactic, const std::string& tune_cache, int extra_topk,
-            int extra_page_size, int cp_world, int cp_rank, int cp_interleave, bool lse_base2) {
+            int extra_page_size, int cp_world, int cp_rank, int cp_interleave, bool lse_base2,
+            bool var_q) {
     const KvLayout layout = parse_layout(kv_layout);
     problem_ = Problem{.h_q = h_q,
                        .s_q = s_q,
@@ -88,6 +99,7 @@ class PyDecoder {
                        .out_dtype = parse_dtype("out_dtype", out_dtype),
                        .kv_layout = layout,
                        .causal = causal,
+                       .var_q = var_q,
                        .has_sinks = sinks,
                        .topk = topk,
                        .extra_topk = extra_topk,
@@ -154,21 +166,48 @@ class PyDecoder {
            nb::handle out, nb::handle lse, nb::handle sinks, nb::handle indices,
            nb::handle topk_lens, nb::handle workspace, nb::handle softmax_scale, nb::handle q_scale,
            nb::handle k_scale, uintptr_t stream, nb::handle extra_kv_cache,
-           nb::handle extra_indices, nb::handle extra_topk_lens) const {
+           nb::handle extra_indices, nb::handle extra_topk_lens, nb::handle cu_seqlens_q) const {
     const Problem& p = problem_;
     ArgReader in(placement_);
     RunArgs args;
 
-    // q, the cache and out may be views (a contiguous last dimension, any outer strides).
-    const std::string q_dims = "[b, s_q, h_q, " + std::to_string(p.d_qk) + "]";
-    const Array& aq =
-        in.take_view("q", q, elem_of(p.q_dtype), {{-1, p.s_q, p.h_q, p.d_qk}}, q_dims.c_str());
-    const int64_t b = static_cast<int64_t>(aq.shape(0));
+    // q, the cache and out may be views (a contiguous last dimension, any outer strides). With
+    // var_q they are packed by query token (rows), the batch given by cu_seqlens_q.
+    int64_t b = 0;
+    int64_t rows = 0;
+    check_presence("cu_seqlens_q", cu_seqlens_q, p.var_q,
+                   std::string("the decoder was made with var_q=") + (p.var_q ? "True" : "False"));
+    if (p.var_q) {
+      const Array& cu = in.take("cu_seqlens_q", cu_seqlens_q, Elem::kInt32, {-1}, "[b + 1]");
+      if (cu.shape(0) < 2) {
+        throw_value_error(
+            "cu_seqlens_q: expected shape [b + 1] = [>= 2] (b >= 1 requests), given " +
+            shape_string(cu));
+      }
+      b = static_cast<int64_t>(cu.shape(0)) - 1;
+      args.cu_seqlens_q = static_cast<const int32_t*>(cu.data());
+      const std::string q_dims = "[total, h_q, " + std::to_string(p.d_qk) + "]";
+      const Array& aq =
+          in.take_view("q", q, elem_of(p.q_dtype), {{-1, p.h_q, p.d_qk}}, q_dims.c_str());
+      rows = static_cast<int64_t>(aq.shape(0));
+      args.q = aq.data();
+      args.q_stride_s = view_stride(aq, 0);
+      args.q_stride_h = view_stride(aq, 1);
+      // Only here are the rows known: host offsets past them would read q and write out and lse
+      // out of bounds (the library checks their order and lengths). GPU backends cannot read
+      // device offsets: there the rows must hold cu_seqlens_q[b].
+      if (!placement_.device_memory) check_offsets_fit(args.cu_seqlens_q, b, rows);
+    } else {
+      const std::string q_dims = "[b, s_q, h_q, " + std::to_string(p.d_qk) + "]";
+      const Array& aq =
+          in.take_view("q", q, elem_of(p.q_dtype), {{-1, p.s_q, p.h_q, p.d_qk}}, q_dims.c_str());
+      b = static_cast<int64_t>(aq.shape(0));
+      args.q = aq.data();
+      args.q_stride_b = view_stride(aq, 0);
+      args.q_stride_s = view_stride(aq, 1);
+      args.q_stride_h = view_stride(aq, 2);
+    }
     args.batch = static_cast<int32_t>(b);
-    args.q = aq.data();
-    args.q_stride_b = view_stride(aq, 0);
-    args.q_stride_s = view_stride(aq, 1);
-    args.q_stride_h = view_stride(aq, 2);
 
     const Array& akv = take_cache(in, "kv_cache", kv_cache, p.page_size, /*view=*/true);
     args.kv_cache = akv.data();
@@ -184,8 +223,14 @@ class PyDecoder {
     const std::string topk_why = "the decoder was made with topk=" + std::to_string(p.topk);
     if (p.sparse()) {
       check_presence("indices", indices, true, topk_why);
+      // Index rows [b, s_q, ..], or with var_q packed as q is: [total, ..].
+      const auto index_rows = [&](int64_t k) {
+        return p.var_q ? std::vector<int64_t>{rows, k} : std::vector<int64_t>{b, p.s_q, k};
+      };
       args.indices = static_cast<const int32_t*>(
-          in.take("indices", indices, Elem::kInt32, {b, p.s_q, p.topk}, "[b, s_q, topk]").data());
+          in.take("indices", indices, Elem::kInt32, index_rows(p.topk),
+                  p.var_q ? "[total, topk] (q's rows)" : "[b, s_q, topk]")
+              .data());
       if (!topk_lens.is_none()) {
         args.topk_lens = static_cast<const int32_t*>(
             in.take("topk_lens", topk_lens, Elem::kInt32, {b}, "[b]").data());
@@ -199,10 +244,10 @@ class PyDecoder {
                                         p.extra_page_size_or_default(), /*view=*/false);
         args.extra_kv_cache = extra.data();
         args.extra_num_pages = static_cast<int64_t>(extra.shape(0));
-        args.extra_indices =
-            static_cast<const int32_t*>(in.take("extra_indices", extra_indices, Elem::kInt32,
-                                                {b, p.s_q, p.extra_topk}, "[b, s_q, extra_topk]")
-                                            .data());
+        args.extra_indices = static_cast<const int32_t*>(
+            in.take("extra_indices", extra_indices, Elem::kInt32, index_rows(p.extra_topk),
+                    p.var_q ? "[total, extra_topk] (q's rows)" : "[b, s_q, extra_topk]")
+                .data());
         if (!extra_topk_lens.is_none()) {
           args.extra_topk_lens = static_cast<const int32_t*>(
               in.take("extra_topk_lens", extra_topk_lens, Elem::kInt32, {b}, "[b]").data());
@@ -238,18 +283,28 @@ class PyDecoder {
       args.sinks =
           static_cast<const float*>(in.take("sinks", sinks, Elem::kFP32, {p.h_q}, "[h_q]").data());
     }
-    const Array& aout = in.take_view("out", out, elem_of(p.out_dtype), {{b, p.s_q, p.h_q, kDv}},
-                                     "[b, s_q, h_q, 512]");
-    args.out = const_cast<void*>(aout.data());
-    args.out_stride_b = view_stride(aout, 0);
-    args.out_stride_s = view_stride(aout, 1);
-    args.out_stride_h = view_stride(aout, 2);
+    if (p.var_q) {
+      const Array& aout = in.take_view("out", out, elem_of(p.out_dtype), {{rows, p.h_q, kDv}},
+                                       "[total, h_q, 512] (q's rows)");
+      args.out = const_cast<void*>(aout.data());
+      args.out_stride_s = view_stride(aout, 0);
+      args.out_stride_h = view_stride(aout, 1);
+    } else {
+      const Array& aout = in.take_view("out", out, elem_of(p.out_dtype), {{b, p.s_q, p.h_q, kDv}},
+                                       "[b, s_q, h_q, 512]");
+      args.out = const_cast<void*>(aout.data());
+      args.out_stride_b = view_stride(aout, 0);
+      args.out_stride_s = view_stride(aout, 1);
+      args.out_stride_h = view_stride(aout, 2);
+    }
     check_presence(
         "lse", lse, p.return_lse,
         std::string("the decoder was made with lse=") + (p.return_lse ? "True" : "False"));
     if (p.return_lse) {
-      args.lse = static_cast<float*>(const_cast<void*>(
-          in.take("lse", lse, Elem::kFP32, {b, p.s_q, p.h_q}, "[b, s_q, h_q]").data()));
+      const Array& alse =
+          p.var_q ? in.take("lse", lse, Elem::kFP32, {rows, p.h_q}, "[total, h_q] (q's rows)")
+                  : in.take("lse", lse, Elem::kFP32, {b, p.s_q, p.h_q}, "[b, s_q, h_q]");
+      args.lse = static_cast<float*>(const_cast<void*>(alse.data()));
     }
 
     if (!softmax_scale.is_none()) {
@@ -330,6 +385,7 @@ nb::dict problem_dict(const Problem& p) {
   r["extra_topk"] = p.extra_topk;
   r["extra_page_size"] = p.extra_page_size;
   r["causal"] = p.causal;
+  r["var_q"] = p.var_q;
   r["sinks"] = p.has_sinks;
   r["topk"] = p.topk;
   r["lse"] = p.return_lse;
@@ -363,13 +419,15 @@ NB_MODULE(_mlakit, m) {
   nb::class_<PyDecoder>(m, "Decoder")
       .def(nb::init<int, int, int, int, int, const std::string&, const std::string&,
                     const std::string&, const std::string&, bool, bool, int, bool, bool,
-                    const std::string&, int, const std::string&, int, int, int, int, int, bool>(),
+                    const std::string&, int, const std::string&, int, int, int, int, int, bool,
+                    bool>(),
            nb::arg("h_q"), nb::arg("s_q"), nb::arg("page_size"), nb::arg("max_batch"),
            nb::arg("max_seq_len"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("out_dtype"),
            nb::arg("kv_layout"), nb::arg("causal"), nb::arg("sinks"), nb::arg("topk"),
            nb::arg("lse"), nb::arg("pdl"), nb::arg("backend"), nb::arg("tactic"),
            nb::arg("tune_cache"), nb::arg("extra_topk"), nb::arg("extra_page_size"),
-           nb::arg("cp_world"), nb::arg("cp_rank"), nb::arg("cp_interleave"), nb::arg("lse_base2"))
+           nb::arg("cp_world"), nb::arg("cp_rank"), nb::arg("cp_interleave"), nb::arg("lse_base2"),
+           nb::arg("var_q"))
       .def_prop_ro("backend", &PyDecoder::backend)
       .def_prop_ro("tactic", &PyDecoder::tactic)
       .def_prop_ro("workspace_bytes", &PyDecoder::workspace_bytes)
@@ -383,5 +441,5 @@ NB_MODULE(_mlakit, m) {
            nb::arg("topk_lens").none(), nb::arg("workspace").none(),
            nb::arg("softmax_scale").none(), nb::arg("q_scale").none(), nb::arg("k_scale").none(),
            nb::arg("stream"), nb::arg("extra_kv_cache").none(), nb::arg("extra_indices").none(),
-           nb::arg("extra_topk_lens").none());
+           nb::arg("extra_topk_lens").none(), nb::arg("cu_seqlens_q").none());
 }

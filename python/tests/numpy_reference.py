@@ -219,6 +219,61 @@ def sparse_reference(
     return out, lse
 
 
+def _attend(q_values: np.ndarray, kv: np.ndarray, softmax_scale: float, sinks) -> tuple:
+    """One query token's (out [h_q, 512], lse [h_q]) over the rows ``kv`` [n, d_qk], n >= 1."""
+    scores = softmax_scale * (q_values @ kv.T)  # [h_q, n]
+    top = scores.max(axis=1, keepdims=True)
+    weights = np.exp(scores - top)
+    total = weights.sum(axis=1, keepdims=True)
+    row_lse = (top + np.log(total))[:, 0]
+    o = (weights / total) @ kv[:, :D_V]
+    if sinks is not None:
+        o *= (1.0 / (1.0 + np.exp(sinks.astype(np.float64) - row_lse)))[:, None]
+    return o, row_lse
+
+
+def pack_queries(w: Workload, q_lens) -> tuple:
+    """Variable query lengths from a workload of s_q = max(q_lens): request i keeps its first
+    q_lens[i] tokens, packed by query token. Returns (q bits [total, h_q, d_qk], q values,
+    cu_seqlens_q [b + 1] int32)."""
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    q = np.concatenate([w.q[i, :n] for i, n in enumerate(q_lens)])
+    values = np.concatenate([w.q_values[i, :n] for i, n in enumerate(q_lens)])
+    return q, values, cu
+
+
+def var_q_reference(
+    w: Workload,
+    q_values: np.ndarray,
+    cu_seqlens_q: np.ndarray,
+    *,
+    page_size: int,
+    softmax_scale: float = 1 / math.sqrt(D_QK),
+    causal: bool = True,
+    sinks: Optional[np.ndarray] = None,
+):
+    """(out [total, h_q, 512], lse [total, h_q]) float64 of packed queries (q_values [total, h_q,
+    d_qk], request i's tokens at rows cu_seqlens_q[i]..): token t of request i with q_len query
+    tokens sees positions < L_i - q_len + 1 + t when causal (mlakit.h, Problem::var_q)."""
+    total, h_q = q_values.shape[0], q_values.shape[1]
+    out = np.zeros((total, h_q, D_V))
+    lse = np.full((total, h_q), -np.inf)
+    for i in range(len(cu_seqlens_q) - 1):
+        first, q_len = int(cu_seqlens_q[i]), int(cu_seqlens_q[i + 1] - cu_seqlens_q[i])
+        length = int(w.seq_lens[i])
+        for t in range(q_len):
+            visible = length - q_len + 1 + t if causal else length
+            visible = min(max(visible, 0), length)
+            slots = [
+                int(w.block_table[i, j // page_size]) * page_size + j % page_size
+                for j in range(visible)
+            ]
+            if slots:
+                out[first + t], lse[first + t] = _attend(
+                    q_values[first + t], w.kv_values[slots], softmax_scale, sinks)  # fmt: skip
+    return out, lse
+
+
 def reference(
     w: Workload,
     *,
@@ -246,19 +301,9 @@ def reference(
                     int(w.block_table[i, j // page_size]) * page_size + j % page_size
                     for j in range(visible)
                 ]
-            if not slots:
-                continue
-            kv = w.kv_values[slots]  # [n, 576]
-            scores = softmax_scale * (w.q_values[i, t] @ kv.T)  # [h_q, n]
-            top = scores.max(axis=1, keepdims=True)
-            weights = np.exp(scores - top)
-            total = weights.sum(axis=1, keepdims=True)
-            row_lse = (top + np.log(total))[:, 0]
-            o = (weights / total) @ kv[:, :D_V]
-            if sinks is not None:
-                o *= (1.0 / (1.0 + np.exp(sinks.astype(np.float64) - row_lse)))[:, None]
-            out[i, t] = o
-            lse[i, t] = row_lse
+            if slots:
+                out[i, t], lse[i, t] = _attend(w.q_values[i, t], w.kv_values[slots],
+                                               softmax_scale, sinks)  # fmt: skip
     return out, lse
 
 

@@ -14,7 +14,7 @@ np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
 
 from compat_cases import (  # noqa: E402
-    LOG2_E, Paged, flashmla_workload, mlakit_decode, tensors, trtllm, wrapper)
+    LOG2_E, Paged, csr, flashmla_workload, mlakit_decode, tensors, trtllm, wrapper)
 from mlakit import compat  # noqa: E402
 from numpy_reference import make_workload  # noqa: E402
 
@@ -183,6 +183,50 @@ def test_trtllm_ragged_queries():
     assert trtllm(ragged, kv, table, lens, cum_seq_lens_q=cum, max_q_len=3, out=given) is given
 
 
+def padded(x, cum, s_q):
+    """The layout the shims ran ragged queries in before mlakit had variable query lengths: a
+    batch of s_q slots per request, each request's rows in its last slots (where a uniform s_q's
+    causal bound is the request's own), the unused slots repeating row 0. Returns the padded
+    [b, s_q, ...] array and the (request, slot) of each ragged row, to gather results back."""
+    q_lens = (cum[1:] - cum[:-1]).tolist()
+    source = torch.zeros((len(q_lens), s_q), dtype=torch.int64)
+    request, slot = [], []
+    for i, n in enumerate(q_lens):
+        source[i, s_q - n :] = torch.arange(int(cum[i]), int(cum[i]) + n)
+        request += [i] * n
+        slot += range(s_q - n, s_q)
+    return x[source.reshape(-1)].reshape((len(q_lens), s_q) + tuple(x.shape[1:])), request, slot
+
+
+def test_trtllm_ragged_queries_equal_the_padded_layout():
+    """Ragged queries now run as mlakit's variable query lengths (packed, in place): the same
+    bits as the padded layout the shim ran before, dense and sparse (whose slots are bounded by
+    each request's own q_len: slot j of token t counts where j < seq_len - q_len + 1 + t)."""
+    q_lens, seq_lens, topk = [2, 0, 3, 1], [3, 9, 20, 1], 8
+    w = make_workload(np.random.default_rng(27), b=4, s_q=3, h_q=4, page_size=16,
+                      seq_lens=seq_lens)  # fmt: skip
+    q4, kv, table, lens = tensors(w)
+    ragged = torch.cat([q4[i, :n] for i, n in enumerate(q_lens)])  # [6, 4, 576]
+    cum = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32)
+    q_pad, request, slot = padded(ragged, cum, 3)
+    out, lse = trtllm(ragged, kv, table, lens, cum_seq_lens_q=cum, max_q_len=3, return_lse=True)
+    want, want_lse = mlakit_decode(q_pad, kv, table, lens, 0.06, lse_base2=True)
+    assert torch.equal(out, want[request, slot]) and torch.equal(lse, want_lse[request, slot])
+
+    # Sparse: each token's first topk positions in order, as FlashInfer's sparse test lists them
+    # (request 0's first token, of 2 with 3 cached, keeps slots < 2).
+    positions = torch.arange(topk)
+    rows = torch.stack([table[i, positions // 16] * 16 + positions % 16
+                        for i, n in enumerate(q_lens) for _ in range(n)]).to(torch.int32)
+    out = trtllm(ragged, kv, None, lens, sparse_mla_top_k=topk, block_tables=rows,
+                 cum_seq_lens_q=cum, max_q_len=3)  # fmt: skip
+    index_pad = padded(rows, cum, 3)[0]
+    bound = lens[:, None].long() - 3 + 1 + torch.arange(3)[None, :]  # uniform s_q 3
+    index_pad = index_pad.masked_fill(positions[None, None, :] >= bound[:, :, None], -1)
+    want, _ = mlakit_decode(q_pad, kv, None, None, 0.06, indices=index_pad)
+    assert torch.equal(out, want[request, slot])
+
+
 @pytest.mark.parametrize(
     "kwargs,exception,message",
     [
@@ -270,6 +314,67 @@ def test_wrapper_cuda_graph_plan_reads_nothing_on_the_host(monkeypatch):
     sized = wrapper(use_cuda_graph=True, **buffers)
     p.plan(sized)
     assert sized._block_table.shape == (2, 64)
+
+
+@pytest.mark.parametrize("qo_dtype", [torch.int32, torch.int64])
+def test_wrapper_cuda_graph_with_max_q_len_runs_query_lengths_that_differ(monkeypatch, qo_dtype):
+    """With use_cuda_graph and max_q_len, plan reads nothing on the host and run decodes the
+    query lengths of the qo_indptr buffer (mlakit's var_q, on the device): the same bits as the
+    plan without use_cuda_graph, which reads them; a re-plan with other lengths reuses the same
+    offsets memory; query rows past qo_indptr[-1] are left alone."""
+    q_lens, seq_lens, h, page = [2, 0, 3, 1], [20, 5, 33, 1], 4, 16
+    w = make_workload(np.random.default_rng(32), b=4, s_q=3, h_q=h, page_size=page,
+                      seq_lens=seq_lens)  # fmt: skip
+    w.page_size = page
+    q4, kv, table, lens = tensors(w)
+    ragged = torch.cat([q4[i, :n] for i, n in enumerate(q_lens)] + [q4[0, :2]])  # 6 + 2 rows
+    kv_indptr, kv_indices = csr(w, None)
+    plan_args = (kv_indptr, kv_indices, lens, h, 512, 64, page, True, 0.07, torch.bfloat16,
+                 torch.bfloat16)  # fmt: skip
+    buffers = dict(qo_indptr=torch.empty(5, dtype=qo_dtype),
+                   kv_indptr=torch.empty(5, dtype=torch.int32),
+                   kv_indices=torch.empty(64, dtype=torch.int32),
+                   kv_len_arr=torch.empty(4, dtype=torch.int32))  # fmt: skip
+    graph = wrapper(use_cuda_graph=True, max_seq_len=64, max_q_len=3, **buffers)
+    args = (ragged[..., :512], ragged[..., 512:], kv[..., :512], kv[..., 512:])
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("plan read a tensor on the host")
+
+    pointers = set()
+    for lengths in ([0, 2, 2, 5, 6], [0, 3, 4, 4, 7]):
+        qo_indptr = torch.tensor(lengths, dtype=torch.int32)
+        with monkeypatch.context() as m:
+            for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__index__"):
+                m.setattr(torch.Tensor, name, host_read)
+            graph.plan(qo_indptr.to(qo_dtype), *plan_args)
+        offsets = graph._plan["cu_seqlens_q"]
+        pointers.add(offsets.data_ptr())
+        assert offsets.dtype == torch.int32 and len(pointers) == 1, "a captured run reads it"
+        out = torch.full((8, h, 512), math.nan, dtype=torch.bfloat16)
+        lse = torch.full((8, h), math.nan)
+        graph.run(*args, out=out, lse=lse)
+        total = lengths[-1]
+        eager = wrapper()
+        eager.plan(qo_indptr, *plan_args)
+        want, want_lse = eager.run(*(x[:total] if i < 2 else x for i, x in enumerate(args)),
+                                   return_lse=True)  # fmt: skip
+        assert torch.equal(out[:total], want) and torch.equal(lse[:total], want_lse)
+        assert out[total:].isnan().all() and lse[total:].isnan().all()
+
+
+def test_wrapper_max_q_len_refusals():
+    buffers = dict(qo_indptr=torch.empty(3, dtype=torch.int32),
+                   kv_indptr=torch.empty(3, dtype=torch.int32),
+                   kv_indices=torch.empty(8, dtype=torch.int32),
+                   kv_len_arr=torch.empty(2, dtype=torch.int32))  # fmt: skip
+    with pytest.raises(ValueError, match="^max_q_len: expected None without use_cuda_graph"):
+        wrapper(max_q_len=2)
+    with pytest.raises(ValueError, match="^max_q_len: expected 1..16, given 0"):
+        wrapper(use_cuda_graph=True, max_q_len=0, **buffers)
+    with pytest.raises(NotImplementedError, match="^max_q_len: 17 query tokens per request is "
+                       "not supported by mlakit"):  # fmt: skip
+        wrapper(use_cuda_graph=True, max_q_len=17, **buffers)
 
 
 def test_wrapper_refusals_by_name():

@@ -1,8 +1,9 @@
 """GPU tests of the upstream-signature shims (PyTorch, CUDA; skipped without a GPU): FlashMLA's
 FlashMLASchedMeta form with views, FlashInfer's trtllm call with return_lse, ragged queries and
 enable_pdl=None, and BatchMLAPagedAttentionWrapper at page size 1 and inside a captured CUDA
-graph re-planned between replays. Each result is compared with mlakit's cpu backend on the same
-inputs (the oracle), with the tolerance of a bf16 output."""
+graph re-planned between replays, with uniform and with differing query lengths. Each result
+is compared with mlakit's cpu backend on the same inputs (the oracle), with the tolerance of a
+bf16 output."""
 
 import itertools
 import math
@@ -57,7 +58,7 @@ def test_flashmla_sched_meta_with_views():
     torch.testing.assert_close(lse[1:], want_lse.transpose(1, 2)[1:], rtol=1e-4, atol=1e-4)
 
 
-def test_trtllm_lse_pdl_and_ragged_queries():
+def test_trtllm_lse_and_pdl():
     q, kv, table, lens = case(4, 3, 128, 64, [5, 700, 64, 2000], seed=1)
     dkv, dt, dl = kv.cuda().unsqueeze(1), table.cuda(), lens.cuda()
     want, want_lse = cpu_oracle(q, kv, table, lens, 0.05)
@@ -69,19 +70,41 @@ def test_trtllm_lse_pdl_and_ragged_queries():
     close(out, want)
     torch.testing.assert_close(lse.cpu(), want_lse.reshape(12, 128) * LOG2_E, rtol=1e-4,
                                atol=1e-4)  # fmt: skip
-    # Ragged: 1, 3, 0 and 2 tokens; each request as if decoded alone.
+
+
+def require_gpu_var_q():
+    """Ragged queries run as mlakit's variable query lengths: skips the test when no GPU backend
+    runs them on this machine."""
+    import mlakit
+
+    try:
+        mlakit.Decoder(h_q=16, s_q=2, page_size=64, max_batch=1, max_seq_len=64, var_q=True)
+    except NotImplementedError as e:
+        pytest.skip(f"no GPU backend runs var_q here: {e}")
+
+
+def test_trtllm_ragged_queries():
+    """1, 3, 0 and 2 tokens (cum_seq_lens_q), packed and written in place; each request as if
+    decoded alone; the lse too."""
+    require_gpu_var_q()
+    q, kv, table, lens = case(4, 3, 128, 64, [5, 700, 64, 2000], seed=1)
+    dkv, dt, dl = kv.cuda().unsqueeze(1), table.cuda(), lens.cuda()
     q_lens = [1, 3, 0, 2]
     ragged = torch.cat([q[i, :n] for i, n in enumerate(q_lens)])
     cum = torch.tensor([0, 1, 4, 4, 6], dtype=torch.int32, device="cuda")
-    out = compat.trtllm_batch_decode_with_kv_cache_mla(
-        ragged.cuda(), dkv, None, 128, 512, 64, dt, dl, 2048, bmm1_scale=0.05,
-        cum_seq_lens_q=cum, max_q_len=3)  # fmt: skip
+    out = torch.full((6, 128, 512), math.nan, dtype=torch.bfloat16, device="cuda")
+    result, lse = compat.trtllm_batch_decode_with_kv_cache_mla(
+        ragged.cuda(), dkv, None, 128, 512, 64, dt, dl, 2048, bmm1_scale=0.05, out=out,
+        cum_seq_lens_q=cum, max_q_len=3, return_lse=True)  # fmt: skip
+    assert result is out and lse.shape == (6, 128)
     row = 0
     for i, n in enumerate(q_lens):
         if n:
-            alone, _ = cpu_oracle(ragged[row : row + n][None], kv, table[i : i + 1],
-                                  lens[i : i + 1], 0.05)  # fmt: skip
+            alone, alone_lse = cpu_oracle(ragged[row : row + n][None], kv, table[i : i + 1],
+                                          lens[i : i + 1], 0.05)  # fmt: skip
             close(out[row : row + n], alone[0])
+            torch.testing.assert_close(lse[row : row + n].cpu(), alone_lse[0] * LOG2_E,
+                                       rtol=1e-4, atol=1e-4)  # fmt: skip
             row += n
 
 
@@ -149,3 +172,58 @@ def test_wrapper_in_a_cuda_graph_replans_between_replays():
         sq, skv, stable, slens = step
         want, _ = cpu_oracle(sq, skv, stable, slens, 0.07)
         close(out.reshape(2, 1, h, 512), want)
+
+
+def test_wrapper_in_a_cuda_graph_with_query_lengths_that_differ():
+    """Speculative decoding in SGLang's graph flow: with max_q_len given at construction, plan
+    copies a ragged qo_indptr on the device and the captured run decodes those lengths; a
+    re-plan with other lengths (fewer rows than q holds) replays correctly, the rows past
+    qo_indptr[-1] untouched."""
+    require_gpu_var_q()
+    page, h, rows = 64, 16, 8
+    steps = [([2, 3, 1], [100, 37, 500]), ([0, 3, 2], [5, 400, 64])]
+    q = torch.zeros((rows, h, 576), dtype=torch.bfloat16, device="cuda")
+    kv = torch.zeros((32, page, 576), dtype=torch.bfloat16, device="cuda")
+    out = torch.empty((rows, h, 512), dtype=torch.bfloat16, device="cuda")
+    buffers = dict(qo_indptr=torch.empty(4, dtype=torch.int32, device="cuda"),
+                   kv_indptr=torch.empty(4, dtype=torch.int32, device="cuda"),
+                   kv_indices=torch.empty(64, dtype=torch.int32, device="cuda"),
+                   kv_len_arr=torch.empty(3, dtype=torch.int32, device="cuda"))  # fmt: skip
+    mla = compat.BatchMLAPagedAttentionWrapper(
+        torch.empty(1 << 20, dtype=torch.int8, device="cuda"), use_cuda_graph=True,
+        max_seq_len=512, max_q_len=3, **buffers)  # fmt: skip
+
+    def plan(seed, q_lens, lens):
+        sq, skv, stable, slens = case(3, 3, h, page, lens, seed=seed)
+        ragged = torch.cat([sq[i, :n] for i, n in enumerate(q_lens)])
+        q.fill_(float("nan"))
+        q[: ragged.shape[0]].copy_(ragged.cuda())
+        kv[: skv.shape[0]].copy_(skv.cuda())
+        indptr, indices = paged_lists(stable, slens, page)
+        qo = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32)
+        mla.plan(qo.cuda(), indptr.cuda(), indices.cuda(), slens.cuda(), h, 512, 64, page, True,
+                 0.07, torch.bfloat16, torch.bfloat16)  # fmt: skip
+        return ragged, skv, stable, slens
+
+    def run():
+        mla.run(q[..., :512], q[..., 512:], kv[..., :512], kv[..., 512:], out=out)
+
+    plan(5, *steps[0])
+    run()  # warm-up: creates the decoder and its workspace outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for seed, (q_lens, lens) in enumerate(steps, start=5):
+        ragged, skv, stable, slens = plan(seed, q_lens, lens)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        row = 0
+        for i, n in enumerate(q_lens):
+            if n:
+                want, _ = cpu_oracle(ragged[row : row + n][None], skv, stable[i : i + 1],
+                                     slens[i : i + 1], 0.07)  # fmt: skip
+                close(out[row : row + n], want[0])
+                row += n
+        assert out[row:].isnan().all(), "rows past qo_indptr[-1] written"

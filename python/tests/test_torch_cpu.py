@@ -14,7 +14,9 @@ import mlakit.torch  # noqa: E402
 from numpy_reference import (  # noqa: E402
     assert_close_to_reference,
     make_workload,
+    pack_queries,
     reference,
+    var_q_reference,
 )
 
 
@@ -279,3 +281,117 @@ def test_scales_refused_for_16bit_tensors(work):
         mlakit.torch.decode(q, kv, table, lens, k_scale=1.0)
     with pytest.raises(TypeError, match="^q: expected dtype bfloat16, float16 or float8_e4m3fn"):
         mlakit.torch.decode(q.view(torch.int16), kv, table, lens)
+
+
+# ---- variable query lengths: cu_seqlens_q, packed rows ------------------------------------------
+
+
+@pytest.fixture
+def var_q_work():
+    """Requests of 1, 3, 0 and 2 query tokens packed into 6 rows, and the workload they come
+    from (s_q 3)."""
+    w = make_workload(np.random.default_rng(9), b=4, s_q=3, h_q=8, page_size=16,
+                      seq_lens=[9, 40, 5, 33])  # fmt: skip
+    q, q_values, cu = pack_queries(w, [1, 3, 0, 2])
+    kv, table, lens = tensors(w)[1:]
+    return w, q_values, (as_torch(q, torch.bfloat16), kv, table, lens, torch.from_numpy(cu))
+
+
+def test_var_q_op_matches_reference_and_decoder(var_q_work):
+    w, q_values, (q, kv, table, lens, cu) = var_q_work
+    out, lse = mlakit.torch.decode(q, kv, table, lens, cu_seqlens_q=cu, return_lse=True)
+    assert out.shape == (6, 8, 512) and lse.shape == (6, 8)
+    want, want_lse = var_q_reference(w, q_values, cu.numpy(), page_size=16)
+    assert_close_to_reference(values(out), want, "bf16")
+    np.testing.assert_allclose(lse.numpy(), want_lse, atol=2e-4, rtol=1e-5)
+    # The decoder's s_q: a bound from q's rows (6) without max_q_len, the longest (3) with it.
+    assert torch.equal(mlakit.torch.decode(q, kv, table, lens, cu_seqlens_q=cu, max_q_len=3), out)
+    decoder = mlakit.Decoder(h_q=8, s_q=3, page_size=16, max_batch=4, max_seq_len=64, var_q=True,
+                             backend="cpu")  # fmt: skip
+    assert torch.equal(decoder.run(q, kv, table, lens, cu_seqlens_q=cu), out)
+    given = torch.full((6, 8, 512), float("nan"), dtype=torch.bfloat16)
+    assert mlakit.torch.decode(q, kv, table, lens, cu_seqlens_q=cu, out=given) is given
+    assert torch.equal(given, out)
+
+
+def test_var_q_torch_compile_fullgraph(var_q_work):
+    q, kv, table, lens, cu = var_q_work[2]
+
+    def step(q, kv, table, lens, cu):
+        out, lse = mlakit.torch.decode(q * 1, kv, table, lens, cu_seqlens_q=cu, max_q_len=3,
+                                       return_lse=True)  # fmt: skip
+        return out.float() * 2, lse
+
+    compiled = torch.compile(step, fullgraph=True)
+    out, lse = compiled(q, kv, table, lens, cu)
+    eager_out, eager_lse = step(q, kv, table, lens, cu)
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
+    # New offsets in the same tensor: the same compiled graph follows them.
+    cu.copy_(torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32))
+    out, lse = compiled(q, kv, table, lens, cu)
+    assert torch.equal(out, step(q, kv, table, lens, cu)[0])
+
+
+def _var_q_op_args(q_, kv, table, lens, cu, **override):
+    q = override.pop("q", q_)
+    rows = q_.shape[0]
+    args = dict(q=q, kv_cache=kv, block_table=table, seq_lens=lens,
+                out=torch.empty((rows, q_.shape[-2], 512), dtype=torch.bfloat16),
+                lse=torch.empty((rows, q_.shape[-2]), dtype=torch.float32), sinks=None,
+                indices=None, topk_lens=None, q_scale_tensor=None, k_scale_tensor=None,
+                softmax_scale=576**-0.5, q_scale=None, k_scale=None, causal=True, max_seq_len=0,
+                pdl=False, backend="auto", tactic=-1, extra_kv_cache=None, extra_indices=None,
+                extra_topk_lens=None, lse_base2=False, cp_world=1, cp_rank=0, cp_interleave=1,
+                cu_seqlens_q=cu, max_q_len=3)  # fmt: skip
+    args.update(override)
+    return list(args.values())
+
+
+@pytest.mark.parametrize("max_q_len", [3, 0])
+def test_var_q_opcheck(var_q_work, max_q_len):
+    args = _var_q_op_args(*var_q_work[2], max_q_len=max_q_len)
+    torch.library.opcheck(torch.ops.mlakit.decode.default, args)
+
+
+def var_q_op_errors():
+    q = torch.zeros((6, 8, 576), dtype=torch.bfloat16)
+    return [
+        (dict(cu_seqlens_q=torch.zeros(5, dtype=torch.int64)), TypeError,
+         "cu_seqlens_q: expected dtype int32, given int64"),
+        (dict(cu_seqlens_q=torch.zeros((1, 5), dtype=torch.int32)), ValueError,
+         "cu_seqlens_q: expected shape [b + 1] = [>= 2] (b >= 1 requests), given [1, 5]"),
+        (dict(q=q[None]), ValueError,
+         "q: expected shape [total, h_q, d_qk] (packed by query token, with cu_seqlens_q), "
+         "given [1, 6, 8, 576]"),
+        (dict(out=torch.empty((5, 8, 512), dtype=torch.bfloat16)), ValueError,
+         "out: expected shape [6, 8, 512] (q's rows, packed by query token), given [5, 8, 512]"),
+        (dict(lse=torch.empty((6, 8, 1))), ValueError,
+         "lse: expected shape [6, 8] (q's rows, packed by query token), given [6, 8, 1]"),
+        (dict(max_q_len=-1), ValueError,
+         "max_q_len: expected 0 (a bound from q's rows) or 1..16, given -1"),
+        (dict(max_q_len=17), ValueError,
+         "max_q_len: expected 0 (a bound from q's rows) or 1..16, given 17"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("override,exception,message", var_q_op_errors())
+def test_var_q_op_errors_eager_and_fake_agree(var_q_work, override, exception, message):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    inputs = var_q_work[2]
+    with pytest.raises(exception, match="^" + re.escape(message)):
+        torch.ops.mlakit.decode(*_var_q_op_args(*inputs, **override))
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in inputs]
+        override = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+                    for k, v in override.items()}  # fmt: skip
+        with pytest.raises(exception, match="^" + re.escape(message)):
+            torch.ops.mlakit.decode(*_var_q_op_args(*fake, **override))
+
+
+def test_var_q_arguments_without_offsets_are_refused(work):
+    q, kv, table, lens = tensors(work)
+    with pytest.raises(ValueError, match="^max_q_len: expected 0 without cu_seqlens_q, given 2"):
+        mlakit.torch.decode(q, kv, table, lens, max_q_len=2)
+    with pytest.raises(ValueError, match=r"^q: expected shape \[b, s_q, h_q, d_qk\]"):
+        mlakit.torch.decode(q[0], kv, table, lens)

@@ -42,6 +42,7 @@ mlakit::Problem to_cpp(const mlakit_problem_t& p) {
       .out_dtype = static_cast<mlakit::DType>(p.out_dtype),
       .kv_layout = static_cast<mlakit::KvLayout>(p.kv_layout),
       .causal = p.causal != 0,
+      .var_q = p.var_q != 0,
       .has_sinks = p.has_sinks != 0,
       .topk = p.topk,
       .extra_topk = p.extra_topk,
@@ -64,6 +65,7 @@ mlakit::RunArgs to_cpp(const mlakit_run_args_t& a) {
       .block_table = a.block_table,
       .block_table_stride = a.block_table_stride,
       .seq_lens = a.seq_lens,
+      .cu_seqlens_q = a.cu_seqlens_q,
       .indices = a.indices,
       .topk_lens = a.topk_lens,
       .extra_kv_cache = a.extra_kv_cache,
@@ -138,6 +140,7 @@ void mlakit_problem_init(mlakit_problem_t* p) {
       .cp_rank = d.cp_rank,
       .cp_interleave = d.cp_interleave,
       .lse_base2 = d.lse_base2,
+      .var_q = d.var_q,
   };
 }
 

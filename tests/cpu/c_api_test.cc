@@ -37,6 +37,7 @@ mlakit_problem_t to_c(const Problem& p) {
   c.has_sinks = p.has_sinks, c.topk = p.topk, c.return_lse = p.return_lse;
   c.d_qk = p.d_qk, c.extra_topk = p.extra_topk, c.extra_page_size = p.extra_page_size;
   c.cp_world = p.cp_world, c.cp_rank = p.cp_rank, c.cp_interleave = p.cp_interleave;
+  c.lse_base2 = p.lse_base2, c.var_q = p.var_q;
   return c;
 }
 
@@ -57,6 +58,8 @@ TEST(CApi, InitGivesTheCppDefaults) {
   EXPECT_EQ(c.cp_world, 1);
   EXPECT_EQ(c.cp_rank, 0);
   EXPECT_EQ(c.cp_interleave, 1);
+  EXPECT_EQ(c.lse_base2, 0);
+  EXPECT_EQ(c.var_q, 0);
   mlakit_run_args_t a;
   mlakit_run_args_init(&a);
   EXPECT_EQ(a.softmax_scale, mlakit::kDefaultSoftmaxScale);
@@ -67,6 +70,7 @@ TEST(CApi, InitGivesTheCppDefaults) {
   EXPECT_EQ(a.extra_num_pages, 0);
   EXPECT_EQ(a.extra_indices, nullptr);
   EXPECT_EQ(a.extra_topk_lens, nullptr);
+  EXPECT_EQ(a.cu_seqlens_q, nullptr);
 }
 
 struct CApiCase {
@@ -94,7 +98,10 @@ TEST_P(CApiTest, RunMatchesCppApi) {
   EXPECT_STREQ(mlakit_decoder_backend(decoder), "cpu");
   EXPECT_EQ(mlakit_decoder_workspace_bytes(decoder), 0u);
 
-  std::vector<uint8_t> out(in.out_bytes(), 0xff);  // NaN in bf16 and fp16
+  // Poisoned as run_cpu poisons its own: var_q leaves the rows past the packed ones as they are.
+  std::vector<uint8_t> out(in.out_bytes());
+  mlakit::harness::fill_nan(out.data(), in.out_bytes() / mlakit::dtype_bytes(p.out_dtype),
+                            p.out_dtype);
   std::vector<float> lse(in.lse_count(), NAN);
   const RunArgs a = in.args(out.data(), lse.data());
   mlakit_run_args_t ca;
@@ -106,6 +113,7 @@ TEST_P(CApiTest, RunMatchesCppApi) {
   ca.q_scale = a.q_scale, ca.k_scale = a.k_scale;
   ca.extra_kv_cache = a.extra_kv_cache, ca.extra_num_pages = a.extra_num_pages;
   ca.extra_indices = a.extra_indices, ca.extra_topk_lens = a.extra_topk_lens;
+  ca.cu_seqlens_q = a.cu_seqlens_q;
   ASSERT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 0) << mlakit_last_error();
 
   EXPECT_EQ(out, cpp.out);
@@ -149,6 +157,23 @@ const CApiCase kCApiCases[] = {
       .max_seq_len = 128,
       .kv_dtype = DType::kFP8E4M3,
       .kv_layout = KvLayout::kFp8Blockwise,
+      .topk = 16,
+      .return_lse = true}},
+    {"var_q_lse",
+     {.h_q = 8,
+      .s_q = 3,
+      .page_size = 16,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .var_q = true,
+      .return_lse = true}},
+    {"var_q_sparse",
+     {.h_q = 4,
+      .s_q = 2,
+      .page_size = 16,
+      .max_batch = 3,
+      .max_seq_len = 128,
+      .var_q = true,
       .topk = 16,
       .return_lse = true}},
     {"v4_sparse_extra",
@@ -203,6 +228,34 @@ TEST(CApi, BadRunArgsReturnInvalidArgumentNamingThem) {
       << mlakit_last_error();
   EXPECT_EQ(mlakit_decoder_run(decoder, nullptr, nullptr, 0, nullptr), 1);
   EXPECT_NE(std::string(mlakit_last_error()).find("args"), std::string::npos);
+}
+
+TEST(CApi, VarQRefusesARequestStrideNamingIt) {
+  const Problem p{
+      .h_q = 4, .s_q = 2, .page_size = 16, .max_batch = 2, .max_seq_len = 64, .var_q = true};
+  const HostInputs in = mlakit::harness::make_inputs(p, std::vector<int32_t>{5, 20},
+                                                     {.seed = case_seed(), .q_lens = {2, 1}});
+  const mlakit_problem_t cp = to_c(p);
+  mlakit_decoder_t* decoder = nullptr;
+  ASSERT_EQ(mlakit_decoder_create(&cp, "cpu", &decoder), 0) << mlakit_last_error();
+  const std::unique_ptr<mlakit_decoder_t, void (*)(mlakit_decoder_t*)> owner(
+      decoder, mlakit_decoder_destroy);
+  std::vector<uint8_t> out(in.out_bytes(), 0xff);
+  const RunArgs a = in.args(out.data(), nullptr);
+  mlakit_run_args_t ca;
+  mlakit_run_args_init(&ca);
+  ca.batch = a.batch, ca.q = a.q, ca.kv_cache = a.kv_cache, ca.num_pages = a.num_pages;
+  ca.block_table = a.block_table, ca.block_table_stride = a.block_table_stride;
+  ca.seq_lens = a.seq_lens, ca.out = a.out, ca.cu_seqlens_q = a.cu_seqlens_q;
+  ASSERT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 0) << mlakit_last_error();
+  ca.q_stride_b = int64_t{2} * p.h_q * mlakit::kDqk;
+  EXPECT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 1);
+  EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: q_stride_b", 0), 0u)
+      << mlakit_last_error();
+  ca.q_stride_b = 0, ca.cu_seqlens_q = nullptr;
+  EXPECT_EQ(mlakit_decoder_run(decoder, &ca, nullptr, 0, nullptr), 1);
+  EXPECT_EQ(std::string(mlakit_last_error()).rfind("invalid argument: cu_seqlens_q", 0), 0u)
+      << mlakit_last_error();
 }
 
 TEST(CApi, MergePartialsMatchesCppApi) {
