@@ -35,7 +35,6 @@
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
 #include "ops/indexer/indexer.h"
-#include "ops/topk/topk.h"
 
 namespace mlakit::ops {
 namespace {
@@ -305,6 +304,11 @@ __device__ __forceinline__ int swizzled(int row, int byte) {
 
 template <int kVec>
 __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerParams p) {
+#if defined(__CUDA_ARCH__) && !defined(MLAKIT_SM90_WGMMA)
+  // Code for sm_90 without the "a" features has no wgmma: fail loudly rather than return
+  // unwritten logits (the host picks this kernel on sm_90; mlakit builds sm_90a).
+  __trap();
+#endif
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
   const int i = blockIdx.y;
@@ -468,7 +472,18 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   const int groups = (a.heads + 15) / 16;
   const int hp = wgmma ? (a.heads + kWgHeads - 1) / kWgHeads * kWgHeads : groups * 16;
   const int per_row = hp * (wgmma ? kIndexerDim + 4 : kRowBytes + 4);
-  const int rows_per_cta = std::max(1, std::min(a.next_n, kQBudget / per_row));
+  // Query rows per CTA: what fits in kQBudget and in the device's shared memory per block past
+  // the fixed part (sm_89 and sm_12x allow 99 KB, sm_90 227 KB).
+  int smem_optin = 0;
+  MLAKIT_CUDA_RETURN(
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int fixed = wgmma ? wg_layout_of(0, hp).bytes : layout_of(0, groups).bytes;
+  const int budget = std::min(kQBudget, smem_optin - fixed);
+  if (budget < per_row) {
+    return unsupported("heads ", a.heads, " for indexer_logits on device cuda: ", fixed + per_row,
+                       " bytes of shared memory a block needed, ", smem_optin, " available");
+  }
+  const int rows_per_cta = std::min(a.next_n, budget / per_row);
   const int smem_bytes =
       wgmma ? wg_layout_of(rows_per_cta, hp).bytes : layout_of(rows_per_cta, groups).bytes;
   IndexerParams p{};
@@ -497,8 +512,7 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
     chunk /= 2;
   }
   p.chunk = chunk;
-  const int64_t chunks = (a.max_len + chunk - 1) / chunk;
-  if (chunks > INT32_MAX) return invalid_argument("max_len", "fewer positions", a.max_len);
+  const int64_t chunks = (a.max_len + chunk - 1) / chunk;  // max_len <= kMaxSeqLen: fits
   if (a.batch > 65535) {
     return invalid_argument("batch", "at most 65535 for indexer_logits on device cuda", a.batch);
   }

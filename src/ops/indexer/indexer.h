@@ -9,7 +9,8 @@ namespace mlakit::ops {
 
 // Checks lengths and page ids first; accumulates in double.
 Status indexer_logits_cpu(const IndexerLogitsArgs& args, int64_t ld);
-// The GPU kernel (indexer.cu): fp8 mma.sync, sm_89 and newer (kUnsupported below).
+// The GPU kernels (indexer.cu): fp8 wgmma on sm_90, mma.sync on sm_89 and sm_100+ (kUnsupported
+// below sm_89 or without code for the device).
 Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream stream);
 
 }  // namespace mlakit::ops
