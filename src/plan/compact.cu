@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
   if (p.cu_seqlens_q != nullptr) {
     const int32_t t = static_cast<int32_t>(r - int64_t{request} * p.s_q);
     const int32_t first = p.cu_seqlens_q[request];
-    if (t >= p.cu_seqlens_q[request + 1] - first) n = 0;
+    if (t >= int64_t{p.cu_seqlens_q[request + 1]} - first) n = 0;
     row = int64_t{first} + t;
   }
   const int32_t* idx = p.indices + row * p.topk;

@@ -17,9 +17,13 @@ __global__ void __launch_bounds__(kThreads) cp_lengths_kernel(const CpLengthsPar
   pdl::griddepcontrol_wait();  // the lengths may come from the previous kernel
   for (int32_t i = blockIdx.x * kThreads + threadIdx.x; i < p.batch; i += gridDim.x * kThreads) {
     const int32_t len = p.seq_lens[i];
-    const int32_t q_len = p.cu_seqlens_q == nullptr
-                              ? p.s_q
-                              : max(0, min(p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i], p.s_q));
+    // var_q: q_len clamped to 0..s_q, the difference taken in 64 bits (the offsets are trusted).
+    const int32_t q_len =
+        p.cu_seqlens_q == nullptr
+            ? p.s_q
+            : static_cast<int32_t>(
+                  max(int64_t{0},
+                      min(int64_t{p.cu_seqlens_q[i + 1]} - p.cu_seqlens_q[i], int64_t{p.s_q})));
     p.local_lens[i] = q_len > 0 ? p.lens.of(len) : 0;
     if (p.causal_bounds != nullptr) {
       for (int32_t t = 0; t < p.s_q; ++t) {

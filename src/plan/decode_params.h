@@ -63,8 +63,10 @@ struct RowView {
     if (cu_seqlens_q == nullptr) return rows;
     int32_t i, t0;
     request_token(request, &i, &t0);
-    const int32_t live = (cu_seqlens_q[i + 1] - cu_seqlens_q[i] - t0) * h_q;
-    return live < 0 ? 0 : live < rows ? live : rows;
+    // In 64 bits: offsets the GPU trusts may be anything (q_len is clamped to 0..s_q, as the
+    // lengths kernel does; rows covers at most s_q tokens).
+    const int64_t live = (int64_t{cu_seqlens_q[i + 1]} - cu_seqlens_q[i] - t0) * h_q;
+    return live < 0 ? 0 : live < rows ? static_cast<int32_t>(live) : rows;
   }
   // The element of the contiguous lse ([b, s_q, h_q], or with var_q [total, h_q]) of row r.
   __host__ __device__ __forceinline__ int64_t lse_index(int32_t request, int32_t r,
