@@ -145,7 +145,8 @@ struct Problem {
   // extra_indices) are packed the same way, [total, topk] (row cu_seqlens_q[i] + t), topk_lens
   // stays [b]. Context parallelism: the causal bound on global positions as above. The host does
   // not know total (cu_seqlens_q lives where the backend runs): validate_args' overlap checks
-  // count the first packed row of q, out, lse and the indices only; the cpu backend and
+  // count the first packed row of q, out, lse and the indices only, and out's strides are checked
+  // for b * s_q rows (a head-major out holding fewer is refused); the cpu backend and
   // Decoder::check_data check the offsets (cu_seqlens_q[0] = 0, each q_len 0..s_q), the GPU
   // backends clamp each q_len to 0..s_q and otherwise trust them. GPU cost: the padded [b, s_q]
   // problem's compute (absent rows are computed on zeros, not written; a request with q_len 0 is

@@ -140,24 +140,35 @@ Status check_views(const Problem& p, const RunArgs& a) {
     }
   }
   // out: with its dimensions ordered by stride, each stride at least the extent of the smaller
-  // ones, so that no two elements share an address. (var_q: at most b * s_q packed rows.)
+  // ones, so that no two elements share an address. (var_q: the host does not know the packed
+  // rows' count, so b * s_q rows [b * s_q, h_q, 512] are checked: a head-major out holding fewer
+  // rows is refused.)
   const Views v = views_of(p, a);
   const int64_t tokens = p.var_q ? int64_t{a.batch} * p.s_q : p.s_q;
-  std::pair<int64_t, int64_t> dims[] = {
-      {v.out_h, p.h_q}, {v.out_s, tokens}, {v.out_b, p.var_q ? 1 : a.batch}};
+  const int64_t requests = p.var_q ? 1 : a.batch;
+  std::pair<int64_t, int64_t> dims[] = {{v.out_h, p.h_q}, {v.out_s, tokens}, {v.out_b, requests}};
   std::sort(std::begin(dims), std::end(dims));
   int64_t extent = kDv;
   for (const auto& [stride, size] : dims) {
     if (size <= 1) continue;
     if (stride < extent) {
-      return invalid_argument(
-          "out strides",
-          str_cat("rows that do not overlap (each stride >= ", extent,
-                  ", the extent of the dimensions with smaller strides)"),
-          str_cat("[", v.out_b, ", ", v.out_s, ", ", v.out_h, ", 1] for shape [", a.batch, ", ",
-                  p.s_q, ", ", p.h_q, ", ", kDv, "]"));
+      const std::string shape =
+          p.var_q ? str_cat("[", tokens, ", ", p.h_q, ", ", kDv, "]")
+                  : str_cat("[", a.batch, ", ", p.s_q, ", ", p.h_q, ", ", kDv, "]");
+      const std::string strides = p.var_q
+                                      ? str_cat("[", v.out_s, ", ", v.out_h, ", 1]")
+                                      : str_cat("[", v.out_b, ", ", v.out_s, ", ", v.out_h, ", 1]");
+      return invalid_argument("out strides",
+                              str_cat("rows that do not overlap (each stride >= ", extent,
+                                      ", the extent of the dimensions with smaller strides)"),
+                              str_cat(strides, " for shape ", shape));
     }
-    extent = stride * (size - 1) + extent;
+    // Saturating: strides below 2^40 times up to 2^24 rows can pass 2^63.
+    int64_t span = 0;
+    if (__builtin_mul_overflow(stride, size - 1, &span) ||
+        __builtin_add_overflow(span, extent, &extent)) {
+      extent = INT64_MAX;
+    }
   }
   return Status::Ok();
 }
