@@ -14,7 +14,7 @@ wrapper return), natural log with the wrapper's ``return_lse_base_on_e=True``; a
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 from . import _arrays
 from ._compat_common import _not_supported
@@ -63,6 +63,23 @@ def _check_query_tokens(name: str, s_q: int) -> None:
             name, f"{s_q} query tokens per request",
             f"mlakit decodes 1..{_MAX_QUERY_TOKENS} query tokens per request",
         )  # fmt: skip
+
+
+def _check_query_offsets(name: str, cum: Any, rows: Optional[int] = None) -> None:
+    """Query-token offsets read on the host ([b + 1]): 0 first, never decreasing, and at most
+    `rows` (the packed query rows) last. The GPU backends trust the offsets they are given, so a
+    shim that has them on the host checks them (a wrong one would write out rows past the
+    tensor)."""
+    vals = [int(v) for v in cum.tolist()]
+    if vals and vals[0] != 0:
+        raise ValueError(f"{name}[0]: expected 0, given {vals[0]}")
+    for k in range(1, len(vals)):
+        if vals[k] < vals[k - 1]:
+            raise ValueError(
+                f"{name}[{k}]: expected at least {name}[{k - 1}] = {vals[k - 1]}, given {vals[k]}")
+    if rows is not None and vals and vals[-1] > rows:
+        raise ValueError(
+            f"{name}[{len(vals) - 1}]: expected at most the {rows} query rows, given {vals[-1]}")
 
 
 def _check_heads(name: str, heads: int) -> None:

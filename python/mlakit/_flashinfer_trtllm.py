@@ -15,6 +15,7 @@ from ._decoder import host_scale
 from ._flashinfer import (
     _backend,
     _check_heads,
+    _check_query_offsets,
     _check_query_tokens,
     _view,
     multi_ctas_kv_counter_bytes,
@@ -332,7 +333,9 @@ def trtllm_batch_decode_with_kv_cache_mla(
         if _arrays.framework(query) != "torch":
             raise TypeError("cum_seq_lens_q: expected PyTorch tensors (query and the offsets)")
         if max_q_len is None:  # FlashInfer reads the lengths on the host here too
-            max_q_len = int((cum_seq_lens_q[1:] - cum_seq_lens_q[:-1]).max())
+            cum = cum_seq_lens_q.cpu()
+            _check_query_offsets("cum_seq_lens_q", cum, int(query.shape[0]))
+            max_q_len = int((cum[1:] - cum[:-1]).max())
         _check_query_tokens("max_q_len", int(max_q_len))
         torch = sys.modules["torch"]
         cu_seqlens_q = cum_seq_lens_q.to(device=query.device, dtype=torch.int32)

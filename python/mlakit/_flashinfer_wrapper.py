@@ -11,7 +11,7 @@ from typing import Any, Optional, Tuple
 
 from ._compat_common import _decode, _not_supported
 from ._decoder import host_scale
-from ._flashinfer import _backend, _check_heads, _check_query_tokens, _view
+from ._flashinfer import _backend, _check_heads, _check_query_offsets, _check_query_tokens, _view
 
 
 # Above this many bytes, a block table sized from the kv_indices buffer (CUDA-graph mode without
@@ -217,6 +217,7 @@ class BatchMLAPagedAttentionWrapper:
             seq_lens = kv_len_arr.to(device=self.device, dtype=torch.int32)
             # FlashInfer's plan reads these on the host too.
             cum_q = qo_indptr.cpu()
+            _check_query_offsets("qo_indptr", cum_q)
             q_lens = cum_q[1:] - cum_q[:-1]
             pages = (kv_indptr[1:] - kv_indptr[:-1]).cpu()
             s_q = max(1, int(q_lens.max()))

@@ -183,6 +183,21 @@ def test_trtllm_ragged_queries():
     assert trtllm(ragged, kv, table, lens, cum_seq_lens_q=cum, max_q_len=3, out=given) is given
 
 
+def test_ragged_query_offsets_read_on_the_host_are_checked():
+    """Offsets the shims read on the host (trtllm without max_q_len, the wrapper's eager plan)
+    are checked before a backend that trusts them gets them: 0 first, never decreasing, at most
+    the query rows last."""
+    w = make_workload(np.random.default_rng(6), b=2, s_q=3, h_q=4, page_size=16,
+                      seq_lens=[9, 40])  # fmt: skip
+    q_all, kv, table, lens = tensors(w)
+    ragged = q_all[:, :1].reshape(2, 4, 576)
+    for cum, message in [([1, 1, 2], r"cum_seq_lens_q\[0\]: expected 0, given 1"),
+                         ([0, 5, 2], r"cum_seq_lens_q\[2\]: expected at least cum_seq_lens_q\[1\] = 5"),
+                         ([0, 1, 3], r"cum_seq_lens_q\[2\]: expected at most the 2 query rows, given 3")]:
+        with pytest.raises(ValueError, match=message):
+            trtllm(ragged, kv, table, lens, cum_seq_lens_q=torch.tensor(cum, dtype=torch.int32))
+
+
 def padded(x, cum, s_q):
     """The layout the shims ran ragged queries in before mlakit had variable query lengths: a
     batch of s_q slots per request, each request's rows in its last slots (where a uniform s_q's
