@@ -68,7 +68,10 @@ Status check_cu_seqlens_q(const Problem& p, const int32_t* cu, int32_t batch) {
 }
 
 Status check_host_data(const Problem& p, const RunArgs& a) {
-  if (p.var_q) MLAKIT_RETURN_IF_ERROR(check_cu_seqlens_q(p, a.cu_seqlens_q, a.batch));
+  if (p.var_q) {
+    MLAKIT_RETURN_IF_ERROR(check_cu_seqlens_q(p, a.cu_seqlens_q, a.batch));
+    MLAKIT_RETURN_IF_ERROR(check_packed_rows_apart(p, a, a.cu_seqlens_q[a.batch]));
+  }
   // Scales by pointer: validate_args checks host values but cannot read pointers; here they are
   // host memory too.
   for (const auto& [name, ptr] :

@@ -17,4 +17,9 @@ Status check_host_data(const Problem& problem, const RunArgs& args);
 // cu_seqlens_q[i + 1] - cu_seqlens_q[i] is 0..s_q; else kInvalidArgument naming the entry.
 Status check_cu_seqlens_q(const Problem& problem, const int32_t* cu_seqlens_q, int32_t batch);
 
+// With Problem::var_q and the packed rows' count known (cu_seqlens_q[b], read on the host):
+// validate_args' overlap checks again, with q, out, lse and the indices covering all their rows
+// (validate_args, which cannot read the offsets, counts the first row only). validate.cc.
+Status check_packed_rows_apart(const Problem& problem, const RunArgs& args, int64_t packed_rows);
+
 }  // namespace mlakit

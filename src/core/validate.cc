@@ -177,11 +177,12 @@ Status check_views(const Problem& p, const RunArgs& a) {
 // (and wrong results). From the addresses and the shapes the header gives the arguments (the block
 // table [b, block_table_stride], ...); nothing is read.
 Status check_apart(const Problem& p, const RunArgs& a, size_t workspace_needed,
-                   const void* workspace) {
-  // var_q: the host does not know the packed rows' count (cu_seqlens_q lives where the backend
-  // runs), so q, out, lse and the indices count their first query token only.
+                   const void* workspace, int64_t packed_rows = -1) {
+  // var_q: q, out, lse and the indices hold packed_rows rows when it is known (the host read
+  // cu_seqlens_q[b]), else their first query token only (the offsets live where the backend runs).
   const uint64_t b = a.batch;
-  const int64_t requests = p.var_q ? 1 : a.batch, tokens = p.var_q ? 1 : p.s_q;
+  const int64_t requests = p.var_q ? 1 : a.batch;
+  const int64_t tokens = !p.var_q ? p.s_q : packed_rows >= 0 ? packed_rows : 1;
   const uint64_t rows = static_cast<uint64_t>(requests * tokens) * p.h_q;
   // A sparse run neither reads nor checks the block table and lengths.
   const int32_t* table = p.sparse() ? nullptr : a.block_table;
@@ -421,6 +422,10 @@ Status check_args(const Problem& p, const RunArgs& a, size_t workspace_needed,
 }
 
 }  // namespace
+
+Status check_packed_rows_apart(const Problem& p, const RunArgs& a, int64_t packed_rows) {
+  return check_apart(p, a, 0, nullptr, packed_rows);
+}
 
 Status validate(const Problem& p) {
   return guarded("validate", [&] { return validate_problem(p); });

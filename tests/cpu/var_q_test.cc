@@ -272,6 +272,25 @@ TEST(VarQ, OutRowsApartAndOverlapChecksOfOneRow) {
                        "out", {"overlap lse"}));
 }
 
+// The cpu backend reads the offsets, so it checks the overlaps again with every packed row: lse
+// right after out's first row (accepted by validate_args above) overlaps out's later rows.
+TEST(VarQ, CpuBackendChecksOverlapsOfEveryPackedRow) {
+  HostInputs in = small_var_q_inputs({1, 2, 3});  // 6 packed rows
+  in.problem.return_lse = true;
+  std::vector<uint16_t> out(12 * 4 * mlakit::kDv + 2 * 12 * 4, 0);
+  std::unique_ptr<mlakit::Decoder> decoder;
+  const mlakit::Status created = mlakit::Decoder::create(in.problem, {.backend = "cpu"}, &decoder);
+  ASSERT_TRUE(created.ok()) << created.to_string();
+  RunArgs a = in.args(out.data(), nullptr);
+  a.lse = reinterpret_cast<float*>(out.data() + 4 * mlakit::kDv);
+  EXPECT_TRUE(is_error(decoder->run(a, nullptr, 0, nullptr), StatusCode::kInvalidArgument, "out",
+                       {"overlap lse"}));
+  // Past the 6 packed rows it is apart.
+  a.lse = reinterpret_cast<float*>(out.data() + 6 * 4 * mlakit::kDv);
+  const mlakit::Status apart = decoder->run(a, nullptr, 0, nullptr);
+  EXPECT_TRUE(apart.ok()) << apart.to_string();
+}
+
 TEST(VarQ, RefusesMissingOrUnexpectedOffsets) {
   const HostInputs in = small_var_q_inputs({1, 2, 3});
   const CpuRun missing = run_cpu(in, [](RunArgs& a) { a.cu_seqlens_q = nullptr; });
