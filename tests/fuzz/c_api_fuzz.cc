@@ -1,8 +1,8 @@
 // Fuzz target: the C API's validation and the cpu backend behind it. The input chooses a problem
 // (mostly valid values, sometimes any), the run arguments and their host buffers, each allocated
 // at the size the arguments claim (so a read or write past one is the library's, and ASan reports
-// it), with random contents from a seed in the input: page ids, lengths, indices, scales and sinks
-// may be anything, though mostly near their valid ranges.
+// it), with random contents from a seed in the input: page ids, lengths, indices, query offsets
+// (var_q), scales and sinks may be anything, though mostly near their valid ranges.
 // Pointers may be null, misaligned, or point into another argument. Every call must return a
 // status, with a message exactly when it failed; no run writes an input, and a refused run leaves
 // out as it was.
@@ -143,6 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.has_sinks = in.flag();
   p.return_lse = in.flag();
   p.topk = in.flag() ? in.pick({1, 5, 16}) : 0;
+  p.var_q = in.flag() ? 1 : 0;
   if (in.raw<uint8_t>() == 255) p.d_qk = in.raw<int32_t>();
 
   const char* backends[] = {"cpu", "cpu", "cpu", "auto", "", "sm80", "nope"};
@@ -171,6 +172,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                           ? p.page_size * 656
                           : p.page_size * 576 * dtype_bytes(p.kv_dtype);
   Bits bits{in.raw<uint32_t>()};
+  // var_q's offsets: mostly valid (0, then query lengths 0..s_q), one in 16 with an entry of any
+  // value. Valid ones give the packed rows' count: the rows q and the indices then hold (the rest
+  // of their buffers is no argument's).
+  Buffer cu = make_buffer(bits, (batch + 1) * 4);
+  auto* offsets = reinterpret_cast<int32_t*>(cu.data);
+  offsets[0] = 0;
+  for (int i = 0; i < batch; ++i) {
+    offsets[i + 1] = offsets[i] + static_cast<int32_t>(bits.next() % (p.s_q + 1));
+  }
+  if ((bits.next() & 15) == 0)
+    offsets[bits.next() % (batch + 1)] = static_cast<int32_t>(bits.next());
+  bool offsets_valid = offsets[0] == 0;
+  for (int i = 0; i < batch; ++i) {
+    const int64_t q_len = int64_t{offsets[i + 1]} - offsets[i];
+    offsets_valid = offsets_valid && q_len >= 0 && q_len <= p.s_q;
+  }
+  const int64_t q_rows = p.var_q && offsets_valid ? offsets[batch] : int64_t{batch} * p.s_q;
   Buffer q = make_buffer(bits, rows * p.d_qk * dtype_bytes(p.q_dtype));
   Buffer kv = make_buffer(bits, num_pages * page);
   Buffer table = make_buffer(bits, batch * stride * 4);
@@ -199,17 +217,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mlakit_run_args_t a;
   mlakit_run_args_init(&a);
   a.batch = batch;
-  a.q = choose(in, q, q.bytes, &all);
+  a.q = choose(in, q, q_rows * p.h_q * p.d_qk * dtype_bytes(p.q_dtype), &all);
   a.kv_cache = choose(in, kv, kv_bytes, &all);
   a.num_pages = pages_claimed;
   a.block_table = static_cast<const int32_t*>(choose(in, table, table_bytes, &all));
   a.block_table_stride = stride_claimed;
   a.seq_lens = static_cast<const int32_t*>(choose(in, lens, dense ? lens.bytes : 0, &all));
   if (p.topk > 0 || in.raw<uint8_t>() == 255) {
-    a.indices = static_cast<const int32_t*>(choose(in, indices, indices.bytes, &all));
+    a.indices =
+        static_cast<const int32_t*>(choose(in, indices, q_rows * std::max(p.topk, 0) * 4, &all));
     if (in.flag()) {
       a.topk_lens = static_cast<const int32_t*>(choose(in, topk_lens, topk_lens.bytes, &all));
     }
+  }
+  if (p.var_q || in.raw<uint8_t>() == 255) {
+    a.cu_seqlens_q = static_cast<const int32_t*>(choose(in, cu, cu.bytes, &all));
   }
   if (p.has_sinks || in.raw<uint8_t>() == 255) {
     a.sinks = static_cast<const float*>(choose(in, sinks, sinks.bytes, &all));
