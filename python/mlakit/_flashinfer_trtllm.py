@@ -332,6 +332,9 @@ def trtllm_batch_decode_with_kv_cache_mla(
     if cum_seq_lens_q is not None:
         if _arrays.framework(query) != "torch":
             raise TypeError("cum_seq_lens_q: expected PyTorch tensors (query and the offsets)")
+        if len(query.shape) != 3:
+            raise ValueError(f"query: expected [total, heads, dim] packed rows with cum_seq_lens_q, "
+                             f"given shape {list(query.shape)}")
         if max_q_len is None:  # FlashInfer reads the lengths on the host here too
             cum = cum_seq_lens_q.cpu()
             _check_query_offsets("cum_seq_lens_q", cum, int(query.shape[0]))

@@ -196,6 +196,8 @@ def test_ragged_query_offsets_read_on_the_host_are_checked():
                          ([0, 1, 3], r"cum_seq_lens_q\[2\]: expected at most the 2 query rows, given 3")]:
         with pytest.raises(ValueError, match=message):
             trtllm(ragged, kv, table, lens, cum_seq_lens_q=torch.tensor(cum, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"query: expected \[total, heads, dim\]"):
+        trtllm(ragged[None], kv, table, lens, cum_seq_lens_q=torch.tensor([0, 1, 2], dtype=torch.int32))
 
 
 def padded(x, cum, s_q):
