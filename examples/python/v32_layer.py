@@ -3,8 +3,8 @@
 The sequence of docs/ops.md: (1) append the new tokens' latent + RoPE to the 656-byte fp8 cache
 and their indexer keys to the indexer cache, (2) the lightning indexer's logits, (3) the top-k
 positions as sparse-decode indices, (4) sparse attention over them. With CUDA tensors (PyTorch)
-the same calls run on the GPU on the current stream, with no host synchronization (the indexer
-logits are host-only for now). Sizes are small so that it runs in a second on a CPU; V3.2 has
+the same calls run on the GPU on the current stream, with no host synchronization (the indexer's
+logits need sm_89 or newer). Sizes are small so that it runs in a second on a CPU; V3.2 has
 h_q 128, 64 indexer heads and topk 2048.
 """
 

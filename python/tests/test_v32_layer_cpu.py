@@ -61,3 +61,12 @@ def test_v32_layer_example():
 def test_v32_layer_example_runs_as_a_script(capsys):
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     assert capsys.readouterr().out.startswith("out (2, 1, 16, 512)")
+
+
+def test_layer_benchmark_runs_its_steps_on_the_cpu_device():
+    """bench/v32_layer_bench.py's sequence (torch tensors through mlakit.torch's ops), once on the
+    cpu device at small sizes: the check the benchmark offers without a GPU."""
+    pytest.importorskip("torch")
+    bench = runpy.run_path(str(EXAMPLE.parents[2] / "bench" / "v32_layer_bench.py"))
+    assert bench["main"](["--device", "cpu", "--batch", "2", "--len", "130", "--heads", "16",
+                          "--index-heads", "8", "--topk", "64", "--next-n", "2"]) == 0  # fmt: skip
