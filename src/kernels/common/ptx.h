@@ -36,6 +36,23 @@ __device__ __forceinline__ void mma_sync_m16n8k16_f32_f16(float (&d)[4], const u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 d, a, b, d (sm_89): d += A B with A
+// 16 x 32 and B 32 x 8 of e4m3 (4 values a register). A wrong target traps: a caller checks the
+// device before launching (there is no e4m3 mma.sync below sm_89).
+__device__ __forceinline__ void mma_sync_m16n8k32_f32_e4m3(float (&d)[4], const uint32_t (&a)[4],
+                                                           uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();
+#endif
+}
+
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0..r3}, [addr] (sm_75)
 __device__ __forceinline__ void ldmatrix_sync_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -63,6 +80,14 @@ __device__ __forceinline__ void cp_async_cg_shared_global(uint32_t dst, const vo
                                                           int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)
+               : "memory");
+}
+
+// cp.async.ca.shared.global [dst], [src], 4, src_bytes (sm_80): copies src_bytes (0 or 4)
+// and zero-fills the rest of the 4 bytes; src_bytes 0 reads nothing.
+__device__ __forceinline__ void cp_async_ca_shared_global_4(uint32_t dst, const void* src,
+                                                            int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
 

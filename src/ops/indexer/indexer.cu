@@ -34,6 +34,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
+#include "kernels/common/ptx.h"
 #include "ops/indexer/indexer.h"
 
 namespace mlakit::ops {
@@ -87,39 +88,16 @@ __host__ __device__ inline Layout layout_of(int rows, int groups) {
   return l;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using ptx::smem_u32;
 
+// A cp.async of 16 or 4 bytes; `valid` false zero-fills and reads nothing.
 template <int kBytes>
 __device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
-  const int src_size = valid ? kBytes : 0;  // 0: zero-fill, nothing read
   if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_size));
+    ptx::cp_async_cg_shared_global(smem_u32(dst), src, valid ? 16 : 0);
   } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_size));
+    ptx::cp_async_ca_shared_global_4(smem_u32(dst), src, valid ? 4 : 0);
   }
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  (void)d, (void)a, (void)b0, (void)b1;
-  __trap();  // the host refuses devices below sm_89
-#endif
 }
 
 // Issues the copies of the key tile at positions j0 .. j0 + 63 of request i into buffer `buf`.
@@ -202,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p
       ws[c] = h < p.heads ? w[int64_t{r} * p.heads + h] : 0.f;
     }
     load_tile<kVec>(p, pages, j_begin, len, ks, ss, oks);
-    cp_async_commit();
+    ptx::cp_async_commit_group();
 
     const int tiles = static_cast<int>((computed_end - j_begin + kTile - 1) / kTile);
     const int units = p.groups * (kTile / 16);  // (16 heads, 16 positions) per unit
@@ -213,8 +191,8 @@ __global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p
         load_tile<kVec>(p, pages, j_begin + (tile + 1) * kTile, len, ks + nb * kTile * kRowBytes,
                         ss + nb * kTile, oks + nb * kTile);
       }
-      cp_async_commit();
-      cp_async_wait<1>();  // this tile's copies (and q's, with the first) have landed
+      ptx::cp_async_commit_group();
+      ptx::cp_async_wait_group<1>();  // this tile's copies (and q's, with the first) have landed
       __syncthreads();
       const uint8_t* kt = ks + buf * kTile * kRowBytes;
       const float* st = ss + buf * kTile;
@@ -237,8 +215,8 @@ __global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
               const uint8_t* kb = kt + (n0 + n * 8 + g) * kRowBytes + k0 + 4 * tg;
-              mma_e4m3(acc[n], a, *reinterpret_cast<const uint32_t*>(kb),
-                       *reinterpret_cast<const uint32_t*>(kb + 16));
+              ptx::mma_sync_m16n8k32_f32_e4m3(acc[n], a, *reinterpret_cast<const uint32_t*>(kb),
+                                              *reinterpret_cast<const uint32_t*>(kb + 16));
             }
           }
           // acc[n][0..1]: head grp*16 + g, positions n0 + 8n + 2tg + {0, 1}; [2..3]: head + 8.
@@ -310,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
   __trap();
 #endif
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024);
+  uint8_t* smem = smem_raw + ((1024 - smem_u32(smem_raw) % 1024) % 1024);
   const int i = blockIdx.y;
   const int t0 = blockIdx.z * p.rows_per_cta;
   const int rows = min(p.rows_per_cta, p.next_n - t0);
@@ -375,8 +353,8 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
         oks[tt] = valid ? 1 : 0;
       }
     }
-    cp_async_commit();
-    cp_async_wait<0>();
+    ptx::cp_async_commit_group();
+    ptx::cp_async_wait_group<0>();
 #ifdef MLAKIT_SM90_WGMMA
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // the copies, read by wgmma
 #endif
@@ -388,11 +366,11 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
       const float* st = ss + tile * kTile;
       const int* okt = oks + tile * kTile;
       const int64_t jt = j_begin + int64_t{tile} * kTile;
-      const uint64_t desc_b = sm90::smem_desc_sw128(smem_addr(kt), 0, 1024);
+      const uint64_t desc_b = sm90::smem_desc_sw128(smem_u32(kt), 0, 1024);
       for (int r = 0; r < rows; ++r) {
         for (int hg = 0; hg < hgroups; ++hg) {
           const uint8_t* qa = qs + (r * hp + hg * kWgHeads) * kIndexerDim;
-          const uint64_t desc_a = sm90::smem_desc_sw128(smem_addr(qa), 0, 1024);
+          const uint64_t desc_a = sm90::smem_desc_sw128(smem_u32(qa), 0, 1024);
           float d[32];
           sm90::wgmma_fence();
 #pragma unroll
