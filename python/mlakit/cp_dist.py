@@ -270,7 +270,9 @@ def sharded_decode(
     A group of one decodes alone (cp off; the decode applies the sinks) and communicates nothing.
 
     Arguments:
-        q: [b, s_q, h_q, d_qk], every rank the same.
+        q: [b, s_q, h_q, d_qk], every rank the same; with ``cu_seqlens_q`` (variable query
+            lengths, a ``decode_args`` entry) packed [total, h_q, d_qk], and out / lse then
+            [total, h_q (/ N), 512] / [total, h_q (/ N)].
         kv_cache, block_table: this rank's shard (global position g on rank
             ``mlakit.cp.rank_of(g, N, cp_interleave)`` at local position ``local_position``).
         seq_lens: [b] int32, the GLOBAL lengths.
@@ -302,8 +304,10 @@ def sharded_decode(
         raise ValueError(f"cp_interleave: expected a value >= 1, given {cp_interleave}")
     _tensor("q", q)
     world, rank = _group_info(group)
-    h_q = int(q.shape[2]) if q.dim() == 4 else 0
-    if mode == "heads" and q.dim() == 4 and h_q % world != 0:
+    # q [b, s_q, h_q, d_qk], or with cu_seqlens_q (var_q) packed [total, h_q, d_qk].
+    var_q = decode_args.get("cu_seqlens_q") is not None
+    h_q = int(q.shape[-2]) if q.dim() == (3 if var_q else 4) else 0
+    if mode == "heads" and h_q and h_q % world != 0:
         # Before the decode, so that every rank refuses before any communication.
         raise ValueError(
             f"h_q: expected a multiple of the group's world size {world} with mode 'heads', "
@@ -317,5 +321,15 @@ def sharded_decode(
                                 lse_base2=lse_base2, cp_world=world, cp_rank=rank,
                                 cp_interleave=int(cp_interleave), **decode_args)  # fmt: skip
     merge = merge_allgather if mode == "allgather" else merge_reduce_scatter_heads
-    out, lse = merge(part_out, part_lse, group, sinks=sinks, lse_base2=lse_base2, out=out, lse=lse)
+    if not var_q:
+        out, lse = merge(part_out, part_lse, group, sinks=sinks, lse_base2=lse_base2, out=out,
+                         lse=lse)  # fmt: skip
+        return (out, lse) if want_lse else out
+    # var_q: the packed rows merge as requests of one query token each ([total, 1, h_q, ...]).
+    given_out, given_lse = out, lse
+    out, lse = merge(part_out[:, None], part_lse[:, None], group, sinks=sinks,
+                     lse_base2=lse_base2, out=None if out is None else out[:, None],
+                     lse=None if lse is None else lse[:, None])  # fmt: skip
+    out = given_out if given_out is not None else out[:, 0]
+    lse = given_lse if given_lse is not None else lse[:, 0]
     return (out, lse) if want_lse else out

@@ -87,6 +87,37 @@ def check_case(group, seed, h_q, s_q, page_size, interleave, seq_lens, with_sink
 def check_all_cases(group):
     for seed, case in enumerate(CASES):
         check_case(group, seed, *case)
+    check_var_q(group)
+
+
+def check_var_q(group):
+    """Variable query lengths (cu_seqlens_q): the packed rows' sharded step equals the unsharded
+    var_q decode, in both modes, given outputs written in place."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    q_lens = [2, 0, 1, 3]
+    w, q, lens, sinks = problem(21, 8, 3, 16, [3, 40, 1, 130], True)
+    packed = torch.cat([q[i, :n] for i, n in enumerate(q_lens)])  # [6, 8, 576]
+    cu = torch.tensor([0, 2, 2, 3, 6], dtype=torch.int32)
+    want_out, want_lse = mt.decode(packed, as_torch(w.kv_cache), torch.from_numpy(w.block_table),
+                                   lens, sinks=sinks, return_lse=True, cu_seqlens_q=cu,
+                                   max_q_len=3)  # fmt: skip
+    cache, table = shard(w, 16, world, rank, 1)
+    cache, table = as_torch(cache), torch.from_numpy(table)
+    heads = 8 // world
+    mine = slice(rank * heads, (rank + 1) * heads)
+    for mode, rows in (("allgather", slice(None)), ("heads", mine)):
+        out, lse = cp.sharded_decode(packed, cache, table, lens, group=group, mode=mode,
+                                     sinks=sinks, return_lse=True, cu_seqlens_q=cu,
+                                     max_q_len=3)  # fmt: skip
+        assert out.shape == want_out[:, rows].shape, mode
+        assert_merged_close(bits(out), bits(want_out[:, rows]))
+        check_lse(lse, want_lse[:, rows])
+    out = torch.full((6, heads, 512), float("nan"), dtype=torch.bfloat16)
+    lse = torch.full((6, heads), float("nan"))
+    got = cp.sharded_decode(packed, cache, table, lens, group=group, mode="heads", sinks=sinks,
+                            out=out, lse=lse, cu_seqlens_q=cu, max_q_len=3)  # fmt: skip
+    assert got[0] is out and got[1] is lse
+    assert_merged_close(bits(out), bits(want_out[:, mine]))
 
 
 def check_one_case(group):
