@@ -22,11 +22,14 @@ minutes of testing on an H100. ``--scale`` multiplies both; ``--scale 0`` runs e
 ``--jobs N`` runs N pytest processes per suite at once, each with a shard of the same selection
 (the plugin's --mlakit-shard: dealt round-robin within each test function, so the slow ones are
 spread). The budget holds for each process, so it still bounds the suite's wall time. With
-several GPUs visible the processes take one each in turn; with one they share it.
+several GPUs visible the processes take one each in turn; with one they share it. Cases that then
+fail by running out of GPU memory (the tests' own allocations: several processes on a GPU) are
+rerun with a quarter of the processes, then with one; the table counts each case's last run
+(summary.json: `final_outcomes`, and `retries` with each round's counts).
 
 OUT receives five files: summary.md (the table, printed last too), summary.json, junit.xml (one
 <testsuite> per suite, its shards merged), cases.jsonl (one line per case: suite, node id,
-outcome, reason, seconds) and log.txt (pytest's output, shard after shard).
+outcome, reason, seconds; a rerun's line marked `retry`) and log.txt (pytest's output, shard after shard).
 """
 
 import argparse
@@ -103,7 +106,7 @@ def visible_gpus() -> List[str]:
     return [str(i) for i in range(sum(ln.startswith("GPU ") for ln in listing.splitlines()))]
 
 
-def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
+def run_suite(suite: Suite, args: argparse.Namespace, work: str, log, retry: bool = True) -> Dict:
     root = os.path.join(os.path.abspath(args.upstream), suite.project)
     missing = [f for f in suite.files if not os.path.isfile(os.path.join(root, f))]
     if missing:
@@ -194,6 +197,71 @@ def run_suite(suite: Suite, args: argparse.Namespace, work: str, log) -> Dict:
                 "(dealt round-robin within each test function)"
                 + (f" and the budget of {budget_text(budget)}" if budget else "")
                 + (f", on {len(gpus)} GPUs in turn" if len(gpus) > 1 else ""))  # fmt: skip
+        if retry and jobs > 1 and not args.collect_only:
+            summary = retry_out_of_memory(suite, args, work, log, summary)
+    return summary
+
+
+OOM = "OutOfMemoryError"
+
+
+def out_of_memory_cases(work: str, name: str, jobs: int) -> List[str]:
+    """Node ids of a run's cases that failed by running out of GPU memory (the tests' own
+    allocations, when several processes share a GPU)."""
+    ids = []
+    for k in range(jobs):
+        path = os.path.join(work, f"{name}.{k}.jsonl")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                if record["outcome"] in ("failed", "error") and OOM in record.get("reason", ""):
+                    ids.append(record["nodeid"])
+    return ids
+
+
+def retry_out_of_memory(suite: Suite, args: argparse.Namespace, work: str, log,
+                        summary: Dict) -> Dict:
+    """Reruns the cases that ran out of GPU memory with fewer processes (a quarter, then one),
+    in work/retry<n>/. The summary gets `retries` (each round's jobs, cases and outcomes) and
+    `final_outcomes`: the outcomes with those failures replaced by the retries' results."""
+    final = collections.Counter(summary["outcomes"])
+    retries = []
+    source, jobs = work, args.jobs
+    while True:
+        ids = out_of_memory_cases(source, suite.name, jobs)
+        if not ids or jobs == 1 and retries:
+            break
+        jobs = 1 if jobs <= 4 else jobs // 4
+        round_dir = os.path.join(work, f"retry{len(retries) + 1}")
+        os.makedirs(round_dir, exist_ok=True)
+        only = os.path.join(round_dir, "only.txt")
+        with open(only, "w") as f:
+            f.write("".join(f"{i}\n" for i in ids))
+        retry_args = argparse.Namespace(**dict(vars(args), only=only, jobs=jobs, scale=0.0))
+        log.write(f"\n== {suite.name}: {len(ids)} cases out of GPU memory, rerun with {jobs} "
+                  f"process{'es' if jobs > 1 else ''}\n")  # fmt: skip
+        result = run_suite(suite, retry_args, round_dir, log, retry=False)
+        if "error" in result:
+            retries.append({"jobs": jobs, "cases": len(ids), "error": result["error"]})
+            break
+        failed_before = collections.Counter()
+        for k in range(args.jobs if source == work else retries[-1]["jobs"]):
+            path = os.path.join(source, f"{suite.name}.{k}.jsonl")
+            if os.path.isfile(path):
+                with open(path) as f:
+                    for line in f:
+                        record = json.loads(line)
+                        if record["nodeid"] in ids:
+                            failed_before[record["outcome"]] += 1
+        final.subtract(failed_before)
+        final.update(result["outcomes"])
+        retries.append({"jobs": jobs, "cases": len(ids), "outcomes": result["outcomes"],
+                        "dir": os.path.basename(round_dir)})  # fmt: skip
+        source = round_dir
+    if retries:
+        summary = dict(summary, retries=retries, final_outcomes=dict(+final))
     return summary
 
 
@@ -253,15 +321,22 @@ def merge_junit(work: str, parts: Dict[str, List[str]], path: str) -> None:
 
 
 def merge_cases(work: str, parts: Dict[str, List[str]], path: str) -> None:
+    """Every case's line; a case rerun after running out of GPU memory has a line per run, the
+    reruns marked `retry` (1, 2)."""
     with open(path, "w") as out:
-        for name, names in parts.items():
-            for part in names:
-                if not os.path.isfile(os.path.join(work, part + ".jsonl")):
-                    continue
-                with open(os.path.join(work, part + ".jsonl")) as f:
-                    for line in f:
-                        record = json.loads(line)
-                        out.write(json.dumps({"suite": name, **record}) + "\n")
+        for name in parts:
+            rounds = [(work, 0)] + [(os.path.join(work, d), int(d[5:])) for d in
+                                    sorted(os.listdir(work)) if d.startswith("retry")]  # fmt: skip
+            for where, retry in rounds:
+                for part in sorted(os.listdir(where)):
+                    if not (part.startswith(name + ".") and part.endswith(".jsonl")):
+                        continue
+                    with open(os.path.join(where, part)) as f:
+                        for line in f:
+                            record = dict({"suite": name}, **json.loads(line))
+                            if retry:
+                                record["retry"] = retry
+                            out.write(json.dumps(record) + "\n")
 
 
 def trim_log(path: str) -> None:
@@ -283,7 +358,7 @@ def table(results: Dict[str, Dict]) -> str:
         if "error" in s:
             rows.append([name, "-", "-"] + ["-"] * len(OUTCOMES) + [str(s.get("seconds", "-"))])
             continue
-        outcomes = s.get("outcomes", {})
+        outcomes = s.get("final_outcomes", s.get("outcomes", {}))
         rows.append([name, str(s["collected"]), str(s["selected"])]
                     + [str(outcomes.get(o, 0)) for o in OUTCOMES]
                     + [str(s.get("wall_seconds", ""))])  # fmt: skip
@@ -310,6 +385,13 @@ def markdown(results: Dict[str, Dict], suites: List[Suite]) -> str:
                      f"(sample {s['sample'] or 'all'}, budget {budget_text(s['budget'])}{per}), "
                      f"pytest exit status {s['exitstatus']}, {s['wall_seconds']} s.")  # fmt: skip
         parts += [f"- {note}" for note in s.get("notes", [])] + [""]
+        for r in s.get("retries", []):
+            said = r.get("error") or ", ".join(f"{HEADERS[o]} {n}" for o, n in r["outcomes"].items())
+            parts += [f"Rerun with {r['jobs']} process{'es' if r['jobs'] > 1 else ''}: the "
+                      f"{r['cases']} cases that ran out of GPU memory: {said}."]  # fmt: skip
+        if s.get("retries"):
+            parts += ["The table counts each case's last run; the reasons below are the first "
+                      "run's.", ""]  # fmt: skip
         for outcome in OUTCOMES:
             reasons = s.get("reasons", {}).get(outcome)
             if not reasons:
@@ -360,8 +442,9 @@ def main() -> int:
         f.write(markdown(results, suites))
     print(f"\nDetails: {os.path.join(args.out, 'summary.md')}\n")
     print(table(results))
-    failed = any("error" in s or s.get("outcomes", {}).get("failed") or
-                 s.get("outcomes", {}).get("error") for s in results.values())  # fmt: skip
+    last = {name: s.get("final_outcomes", s.get("outcomes", {})) for name, s in results.items()}
+    failed = any("error" in s or last[name].get("failed") or last[name].get("error")
+                 for name, s in results.items())  # fmt: skip
     return 1 if failed else 0
 
 

@@ -256,3 +256,58 @@ def test_only_reruns_the_listed_cases(tmp_path):
         cases = [json.loads(line) for line in (work / "cases.jsonl").read_text().splitlines()]
         assert sorted(c["nodeid"] for c in cases) == sorted(listed), jobs
         assert summary["outcomes"] == {"passed": 2, "failed": 1}, summary
+
+
+OOM_SUITE = '''
+import os
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_fits(i):
+    assert True
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_big(i):
+    # Out of GPU memory the first time each case runs (several processes sharing a GPU), then
+    # fine: the marker files say which have run.
+    marker = os.path.join(os.environ["OOM_MARKERS"], f"big{i}")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8 GiB")
+
+
+def test_wrong():
+    assert False, "a wrong result"
+'''
+
+
+def test_out_of_memory_cases_are_rerun_with_fewer_processes(tmp_path, monkeypatch):
+    """With --jobs, the cases that ran out of GPU memory are rerun (a quarter of the processes,
+    then one); the table counts their last run, cases.jsonl has both, other failures stay."""
+    script = _script()
+    (tmp_path / "up" / "proj" / "tests").mkdir(parents=True)
+    (tmp_path / "up" / "proj" / "tests" / "test_oom.py").write_text(OOM_SUITE)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    monkeypatch.setenv("OOM_MARKERS", str(markers))
+    suite = script.Suite("fake", "proj", ["tests/test_oom.py"], 20, 60, "a fake suite")
+    work = tmp_path / "work"
+    work.mkdir()
+    args = argparse.Namespace(upstream=str(tmp_path / "up"), scale=0.0, collect_only=False,
+                              jobs=2)  # fmt: skip
+    with open(work / "log.txt", "w") as log:
+        summary = script.run_suite(suite, args, str(work), log)
+    assert summary["outcomes"] == {"passed": 6, "failed": 4}, summary
+    assert summary["retries"] == [{"jobs": 1, "cases": 3, "outcomes": {"passed": 3},
+                                   "dir": "retry1"}]  # fmt: skip
+    assert summary["final_outcomes"] == {"passed": 9, "failed": 1}
+    script.merge_cases(str(work), {"fake": ["fake.0", "fake.1"]}, str(work / "cases.jsonl"))
+    cases = [json.loads(line) for line in (work / "cases.jsonl").read_text().splitlines()]
+    assert len(cases) == 13 and sum(1 for c in cases if c.get("retry") == 1) == 3
+    assert "| fake |" in script.table({"fake": summary}).replace("  ", " ")
+    assert " 9 |" in script.table({"fake": summary})
+    assert "Rerun with 1 process: the 3 cases that ran out of GPU memory: passed 3." in \
+        script.markdown({"fake": summary}, [suite])
