@@ -63,29 +63,13 @@ TEST(Sm80Fp8, Sweep) {
 // requests, odd head counts) with an e4m3 cache, bf16 q and e4m3 q, every tactic.
 TEST(Sm80Fp8, Edges) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  std::vector<Case> edges = common_edges();
-  const size_t n = edges.size();
-  for (size_t k = 0; k < n; ++k) {
-    edges[k].fp8_kv = true;
-    Case with_q = edges[k];
-    with_q.fp8_q = true;
-    edges.push_back(with_q);
-  }
-  check_each_tactic(edges, 3200, kBackend);
+  check_each_tactic(with_fp8(common_edges()), 3200, kBackend);
 }
 
 // s_q 9..16 with an e4m3 cache, bf16 q and e4m3 q, every tactic.
 TEST(Sm80Fp8, LongMtp) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  std::vector<Case> cases = long_mtp_cases();
-  const size_t n = cases.size();
-  for (size_t k = 0; k < n; ++k) {
-    cases[k].fp8_kv = true;
-    Case with_q = cases[k];
-    with_q.fp8_q = true;
-    cases.push_back(with_q);
-  }
-  check_each_tactic(cases, 3300, kBackend);
+  check_each_tactic(with_fp8(long_mtp_cases()), 3300, kBackend);
 }
 
 TEST(Sm80Fp8Graph, ScalesAndLengthsFollowedByReplays) {

@@ -225,6 +225,17 @@ std::vector<Case> common_edges() {
   };
 }
 
+std::vector<Case> with_fp8(std::vector<Case> cases) {
+  const size_t n = cases.size();
+  for (size_t k = 0; k < n; ++k) {
+    cases[k].fp8_kv = true;
+    Case with_q = cases[k];
+    with_q.fp8_q = true;
+    cases.push_back(with_q);
+  }
+  return cases;
+}
+
 std::vector<Case> long_mtp_cases() {
   return {
       // The most query rows: h_q 128 x s_q 16 = 2048 rows, 32 tiles of 64.

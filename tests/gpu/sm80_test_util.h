@@ -130,6 +130,9 @@ std::vector<Case> common_edges();
 // MTP with 9..16 query tokens (up to 2048 rows a request), page sizes 32, 64, 128: the most rows,
 // 32-row tiles, one row per token, lengths below s_q, partial tiles, non-causal.
 std::vector<Case> long_mtp_cases();
+// The fp8 forms of `cases`: each with an e4m3 cache (bf16 or fp16 q), then each again with an
+// e4m3 q, in that order.
+std::vector<Case> with_fp8(std::vector<Case> cases);
 
 // A problem that `backend` must refuse (StatusCode::kUnsupported), with a word its message names.
 struct Refusal {

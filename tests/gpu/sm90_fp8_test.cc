@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 #include "backends/sm90/launch.h"
@@ -68,30 +69,14 @@ TEST(Sm90Fp8, Edges) {
       {DType::kFP16, 32, 32, 4, Lens::kFixed, false, true, 0, 0, 63},
   };
   edges.insert(edges.end(), std::begin(more), std::end(more));
-  const size_t n = edges.size();
-  for (size_t k = 0; k < n; ++k) {
-    Case& c = edges[k];
-    c.page_size = c.page_size == 1 ? 128 : std::max(c.page_size, 32);
-    c.fp8_kv = true;
-    Case with_q = c;
-    with_q.fp8_q = true;
-    edges.push_back(with_q);
-  }
-  check_each_tactic(edges, 4200, kBackend);
+  for (Case& c : edges) c.page_size = c.page_size == 1 ? 128 : std::max(c.page_size, 32);
+  check_each_tactic(with_fp8(std::move(edges)), 4200, kBackend);
 }
 
 // s_q 9..16 with an e4m3 cache, bf16 q and e4m3 q, every tactic.
 TEST(Sm90Fp8, LongMtp) {
   MLAKIT_SKIP_WITHOUT_SM90();
-  std::vector<Case> cases = long_mtp_cases();
-  const size_t n = cases.size();
-  for (size_t k = 0; k < n; ++k) {
-    cases[k].fp8_kv = true;
-    Case with_q = cases[k];
-    with_q.fp8_q = true;
-    cases.push_back(with_q);
-  }
-  check_each_tactic(cases, 4250, kBackend);
+  check_each_tactic(with_fp8(long_mtp_cases()), 4250, kBackend);
 }
 
 // The error of the e4m3 products on the data (q and the cache N(0, 1/4) before
