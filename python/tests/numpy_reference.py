@@ -205,17 +205,7 @@ def sparse_reference(
                 rows += [values[int(x)] for x in indices[i, t, :k] if x >= 0]
             if not rows:
                 continue
-            kv = np.stack(rows)
-            scores = softmax_scale * (q_values[i, t] @ kv.T)
-            top = scores.max(axis=1, keepdims=True)
-            weights = np.exp(scores - top)
-            total = weights.sum(axis=1, keepdims=True)
-            row_lse = (top + np.log(total))[:, 0]
-            o = (weights / total) @ kv[:, :D_V]
-            if sinks is not None:
-                o *= (1.0 / (1.0 + np.exp(sinks.astype(np.float64) - row_lse)))[:, None]
-            out[i, t] = o
-            lse[i, t] = row_lse
+            out[i, t], lse[i, t] = _attend(q_values[i, t], np.stack(rows), softmax_scale, sinks)
     return out, lse
 
 
