@@ -205,10 +205,10 @@ def run_suite(suite: Suite, args: argparse.Namespace, work: str, log, retry: boo
 OOM = "OutOfMemoryError"
 
 
-def out_of_memory_cases(work: str, name: str, jobs: int) -> List[str]:
-    """Node ids of a run's cases that failed by running out of GPU memory (the tests' own
-    allocations, when several processes share a GPU)."""
-    ids = []
+def out_of_memory_cases(work: str, name: str, jobs: int) -> Dict[str, str]:
+    """The outcome ("failed" or "error") of each of a run's cases, by node id, that ran out of GPU
+    memory (the tests' own allocations, when several processes share a GPU)."""
+    cases = {}
     for k in range(jobs):
         path = os.path.join(work, f"{name}.{k}.jsonl")
         if not os.path.isfile(path):
@@ -217,8 +217,8 @@ def out_of_memory_cases(work: str, name: str, jobs: int) -> List[str]:
             for line in f:
                 record = json.loads(line)
                 if record["outcome"] in ("failed", "error") and OOM in record.get("reason", ""):
-                    ids.append(record["nodeid"])
-    return ids
+                    cases[record["nodeid"]] = record["outcome"]
+    return cases
 
 
 def retry_out_of_memory(suite: Suite, args: argparse.Namespace, work: str, log,
@@ -230,34 +230,25 @@ def retry_out_of_memory(suite: Suite, args: argparse.Namespace, work: str, log,
     retries = []
     source, jobs = work, args.jobs
     while True:
-        ids = out_of_memory_cases(source, suite.name, jobs)
-        if not ids or jobs == 1 and retries:
+        oom = out_of_memory_cases(source, suite.name, jobs)
+        if not oom or jobs == 1 and retries:
             break
         jobs = 1 if jobs <= 4 else jobs // 4
         round_dir = os.path.join(work, f"retry{len(retries) + 1}")
         os.makedirs(round_dir, exist_ok=True)
         only = os.path.join(round_dir, "only.txt")
         with open(only, "w") as f:
-            f.write("".join(f"{i}\n" for i in ids))
+            f.write("".join(f"{i}\n" for i in oom))
         retry_args = argparse.Namespace(**dict(vars(args), only=only, jobs=jobs, scale=0.0))
-        log.write(f"\n== {suite.name}: {len(ids)} cases out of GPU memory, rerun with {jobs} "
+        log.write(f"\n== {suite.name}: {len(oom)} cases out of GPU memory, rerun with {jobs} "
                   f"process{'es' if jobs > 1 else ''}\n")  # fmt: skip
         result = run_suite(suite, retry_args, round_dir, log, retry=False)
         if "error" in result:
-            retries.append({"jobs": jobs, "cases": len(ids), "error": result["error"]})
+            retries.append({"jobs": jobs, "cases": len(oom), "error": result["error"]})
             break
-        failed_before = collections.Counter()
-        for k in range(args.jobs if source == work else retries[-1]["jobs"]):
-            path = os.path.join(source, f"{suite.name}.{k}.jsonl")
-            if os.path.isfile(path):
-                with open(path) as f:
-                    for line in f:
-                        record = json.loads(line)
-                        if record["nodeid"] in ids:
-                            failed_before[record["outcome"]] += 1
-        final.subtract(failed_before)
+        final.subtract(collections.Counter(oom.values()))  # their last run's outcome, replaced
         final.update(result["outcomes"])
-        retries.append({"jobs": jobs, "cases": len(ids), "outcomes": result["outcomes"],
+        retries.append({"jobs": jobs, "cases": len(oom), "outcomes": result["outcomes"],
                         "dir": os.path.basename(round_dir)})  # fmt: skip
         source = round_dir
     if retries:
