@@ -16,8 +16,9 @@
 //      ties by the lower position) and its output offset. When bin B holds more keys than the
 //      buffer (heavy ties), the refine reads the whole row instead (slow, still exact).
 //   3. topk_emit: each block walks its slice in position order, 2048 keys at a time (float4 loads
-//      when every row is 16-byte aligned), and writes the keys above T and its first equal keys
-//      at its offset, their places from one block scan of packed (above, equal) counts.
+//      when every row is 16-byte aligned; the next tile loads while one is written), and writes
+//      the keys above T and its first equal keys at its offset, their places from one block scan
+//      of packed (above, equal) counts; it stops once its `kept` outputs are written.
 // Integer counts and scans only, so the result does not depend on the order of the atomics:
 // deterministic. The row is read three times; the later passes mostly hit L2. Rows of length
 // n <= k keep every position (written by pass 3). Graph-capturable: the grid depends on the
@@ -339,10 +340,10 @@ __global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ Mu
   const int64_t end = min(begin + p.slice_len, v.n);
   int above_seen = 0;  // this slice's keys > T and == T in the tiles done
   int equal_seen = 0;
+  uint32_t key[4];
+  load_keys(v.row, begin + 4 * int64_t{threadIdx.x}, end, p.vec, key);
   for (int64_t base = begin; base < end; base += kTopkTile) {
     const int64_t j = base + 4 * int64_t{threadIdx.x};
-    uint32_t key[4];
-    load_keys(v.row, j, end, p.vec, key);
     int above = 0, equal = 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -353,6 +354,9 @@ __global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ Mu
     int before, total;
     BlockScan(s_scan).ExclusiveSum(above | equal << 16, before, total);
     __syncthreads();  // s_scan is reused by the next tile
+    // The next tile's keys load while this one's are written (zeros past the slice).
+    uint32_t next[4];
+    load_keys(v.row, j + kTopkTile, end, p.vec, next);
     int above_before = above_seen + (before & 0xffff);
     int equal_before = equal_seen + (before >> 16);
 #pragma unroll
@@ -367,6 +371,8 @@ __global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ Mu
         ++equal_before;
       }
     }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) key[e] = next[e];
     above_seen += total & 0xffff;
     equal_seen += total >> 16;
     if (above_seen + min(equal_seen, sl.take_equal) == sl.kept) break;  // the same in every thread
