@@ -30,6 +30,7 @@ struct OpFlags {
   std::vector<int> next_n{1};      // tokens per request
   std::string layout = "v32";      // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
   int k = 2048;                    // topk
+  bool one_block = false;          // topk: no workspace (one block a row)
   int heads = ops::kIndexerHeads;  // indexer
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
@@ -91,6 +92,7 @@ std::string fixed(double x) {
 struct OpRow {
   OpCase c;
   std::string device, check = "-", note;
+  std::string kernel;  // topk on the GPU: multi-block or one-block
   harness::Timing timing;
   double bytes = 0;  // read + written per call
   bool ok = true;
@@ -227,8 +229,18 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   const std::vector<int32_t> table = shuffled_table(gen, c.batch, pages_per);
   row->bytes = static_cast<double>(rows) * (int64_t{c.len} + f.k) * sizeof(float);
 
+  const ops::TopkArgs shape = {.batch = c.batch, .next_n = c.next_n, .k = f.k, .max_len = c.len};
+  // The multi-block kernel's workspace (none for shapes that run one block a row, or with
+  // --one-block).
+  const size_t ws_bytes = gpu && !f.one_block ? ops::topk_workspace_bytes(shape) : 0;
+  harness::DeviceBuffer dws;
+  if (ws_bytes > 0) {
+    dws = harness::DeviceBuffer(ws_bytes);
+    if (dws.get() == nullptr) return Status(StatusCode::kCudaError, "cudaMalloc failed");
+  }
   auto run = [&](ops::Device device, const float* l, const int32_t* n, const int32_t* t,
                  int32_t* out, Stream st) {
+    const bool cuda = device == ops::Device::kCuda;
     return ops::topk_indices(device,
                              {.batch = c.batch,
                               .next_n = c.next_n,
@@ -240,7 +252,9 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
                               .block_table = t,
                               .block_table_stride = pages_per,
                               .page_size = ps,
-                              .indices = out},
+                              .indices = out,
+                              .workspace = cuda ? dws.get() : nullptr,
+                              .workspace_size = cuda ? ws_bytes : 0},
                              st);
   };
   std::vector<int32_t> want(rows * f.k);
@@ -273,6 +287,7 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
     MLAKIT_RETURN_IF_ERROR(download(dout, &got));
     row->check = compare_exact(got, want, &row->ok);
   }
+  row->kernel = ws_bytes > 0 ? "multi-block" : "one-block";
   harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
   return harness::time_gpu_launches(launch, 1, topt, &row->timing);
 }
@@ -476,10 +491,12 @@ int run_bench_op(OpFlags& f, bool run) {
     }
     all_ok &= row.ok;
     const double gbs = row.timing.median_us > 0 ? row.bytes / row.timing.median_us / 1e3 : 0;
-    std::printf("%-7s %-8s %5d %8d %6d %5d %-6s %10s %8s  %s\n", f.op.c_str(), what.c_str(),
-                c.batch, c.len, c.next_n, f.page_size, row.device.c_str(),
-                row.timing.median_us > 0 ? fixed(row.timing.median_us).c_str() : "-",
-                gbs > 0 ? fixed(gbs).c_str() : "-", row.check.c_str());
+    std::printf(
+        "%-7s %-8s %5d %8d %6d %5d %-6s %10s %8s  %s\n", f.op.c_str(), what.c_str(), c.batch, c.len,
+        c.next_n, f.page_size, row.device.c_str(),
+        row.timing.median_us > 0 ? fixed(row.timing.median_us).c_str() : "-",
+        gbs > 0 ? fixed(gbs).c_str() : "-",
+        row.kernel.empty() ? row.check.c_str() : str_cat(row.check, ", ", row.kernel).c_str());
     if (!row.note.empty()) std::printf("       %s\n", row.note.c_str());
     results.push_back({{"op", f.op},
                        {"variant", what},
@@ -496,6 +513,7 @@ int run_bench_op(OpFlags& f, bool run) {
                        {"bytes", row.bytes},
                        {"gb_per_s", gbs},
                        {"check", row.check},
+                       {"kernel", row.kernel},
                        {"note", row.note}});
   }
   if (!f.json_path.empty()) {
@@ -530,6 +548,9 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--next-n", f->next_n, "tokens per request (MTP), comma list")->delimiter(',');
   cmd->add_option("--layout", f->layout, "append: bf16, fp16, fp8 (dense), v32, v4 or indexer");
   cmd->add_option("--k", f->k, "topk: k");
+  cmd->add_flag("--one-block", f->one_block,
+                "topk: no workspace, so one block a row (without it rows of 8192 and more run "
+                "the multi-block kernel)");
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")

@@ -138,6 +138,13 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
 //   positions[r, 0:k]    optional: the positions p themselves, -1 padded
 // kCpu refuses a length or a page id out of range; kCuda clamps L_i to [0, max_len] and writes
 // -1 for a position whose page id is negative.
+//
+// kCuda runs one of two kernels, with the same result: without a workspace (null) one block a
+// row; with one (topk_workspace_bytes(args) bytes, 256-byte aligned, device memory), for rows of
+// max_len >= kTopkMultiMinLen, several blocks a row (a histogram of the keys' high bits, the few
+// keys of the k-th largest's bin refined, then each slice of the row written). The workspace
+// holds no state between calls (it is cleared on the stream first); one call at a time may use
+// it. kCpu ignores it but checks it alike.
 // ---------------------------------------------------------------------------------------------
 struct TopkArgs {
   int32_t batch = 0;
@@ -152,7 +159,17 @@ struct TopkArgs {
   int32_t page_size = 64;
   int32_t* indices = nullptr;    // [b * next_n, k]
   int32_t* positions = nullptr;  // [b * next_n, k], optional
+  // Scratch of the multi-block kernel: null = one block a row; else at least
+  // topk_workspace_bytes(*this) bytes, 256-byte aligned.
+  void* workspace = nullptr;
+  size_t workspace_size = 0;
 };
+// Rows at least this long (max_len) take the multi-block kernel when a workspace is given.
+inline constexpr int64_t kTopkMultiMinLen = 8192;
+// The workspace bytes of the multi-block kernel for the shapes of `args` (batch, next_n, max_len,
+// k; its pointers are not read): 0 when these shapes run one block a row anyway (max_len below
+// kTopkMultiMinLen or at most k, batch 0) or are out of range. Size it once for the largest batch.
+size_t topk_workspace_bytes(const TopkArgs& args);
 Status topk_indices(Device device, const TopkArgs& args, Stream stream = nullptr);
 
 }  // namespace mlakit::ops

@@ -143,6 +143,15 @@ Status validate_topk(const TopkArgs& a, int64_t* ld) {
   const int64_t pages_needed = (a.max_len + a.page_size - 1) / a.page_size;
   MLAKIT_RETURN_IF_ERROR(check_range("block_table_stride", a.block_table_stride,
                                      pages_needed > 0 ? pages_needed : 1, INT32_MAX));
+  if (a.workspace != nullptr) {
+    MLAKIT_RETURN_IF_ERROR(check_pointer("workspace", a.workspace, 256));
+    const size_t needed = topk_workspace_bytes(a);
+    if (a.workspace_size < needed) {
+      return invalid_argument("workspace_size",
+                              str_cat("at least ", needed, " (topk_workspace_bytes)"),
+                              a.workspace_size);
+    }
+  }
   if (a.batch == 0) return Status::Ok();
   if (a.max_len > 0) MLAKIT_RETURN_IF_ERROR(check_pointer("logits", a.logits, 4));
   MLAKIT_RETURN_IF_ERROR(check_pointer("seq_lens", a.seq_lens, 4));
@@ -180,6 +189,14 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
     if (device == Device::kCpu) return indexer_logits_cpu(args, ld);
     return indexer_logits_cuda(args, ld, stream);
   });
+}
+
+size_t topk_workspace_bytes(const TopkArgs& args) {
+  const int64_t rows = int64_t{args.batch} * args.next_n;
+  const bool in_range = args.batch >= 0 && args.batch <= kMaxBatch && args.next_n >= 1 &&
+                        args.next_n <= kIndexerMaxNextN && args.max_len <= kMaxSeqLen;
+  if (!in_range || !topk_multi_applies(rows, args.max_len, args.k)) return 0;
+  return topk_multi_plan(rows, args.max_len).bytes;
 }
 
 Status topk_indices(Device device, const TopkArgs& args, Stream stream) {

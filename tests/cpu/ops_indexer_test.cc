@@ -5,15 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/numeric.h"
 #include "cpu_run.h"
 #include "mlakit/ops.h"
+#include "ops/topk/topk.h"
 #include "ops_rng.h"
 
 namespace mlakit_test {
@@ -284,6 +287,89 @@ TEST(OpsTopk, RefusesBadArguments) {
   a.page_size = 4;
   s = ops::topk_indices(Device::kCpu, a);
   EXPECT_NE(s.message().find("block_table_stride: expected 3.."), std::string::npos) << s.message();
+}
+
+// The multi-block kernel's workspace: 0 where one block a row runs anyway, else enough for the
+// plan's regions; the plan's slices cover max_len in whole tiles.
+TEST(OpsTopk, WorkspaceBytesAndPlan) {
+  ops::TopkArgs a;
+  a.batch = 64;
+  a.next_n = 2;
+  a.k = 2048;
+  a.max_len = ops::kTopkMultiMinLen - 1;
+  EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);  // short rows: one block a row
+  a.max_len = 131072;
+  a.k = 131072;
+  EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);  // k >= every row: every position kept
+  a.k = 2048;
+  const size_t bytes = ops::topk_workspace_bytes(a);
+  const ops::TopkMultiPlan plan = ops::topk_multi_plan(128, 131072);
+  EXPECT_EQ(bytes, plan.bytes);
+  EXPECT_GE(bytes, 128u * (ops::kTopkTopBins * 4 + ops::kTopkCandidates * 8));
+  a.batch = 0;
+  EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);
+  a.batch = -1;
+  EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);  // out of range: validation names it
+  for (const int64_t rows : {1, 2, 3, 7, 64, 100, 511, 512, 513, 4096}) {
+    for (const int64_t max_len : {8192, 8193, 16384, 100000, 131072, 262144, 1 << 24}) {
+      const ops::TopkMultiPlan p = ops::topk_multi_plan(rows, max_len);
+      EXPECT_GE(p.slices, 1);
+      EXPECT_LE(p.slices, ops::kTopkMaxSlices);
+      EXPECT_EQ(p.slice_len % ops::kTopkTile, 0);
+      EXPECT_GE(p.slices * p.slice_len, max_len) << rows << " " << max_len;
+      EXPECT_LT((p.slices - 1) * p.slice_len, max_len) << rows << " " << max_len;  // none empty
+      EXPECT_LE(rows * p.slices, std::max<int64_t>(rows, ops::kTopkTargetBlocks) + rows);
+      EXPECT_EQ(p.state_offset % 256, 0u);
+      EXPECT_EQ(p.slice_offset % 256, 0u);
+      EXPECT_EQ(p.cand_offset % 256, 0u);
+      EXPECT_LE(p.clear_bytes, p.slice_offset);
+      EXPECT_EQ(p.bytes, p.cand_offset + rows * ops::kTopkCandidates * 8);
+    }
+  }
+}
+
+// A workspace is checked on either device (kCpu ignores it otherwise): its size and alignment,
+// by name; a big enough one changes nothing of the cpu result.
+TEST(OpsTopk, ChecksTheWorkspace) {
+  Rng rng(case_seed());
+  const int64_t len = ops::kTopkMultiMinLen + 100;
+  std::vector<float> logits(len);
+  for (auto& x : logits) x = rng.normal();
+  std::vector<int32_t> lens = {static_cast<int32_t>(len)}, table(len / 64 + 1);
+  for (auto& id : table) id = static_cast<int32_t>(rng.below(1000));
+  std::vector<int32_t> plain(64), with(64, -5);
+  ops::TopkArgs a;
+  a.batch = 1;
+  a.k = 64;
+  a.logits = logits.data();
+  a.max_len = len;
+  a.seq_lens = lens.data();
+  a.block_table = table.data();
+  a.block_table_stride = static_cast<int64_t>(table.size());
+  a.page_size = 64;
+  a.indices = plain.data();
+  ASSERT_TRUE(ops::topk_indices(Device::kCpu, a).ok());
+  const size_t needed = ops::topk_workspace_bytes(a);
+  ASSERT_GT(needed, 0u);
+  std::vector<char> ws(needed + 512);
+  char* aligned = ws.data() + (256 - reinterpret_cast<uintptr_t>(ws.data()) % 256) % 256;
+  a.indices = with.data();
+  a.workspace = aligned;
+  a.workspace_size = needed - 1;
+  Status s = ops::topk_indices(Device::kCpu, a);
+  EXPECT_NE(s.message().find(mlakit::str_cat("workspace_size: expected at least ", needed,
+                                             " (topk_workspace_bytes), given ", needed - 1)),
+            std::string::npos)
+      << s.message();
+  a.workspace = aligned + 4;
+  a.workspace_size = needed;
+  s = ops::topk_indices(Device::kCpu, a);
+  EXPECT_NE(s.message().find("workspace: expected a 256-byte aligned address"), std::string::npos)
+      << s.message();
+  a.workspace = aligned;
+  s = ops::topk_indices(Device::kCpu, a);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(with, plain);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // position, so their results are equal bit for bit.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "mlakit/ops.h"
@@ -23,9 +25,80 @@ MLAKIT_OPS_HD int64_t topk_row_length(int64_t len, int32_t next_n, int32_t t) {
   return n < 0 ? 0 : (n > len ? len : n);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The multi-block kernel's schedule and workspace (topk_multi.cu; ops.cc sizes and checks the
+// workspace with the same plan). A row is cut into `slices` slices of `slice_len` positions, one
+// block each; the blocks of all rows form a 1-D grid of rows * slices.
+// ---------------------------------------------------------------------------------------------
+inline constexpr int kTopkMultiThreads = 512;
+inline constexpr int kTopkTile = kTopkMultiThreads * 4;  // positions a block reads at once (float4)
+inline constexpr int kTopkTopBits = 12;                  // the first histogram's bits of a key
+inline constexpr int kTopkTopBins = 1 << kTopkTopBits;
+inline constexpr int kTopkCandidates = 8192;  // keys of the k-th largest's bin kept for refining
+inline constexpr int kTopkMaxSlices = 256;    // at most kTopkMultiThreads (one scan over them)
+inline constexpr int64_t kTopkMinSlice = 2 * kTopkTile;
+// Blocks to aim for over the grid (about 4 per SM of an H100/H200); below it rows are cut finer.
+inline constexpr int64_t kTopkTargetBlocks = 512;
+static_assert(kTopkMaxSlices <= kTopkMultiThreads, "the slices are scanned one a thread");
+static_assert(kTopkTopBins % kTopkMultiThreads == 0, "the bin search gives each thread a run");
+
+// Per row, cleared by the launcher before the first kernel.
+struct TopkRowState {
+  int32_t hist_done;   // blocks of the row past the histogram
+  int32_t cand_done;   // blocks of the row past the candidate compaction
+  int32_t cand_count;  // candidates compacted so far
+  uint32_t bin;        // the top-bits bin of the k-th largest key
+  int32_t bin_count;   // keys in that bin
+  int32_t remaining;   // k minus the keys in higher bins
+  uint32_t threshold;  // the k-th largest key T
+  int32_t pad;
+};
+
+// Per slice of a row.
+struct TopkSlice {
+  int32_t above_bin;   // keys in bins above the k-th largest's (the compaction)
+  int32_t offset;      // outputs of the row's earlier slices (the refine)
+  int32_t take_equal;  // keys == T this slice keeps, its first ones in position order
+  int32_t kept;        // outputs this slice writes
+};
+
+struct TopkMultiPlan {
+  int64_t rows = 0;
+  int32_t slices = 0;
+  int64_t slice_len = 0;  // a multiple of kTopkTile
+  // Byte offsets in the workspace, each 256-byte aligned: hist [rows, kTopkTopBins] int32, state
+  // [rows] TopkRowState (these two cleared: clear_bytes), slice [rows, slices] TopkSlice,
+  // candidates [rows, kTopkCandidates] {key, position}.
+  size_t state_offset = 0, slice_offset = 0, cand_offset = 0, clear_bytes = 0, bytes = 0;
+};
+
+inline bool topk_multi_applies(int64_t rows, int64_t max_len, int32_t k) {
+  return rows > 0 && max_len >= kTopkMultiMinLen && max_len > k;
+}
+
+inline TopkMultiPlan topk_multi_plan(int64_t rows, int64_t max_len) {
+  const auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  TopkMultiPlan plan;
+  plan.rows = rows;
+  int64_t slices = (kTopkTargetBlocks + rows - 1) / rows;
+  slices = std::min<int64_t>(slices, (max_len + kTopkMinSlice - 1) / kTopkMinSlice);
+  slices = std::clamp<int64_t>(slices, 1, kTopkMaxSlices);
+  plan.slice_len = round_up((max_len + slices - 1) / slices, kTopkTile);
+  plan.slices = static_cast<int32_t>((max_len + plan.slice_len - 1) / plan.slice_len);
+  const auto r = static_cast<size_t>(rows);
+  plan.state_offset = round_up(r * kTopkTopBins * sizeof(int32_t), 256);
+  plan.clear_bytes = plan.state_offset + r * sizeof(TopkRowState);
+  plan.slice_offset = round_up(plan.clear_bytes, 256);
+  plan.cand_offset = round_up(plan.slice_offset + r * plan.slices * sizeof(TopkSlice), 256);
+  plan.bytes = plan.cand_offset + r * kTopkCandidates * 2 * sizeof(uint32_t);
+  return plan;
+}
+
 // cpu reference: checks lengths and page ids first.
 Status topk_indices_cpu(const TopkArgs& args, int64_t ld);
-// CUDA (topk.cu): one block per row, radix select.
+// CUDA (topk.cu): one block per row, radix select; with a workspace and long rows, the
+// multi-block kernel (topk_multi.cu), which topk_indices_multi launches.
 Status topk_indices_cuda(const TopkArgs& args, int64_t ld, Stream stream);
+Status topk_indices_multi(const TopkArgs& args, int64_t ld, Stream stream);
 
 }  // namespace mlakit::ops

@@ -1,0 +1,419 @@
+// Top-k selection with several blocks a row (rows of kTopkMultiMinLen positions and more, given a
+// workspace); the same result as topk.cu and the cpu reference, bit for bit.
+//
+// Schedule (the plan in topk.h: a row cut into `slices` slices, one 512-thread block each, the
+// blocks of all rows a 1-D grid), after a memset that clears the row histograms and counters:
+//   1. topk_histogram: each block counts its slice's keys by their top 12 bits in shared memory
+//      and adds the non-zero bins to the row's histogram (global atomics). The row's last block
+//      (a ticket counter, threadFenceReduction's pattern) finds the bin B holding the k-th
+//      largest key and how many of the k are in higher bins.
+//   2. topk_candidates: each block counts its slice's keys in bins above B and compacts the keys
+//      of bin B, with their positions, into the row's candidate buffer (a warp-aggregated atomic;
+//      the buffer's order does not matter). The row's last block refines: two 10-bit radix
+//      passes over the candidates give the k-th largest key T and how many keys equal to T are
+//      kept; per slice it counts the candidates above and equal to T, then two block scans over
+//      the slices give each slice the keys equal to T it keeps (the first ones in position order:
+//      ties by the lower position) and its output offset. When bin B holds more keys than the
+//      buffer (heavy ties), the refine reads the whole row instead (slow, still exact).
+//   3. topk_emit: each block walks its slice in position order, 2048 keys at a time (float4 loads
+//      when every row is 16-byte aligned; the next tile loads while one is written), and writes
+//      the keys above T and its first equal keys at its offset, their places from one block scan
+//      of packed (above, equal) counts; it stops once its `kept` outputs are written.
+// Integer counts and scans only, so the result does not depend on the order of the atomics:
+// deterministic. The row is read three times; the later passes mostly hit L2. Rows of length
+// n <= k keep every position (written by pass 3). Graph-capturable: the grid depends on the
+// shapes only; lengths and page ids are read on the device.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "ops/topk/topk.h"
+
+namespace mlakit::ops {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = kTopkMultiThreads;
+constexpr int kTopShift = 32 - kTopkTopBits;  // a key's top bits: key >> kTopShift
+constexpr int kRefineBits = 10;
+constexpr int kRefineBins = 1 << kRefineBits;
+static_assert(kTopShift % kRefineBits == 0, "the refine passes cover the bits below the top ones");
+static_assert(kRefineBins % kThreads == 0, "the bin search gives each thread a run");
+
+struct MultiParams {
+  const float* logits;  // [b * next_n, ld]
+  int64_t ld;
+  const int32_t* seq_lens;     // [b]
+  const int32_t* block_table;  // [b, block_table_stride]
+  int64_t block_table_stride;
+  int64_t max_len;
+  int32_t next_n;
+  int32_t k;
+  int32_t page_size;
+  int32_t slices;
+  int64_t slice_len;
+  bool vec;             // every row 16-byte aligned: float4 loads
+  int32_t* indices;     // [b * next_n, k]
+  int32_t* positions;   // [b * next_n, k] or null
+  int32_t* hist;        // [rows, kTopkTopBins]
+  TopkRowState* state;  // [rows]
+  TopkSlice* slice;     // [rows, slices]
+  uint2* cand;          // [rows, kTopkCandidates] {key, position}
+};
+
+using BlockScan = cub::BlockScan<int, kThreads>;
+using BlockReduce = cub::BlockReduce<int, kThreads>;
+
+// The row and slice of this block.
+struct RowView {
+  int64_t r;
+  int slice;
+  int64_t n;  // the row's valid length
+  const float* row;
+  const int32_t* pages;
+};
+
+__device__ __forceinline__ RowView row_view(const MultiParams& p) {
+  const int64_t b = blockIdx.x;
+  const int64_t r = b / p.slices;
+  const int i = static_cast<int>(r / p.next_n);
+  const int64_t len = min(max(int64_t{p.seq_lens[i]}, int64_t{0}), p.max_len);
+  return {.r = r,
+          .slice = static_cast<int>(b % p.slices),
+          .n = topk_row_length(len, p.next_n, static_cast<int>(r % p.next_n)),
+          .row = p.logits + r * p.ld,
+          .pages = p.block_table + i * p.block_table_stride};
+}
+
+// Writes output m of row r: position pos (-1 = none) and its cache slot.
+__device__ __forceinline__ void emit(const MultiParams& p, const RowView& v, int64_t m,
+                                     int64_t pos) {
+  int32_t slot = -1;
+  if (pos >= 0) {
+    const int32_t page = v.pages[pos / p.page_size];
+    if (page >= 0) slot = static_cast<int32_t>(int64_t{page} * p.page_size + pos % p.page_size);
+  }
+  p.indices[v.r * p.k + m] = slot;
+  if (p.positions != nullptr) p.positions[v.r * p.k + m] = static_cast<int32_t>(pos);
+}
+
+// The keys of row[j .. j + 3] (0 past end). j is a multiple of 4 from the row's start.
+__device__ __forceinline__ void load_keys(const float* row, int64_t j, int64_t end, bool vec,
+                                          uint32_t (&key)[4]) {
+  if (vec && j + 3 < end) {
+    const float4 x = *reinterpret_cast<const float4*>(row + j);
+    key[0] = order_key(x.x);
+    key[1] = order_key(x.y);
+    key[2] = order_key(x.z);
+    key[3] = order_key(x.w);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) key[e] = j + e < end ? order_key(row[j + e]) : 0u;
+  }
+}
+
+// f(position, key) for every position of [begin, end), 4 consecutive ones a thread, in no
+// particular order; two tiles' loads in flight a thread.
+template <typename F>
+__device__ __forceinline__ void for_each_key(const float* row, int64_t begin, int64_t end, bool vec,
+                                             F&& f) {
+  for (int64_t j = begin + 4 * int64_t{threadIdx.x}; j < end; j += 2 * kTopkTile) {
+    uint32_t key[2][4];
+    load_keys(row, j, end, vec, key[0]);
+    load_keys(row, j + kTopkTile, end, vec, key[1]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t at = j + h * kTopkTile + e;
+        if (at < end) f(at, key[h][e]);
+      }
+    }
+  }
+}
+
+// True in every thread of the last of `blocks` blocks to pass `counter`; the global writes the
+// others made before it are visible to that block (__ldcg).
+__device__ __forceinline__ bool last_block(int32_t* counter, int blocks, int* s_flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) *s_flag = atomicAdd(counter, 1) == blocks - 1;
+  __syncthreads();
+  const bool last = *s_flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+struct BinPick {
+  uint32_t bin;  // the bin holding the remaining-th largest key
+  int above;     // keys in higher bins
+};
+
+// Over a histogram of kBins bins, the bin d with (keys above d) < remaining <= (keys at or above
+// d); exactly one thread finds it. Ends with a barrier: *out is then visible to every thread.
+template <int kBins>
+__device__ __forceinline__ void pick_bin(const int* s_hist, int remaining,
+                                         typename BlockScan::TempStorage& scan, BinPick* out) {
+  constexpr int kRun = kBins / kThreads;  // thread t: bins kBins-1-t*kRun downwards
+  int count[kRun];
+  int sum = 0;
+#pragma unroll
+  for (int e = 0; e < kRun; ++e) {
+    count[e] = s_hist[kBins - 1 - (threadIdx.x * kRun + e)];
+    sum += count[e];
+  }
+  int above;
+  BlockScan(scan).ExclusiveSum(sum, above);
+#pragma unroll
+  for (int e = 0; e < kRun; ++e) {
+    if (above < remaining && above + count[e] >= remaining) {
+      *out = {.bin = static_cast<uint32_t>(kBins - 1 - (threadIdx.x * kRun + e)), .above = above};
+    }
+    above += count[e];
+  }
+  __syncthreads();
+}
+
+// Pass 1: the row's histogram of the keys' top bits; its last block picks the bin B.
+__global__ void __launch_bounds__(kThreads) topk_histogram(const __grid_constant__ MultiParams p) {
+  __shared__ int s_hist[kTopkTopBins];
+  __shared__ typename BlockScan::TempStorage s_scan;
+  __shared__ BinPick s_pick;
+  __shared__ int s_last;
+  const RowView v = row_view(p);
+  if (v.n <= p.k) return;  // every block of the row alike
+  for (int b = threadIdx.x; b < kTopkTopBins; b += kThreads) s_hist[b] = 0;
+  __syncthreads();
+  const int64_t begin = v.slice * p.slice_len;
+  const int64_t end = min(begin + p.slice_len, v.n);
+  for_each_key(v.row, begin, end, p.vec,
+               [&](int64_t, uint32_t key) { atomicAdd(&s_hist[key >> kTopShift], 1); });
+  __syncthreads();
+  int32_t* g_hist = p.hist + v.r * kTopkTopBins;
+  for (int b = threadIdx.x; b < kTopkTopBins; b += kThreads) {
+    if (s_hist[b] != 0) atomicAdd(&g_hist[b], s_hist[b]);
+  }
+  TopkRowState* st = p.state + v.r;
+  if (!last_block(&st->hist_done, p.slices, &s_last)) return;
+  for (int b = threadIdx.x; b < kTopkTopBins; b += kThreads) s_hist[b] = __ldcg(&g_hist[b]);
+  __syncthreads();
+  pick_bin<kTopkTopBins>(s_hist, p.k, s_scan, &s_pick);
+  if (threadIdx.x == 0) {
+    st->bin = s_pick.bin;
+    st->bin_count = s_hist[s_pick.bin];
+    st->remaining = p.k - s_pick.above;
+  }
+}
+
+struct RefineShared {
+  int hist[kRefineBins];
+  int above[kTopkMaxSlices];  // candidates > T per slice
+  int equal[kTopkMaxSlices];  // candidates == T per slice
+  typename BlockScan::TempStorage scan;
+  BinPick pick;
+};
+
+// f(position, key) for every key of bin B: from the candidate buffer, or from the whole row when
+// the bin did not fit it.
+template <typename F>
+__device__ __forceinline__ void for_each_candidate(const MultiParams& p, const RowView& v,
+                                                   uint32_t bin, int count, F&& f) {
+  if (count <= kTopkCandidates) {
+    const uint2* cand = p.cand + v.r * kTopkCandidates;
+    for (int c = threadIdx.x; c < count; c += kThreads) {
+      const uint2 e = __ldcg(&cand[c]);
+      f(int64_t{e.y}, e.x);
+    }
+  } else {
+    for_each_key(v.row, 0, v.n, p.vec, [&](int64_t j, uint32_t key) {
+      if ((key >> kTopShift) == bin) f(j, key);
+    });
+  }
+}
+
+// The row's last block of pass 2: T, then each slice's offset and equal keys kept.
+__device__ __forceinline__ void refine(const MultiParams& p, const RowView& v, RefineShared& s) {
+  TopkRowState* st = p.state + v.r;
+  const uint32_t bin = st->bin;
+  const int count = st->bin_count;
+  uint32_t prefix = bin << kTopShift;
+  uint32_t mask = ~0u << kTopShift;
+  int remaining = st->remaining;  // keys of bin B to keep, 1..count
+  for (int shift = kTopShift - kRefineBits; shift >= 0; shift -= kRefineBits) {
+    for (int b = threadIdx.x; b < kRefineBins; b += kThreads) s.hist[b] = 0;
+    __syncthreads();
+    for_each_candidate(p, v, bin, count, [&](int64_t, uint32_t key) {
+      if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & (kRefineBins - 1)], 1);
+    });
+    __syncthreads();
+    pick_bin<kRefineBins>(s.hist, remaining, s.scan, &s.pick);
+    prefix |= s.pick.bin << shift;
+    mask |= static_cast<uint32_t>(kRefineBins - 1) << shift;
+    remaining -= s.pick.above;
+    __syncthreads();  // s.pick and s.hist are rewritten next
+  }
+  const uint32_t threshold = prefix;  // T; keep every key > T and `remaining` keys == T
+
+  for (int t = threadIdx.x; t < p.slices; t += kThreads) s.above[t] = s.equal[t] = 0;
+  __syncthreads();
+  for_each_candidate(p, v, bin, count, [&](int64_t j, uint32_t key) {
+    const int t = static_cast<int>(j / p.slice_len);
+    if (key > threshold) atomicAdd(&s.above[t], 1);
+    if (key == threshold) atomicAdd(&s.equal[t], 1);
+  });
+  __syncthreads();
+  // Slice t (thread t): its equal keys kept are the first ones of the row's `remaining`.
+  TopkSlice* slices = p.slice + v.r * p.slices;
+  const int t = threadIdx.x;
+  const bool has = t < p.slices;
+  const int equal = has ? s.equal[t] : 0;
+  const int above = has ? s.above[t] + __ldcg(&slices[t].above_bin) : 0;
+  int equal_before;
+  BlockScan(s.scan).ExclusiveSum(equal, equal_before);
+  __syncthreads();
+  const int take = min(equal, max(remaining - equal_before, 0));
+  const int kept = above + take;
+  int offset;
+  BlockScan(s.scan).ExclusiveSum(kept, offset);
+  if (has) {
+    slices[t].offset = offset;
+    slices[t].take_equal = take;
+    slices[t].kept = kept;
+  }
+  if (t == 0) st->threshold = threshold;
+}
+
+// Pass 2: candidates of bin B and the counts above it; the row's last block refines.
+__global__ void __launch_bounds__(kThreads) topk_candidates(const __grid_constant__ MultiParams p) {
+  __shared__ union {
+    typename BlockReduce::TempStorage reduce;
+    RefineShared refine;
+  } s;
+  __shared__ int s_last;
+  const RowView v = row_view(p);
+  if (v.n <= p.k) return;
+  TopkRowState* st = p.state + v.r;
+  const uint32_t bin = st->bin;
+  const bool compact = st->bin_count <= kTopkCandidates;
+  uint2* cand = p.cand + v.r * kTopkCandidates;
+  int above = 0;
+  const int64_t begin = v.slice * p.slice_len;
+  const int64_t end = min(begin + p.slice_len, v.n);
+  for_each_key(v.row, begin, end, p.vec, [&](int64_t j, uint32_t key) {
+    const uint32_t top = key >> kTopShift;
+    above += top > bin;
+    if (top == bin && compact) {
+      // One atomic per warp's candidates of this step (the buffer's order does not matter).
+      const cg::coalesced_group g = cg::coalesced_threads();
+      int at = 0;
+      if (g.thread_rank() == 0) at = atomicAdd(&st->cand_count, static_cast<int>(g.size()));
+      at = g.shfl(at, 0) + static_cast<int>(g.thread_rank());
+      if (at < kTopkCandidates) cand[at] = make_uint2(key, static_cast<uint32_t>(j));
+    }
+  });
+  const int total = BlockReduce(s.reduce).Sum(above);
+  if (threadIdx.x == 0) p.slice[v.r * p.slices + v.slice].above_bin = total;
+  if (!last_block(&st->cand_done, p.slices, &s_last)) return;
+  refine(p, v, s.refine);
+}
+
+// Pass 3: each slice's kept keys in position order at its offset; rows of n <= k every position.
+__global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ MultiParams p) {
+  __shared__ typename BlockScan::TempStorage s_scan;
+  const RowView v = row_view(p);
+  if (v.n <= p.k) {
+    const int64_t stride = int64_t{p.slices} * kThreads;
+    for (int64_t m = int64_t{v.slice} * kThreads + threadIdx.x; m < p.k; m += stride) {
+      emit(p, v, m, m < v.n ? m : -1);
+    }
+    return;
+  }
+  const TopkSlice sl = p.slice[v.r * p.slices + v.slice];
+  if (sl.kept == 0) return;
+  const uint32_t threshold = p.state[v.r].threshold;
+  const int64_t begin = v.slice * p.slice_len;
+  const int64_t end = min(begin + p.slice_len, v.n);
+  int above_seen = 0;  // this slice's keys > T and == T in the tiles done
+  int equal_seen = 0;
+  uint32_t key[4];
+  load_keys(v.row, begin + 4 * int64_t{threadIdx.x}, end, p.vec, key);
+  for (int64_t base = begin; base < end; base += kTopkTile) {
+    const int64_t j = base + 4 * int64_t{threadIdx.x};
+    int above = 0, equal = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      above += j + e < end && key[e] > threshold;
+      equal += j + e < end && key[e] == threshold;
+    }
+    // Both counts of a tile are at most kTopkTile < 2^16: one scan of (equal << 16 | above).
+    int before, total;
+    BlockScan(s_scan).ExclusiveSum(above | equal << 16, before, total);
+    __syncthreads();  // s_scan is reused by the next tile
+    // The next tile's keys load while this one's are written (zeros past the slice).
+    uint32_t next[4];
+    load_keys(v.row, j + kTopkTile, end, p.vec, next);
+    int above_before = above_seen + (before & 0xffff);
+    int equal_before = equal_seen + (before >> 16);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (j + e >= end) continue;
+      if (key[e] > threshold) {
+        emit(p, v, sl.offset + above_before + min(equal_before, sl.take_equal), j + e);
+        ++above_before;
+      } else if (key[e] == threshold) {
+        if (equal_before < sl.take_equal)
+          emit(p, v, sl.offset + above_before + equal_before, j + e);
+        ++equal_before;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) key[e] = next[e];
+    above_seen += total & 0xffff;
+    equal_seen += total >> 16;
+    if (above_seen + min(equal_seen, sl.take_equal) == sl.kept) break;  // the same in every thread
+  }
+}
+
+}  // namespace
+
+Status topk_indices_multi(const TopkArgs& a, int64_t ld, Stream stream) {
+  const int64_t rows = int64_t{a.batch} * a.next_n;
+  const TopkMultiPlan plan = topk_multi_plan(rows, a.max_len);
+  auto* ws = static_cast<char*>(a.workspace);
+  const MultiParams p = {
+      .logits = a.logits,
+      .ld = ld,
+      .seq_lens = a.seq_lens,
+      .block_table = a.block_table,
+      .block_table_stride = a.block_table_stride,
+      .max_len = a.max_len,
+      .next_n = a.next_n,
+      .k = a.k,
+      .page_size = a.page_size,
+      .slices = plan.slices,
+      .slice_len = plan.slice_len,
+      .vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0,
+      .indices = a.indices,
+      .positions = a.positions,
+      .hist = reinterpret_cast<int32_t*>(ws),
+      .state = reinterpret_cast<TopkRowState*>(ws + plan.state_offset),
+      .slice = reinterpret_cast<TopkSlice*>(ws + plan.slice_offset),
+      .cand = reinterpret_cast<uint2*>(ws + plan.cand_offset),
+  };
+  MLAKIT_CUDA_RETURN(cudaMemsetAsync(a.workspace, 0, plan.clear_bytes, stream));
+  const auto blocks = static_cast<unsigned>(rows * plan.slices);
+  topk_histogram<<<blocks, kThreads, 0, stream>>>(p);
+  MLAKIT_CUDA_RETURN_LAUNCH("topk_histogram");
+  topk_candidates<<<blocks, kThreads, 0, stream>>>(p);
+  MLAKIT_CUDA_RETURN_LAUNCH("topk_candidates");
+  topk_emit<<<blocks, kThreads, 0, stream>>>(p);
+  MLAKIT_CUDA_RETURN_LAUNCH("topk_emit");
+  return Status::Ok();
+}
+
+}  // namespace mlakit::ops
