@@ -16,24 +16,12 @@ constexpr int kPerThread = 8;
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
-__global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactParams p) {
-  using Scan = cub::BlockScan<int32_t, kCompactThreads>;
-  __shared__ typename Scan::TempStorage scan;
-  pdl::griddepcontrol_wait();  // the indices and lengths may come from the previous kernel
-  const int64_t r = blockIdx.x;
-  const int32_t request = static_cast<int32_t>(r / p.s_q);
-  int32_t n = p.topk_lens == nullptr ? p.topk : min(max(p.topk_lens[request], 0), p.topk);
-  // var_q: the row's indices are packed row cu[request] + t; a token past q_len keeps nothing.
-  int64_t row = r;
-  if (p.cu_seqlens_q != nullptr) {
-    const int32_t t = static_cast<int32_t>(r - int64_t{request} * p.s_q);
-    const int32_t first = p.cu_seqlens_q[request];
-    if (t >= int64_t{p.cu_seqlens_q[request + 1]} - first) n = 0;
-    row = int64_t{first} + t;
-  }
-  const int32_t* idx = p.indices + row * p.topk;
-  int32_t* out = p.slots + r * p.topk;
-  int32_t kept = 0, dropped = 0;
+using Scan = cub::BlockScan<int32_t, kCompactThreads>;
+
+// Appends the kept indices of one list's first n of idx to out[kept...] as slots (with `flag`).
+__device__ __forceinline__ void compact_list(const CompactList& l, const int32_t* idx, int32_t n,
+                                             int32_t flag, int32_t* out, int32_t& kept,
+                                             int32_t& dropped, typename Scan::TempStorage& scan) {
   for (int32_t k0 = 0; k0 < n; k0 += kCompactThreads * kPerThread) {
     // Thread t takes kPerThread consecutive slots, so its kept ones stay in order after the scan.
     const int32_t first = k0 + static_cast<int32_t>(threadIdx.x) * kPerThread;
@@ -43,7 +31,7 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
     for (int i = 0; i < kPerThread; ++i) v[i] = first + i < n ? idx[first + i] : -1;
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      const bool keep = v[i] >= 0 && v[i] < p.num_tokens;
+      const bool keep = v[i] >= 0 && v[i] < l.num_tokens;
       dropped += v[i] != -1 && !keep ? 1 : 0;
       count += keep ? 1 : 0;
     }
@@ -51,16 +39,42 @@ __global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactP
     Scan(scan).ExclusiveSum(count, at, total);
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      if (v[i] >= 0 && v[i] < p.num_tokens) {
+      if (v[i] >= 0 && v[i] < l.num_tokens) {
         // Padded pages: the slot of the index's token at page_pitch tokens a page.
-        const int32_t slot = p.page_pitch == p.page_size
+        const int32_t slot = l.page_pitch == l.page_size
                                  ? v[i]
-                                 : v[i] / p.page_size * p.page_pitch + v[i] % p.page_size;
-        out[kept + at++] = slot;
+                                 : v[i] / l.page_size * l.page_pitch + v[i] % l.page_size;
+        out[kept + at++] = slot | flag;
       }
     }
     kept += total;
     __syncthreads();  // the scan's storage is reused
+  }
+}
+
+__global__ void __launch_bounds__(kCompactThreads) compact_kernel(const CompactParams p) {
+  __shared__ typename Scan::TempStorage scan;
+  pdl::griddepcontrol_wait();  // the indices and lengths may come from the previous kernel
+  const int64_t r = blockIdx.x;
+  const int32_t request = static_cast<int32_t>(r / p.s_q);
+  auto length = [&](const CompactList& l) {
+    return l.topk_lens == nullptr ? l.topk : min(max(l.topk_lens[request], 0), l.topk);
+  };
+  int32_t n = length(p.main), n_extra = p.extra.topk > 0 ? length(p.extra) : 0;
+  // var_q: the row's indices are packed row cu[request] + t; a token past q_len keeps nothing.
+  int64_t row = r;
+  if (p.cu_seqlens_q != nullptr) {
+    const int32_t t = static_cast<int32_t>(r - int64_t{request} * p.s_q);
+    const int32_t first = p.cu_seqlens_q[request];
+    if (t >= int64_t{p.cu_seqlens_q[request + 1]} - first) n = n_extra = 0;
+    row = int64_t{first} + t;
+  }
+  int32_t* out = p.slots + r * (p.main.topk + p.extra.topk);
+  int32_t kept = 0, dropped = 0;
+  compact_list(p.main, p.main.indices + row * p.main.topk, n, 0, out, kept, dropped, scan);
+  if (n_extra > 0) {
+    compact_list(p.extra, p.extra.indices + row * p.extra.topk, n_extra, kExtraSlot, out, kept,
+                 dropped, scan);
   }
   if (threadIdx.x == 0) p.counts[r] = kept;
   if (p.dropped != nullptr && dropped > 0) atomicAdd(p.dropped, dropped);
@@ -78,7 +92,7 @@ Problem rows_as_requests(const Problem& p) {
   Problem d = p;
   d.s_q = 1;
   d.max_batch = p.max_batch * p.s_q;
-  d.max_seq_len = p.topk;
+  d.max_seq_len = p.topk + p.extra_topk;
   d.causal = false;
   return d;
 }
@@ -92,17 +106,26 @@ CompactParams compact_params(const Problem& problem, const RunArgs& args, void* 
   const int64_t rows = int64_t{problem.max_batch} * problem.s_q;
   auto* base = static_cast<uint8_t*>(region);
   CompactParams p{};
-  p.indices = args.indices;
-  p.topk_lens = args.topk_lens;
+  p.main = {.indices = args.indices,
+            .topk_lens = args.topk_lens,
+            .num_tokens = args.num_pages * problem.page_size,
+            .topk = problem.topk,
+            .page_size = problem.page_size,
+            .page_pitch = problem.page_size};
+  if (problem.has_extra()) {
+    const int32_t page = problem.extra_page_size_or_default();
+    p.extra = {.indices = args.extra_indices,
+               .topk_lens = args.extra_topk_lens,
+               .num_tokens = args.extra_num_pages * page,
+               .topk = problem.extra_topk,
+               .page_size = page,
+               .page_pitch = page};
+  }
   p.cu_seqlens_q = problem.var_q ? args.cu_seqlens_q : nullptr;
   p.counts = reinterpret_cast<int32_t*>(base);
   p.slots =
       reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * static_cast<size_t>(rows)));
-  p.num_tokens = args.num_pages * problem.page_size;
-  p.topk = problem.topk;
   p.s_q = problem.s_q;
-  p.page_size = problem.page_size;
-  p.page_pitch = problem.page_size;
   return p;
 }
 

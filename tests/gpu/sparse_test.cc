@@ -1,6 +1,7 @@
 // GPU tests of sparse top-k decode against the cpu reference. sm90 (plan/compact.h, gather.cuh;
-// sm_90 devices only): a bf16/fp16 q over a cache of q's type or the V3.2 blockwise layout (656
-// bytes a token), page sizes 1..128, h_q 1..128 (narrow tiles of 16 and 32 rows, the wide tile,
+// sm_90 devices only): a bf16/fp16 q over a cache of q's type, the V3.2 blockwise layout (656
+// bytes a token) or the V4 one (584; with and without an extra cache, whose page size may differ),
+// page sizes 1..576, h_q 1..128 (narrow tiles of 16 and 32 rows, the wide tile,
 // several tiles per row), s_q 1..8, top-k from 1 to 16384 with per-request lengths, -1 slots,
 // sinks, lse and every tactic; indices out of range skipped (never read); PDL bitwise. sm80 (the
 // dense kernels over the compacted slots as pages of one token): caches of q's type and the e4m3
@@ -34,15 +35,22 @@ struct SparseCase {
   bool sinks = false;
   bool lse = true;
   bool fp8 = false;  // the dense e4m3 cache with one scale
+  bool v4 = false;   // the V4 layout (d_qk 512)
+  int extra_topk = 0;
+  int extra_page_size = 0;  // 0: page_size
 };
 
 std::string name(const SparseCase& c, int tactic) {
   return str_cat(c.blockwise ? "v32"
+                 : c.v4      ? "v4"
                  : c.fp8     ? "e4m3"
                              : "dense",
                  " q ", to_string(c.q), " page ", c.page_size, " h_q ", c.h_q, " s_q ", c.s_q,
-                 " topk ", c.topk, " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "",
-                 c.sinks ? " sinks" : "", " tactic ", tactic);
+                 " topk ", c.topk,
+                 c.extra_topk > 0 ? str_cat(" extra ", c.extra_topk, " page ", c.extra_page_size)
+                                  : std::string(),
+                 " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "",
+                 " tactic ", tactic);
 }
 
 Problem problem_of(const SparseCase& c) {
@@ -53,9 +61,12 @@ Problem problem_of(const SparseCase& c) {
   p.max_batch = c.batch;
   p.max_seq_len = static_cast<int32_t>(harness::longest_seq_len(c.len, c.variable));
   p.q_dtype = p.out_dtype = c.q;
-  p.kv_dtype = c.blockwise || c.fp8 ? DType::kFP8E4M3 : c.q;
-  p.kv_layout = c.blockwise ? KvLayout::kFp8Blockwise : KvLayout::kDense;
+  p.kv_dtype = c.blockwise || c.fp8 || c.v4 ? DType::kFP8E4M3 : c.q;
+  p.kv_layout = c.blockwise ? KvLayout::kFp8Blockwise : c.v4 ? KvLayout::kFp8V4 : KvLayout::kDense;
+  p.d_qk = c.v4 ? kV4Dqk : kDqk;
   p.topk = c.topk;
+  p.extra_topk = c.extra_topk;
+  p.extra_page_size = c.extra_page_size;
   p.has_sinks = c.sinks;
   p.return_lse = c.lse;
   return p;
@@ -68,19 +79,19 @@ harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
 
 // Indices no reference can take: every -1 slot (and every slot past a request's top-k length)
 // replaced by a value out of range or, past the length, a valid slot that must be ignored.
-harness::HostInputs corrupted(const harness::HostInputs& in) {
-  harness::HostInputs bad = in;
+// Replaces a list's -1 slots and the slots past its lengths as corrupted() says.
+void corrupt_list(std::vector<int32_t>& indices, const std::vector<int32_t>& lens, int32_t topk,
+                  int64_t tokens, const harness::HostInputs& in) {
   const Problem& p = in.problem;
-  const int64_t tokens = in.num_pages * p.page_size;
   const int32_t out_of_range[] = {static_cast<int32_t>(tokens), std::numeric_limits<int32_t>::max(),
                                   -2, std::numeric_limits<int32_t>::min(),
                                   static_cast<int32_t>(tokens + 12345)};
   uint32_t n = 0;
   for (int i = 0; i < in.batch; ++i) {
-    const int32_t len = in.topk_lens.empty() ? p.topk : in.topk_lens[i];
+    const int32_t len = lens.empty() ? topk : lens[i];
     for (int t = 0; t < p.s_q; ++t) {
-      int32_t* idx = bad.indices.data() + (static_cast<int64_t>(i) * p.s_q + t) * p.topk;
-      for (int32_t k = 0; k < p.topk; ++k, ++n) {
+      int32_t* idx = indices.data() + (static_cast<int64_t>(i) * p.s_q + t) * topk;
+      for (int32_t k = 0; k < topk; ++k, ++n) {
         if (k >= len) {
           idx[k] = n % 2 == 0 ? static_cast<int32_t>(n % tokens) : out_of_range[n % 5];
         } else if (idx[k] == -1 && n % 3 != 0) {
@@ -88,6 +99,19 @@ harness::HostInputs corrupted(const harness::HostInputs& in) {
         }
       }
     }
+  }
+}
+
+// Indices no reference can take: every -1 slot (and every slot past a request's top-k length)
+// replaced by a value out of range or, past the length, a valid slot that must be ignored; the
+// extra cache's alike.
+harness::HostInputs corrupted(const harness::HostInputs& in) {
+  harness::HostInputs bad = in;
+  const Problem& p = in.problem;
+  corrupt_list(bad.indices, in.topk_lens, p.topk, in.num_pages * p.page_size, in);
+  if (p.has_extra()) {
+    corrupt_list(bad.extra_indices, in.extra_topk_lens, p.extra_topk,
+                 in.extra_num_pages * p.extra_page_size_or_default(), in);
   }
   return bad;
 }
@@ -223,6 +247,144 @@ TEST(Sm90Sparse, PdlBitwiseEqual) {
   }
 }
 
+// The V4 layout (d_qk 512, UE8M0 scales after each page's data rows) with and without an extra
+// cache: each tile (narrow 16 and 32 rows, wide, several tiles), page sizes that are not powers
+// of two (FlashMLA's tests use 2, 53, 61, 64, 69, 256, 576) for either cache, top-k around a block,
+// per-request lengths of both lists, sinks, MTP rows, an fp16 q.
+TEST(Sm90Sparse, V4EveryTacticAgainstReference) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase cases[] = {
+      {.h_q = 64, .topk = 128, .v4 = true},
+      {.h_q = 128,
+       .s_q = 2,
+       .topk = 512,
+       .topk_lens = true,
+       .sinks = true,
+       .v4 = true,
+       .extra_topk = 128},
+      {.page_size = 61,
+       .h_q = 16,
+       .s_q = 3,
+       .topk = 64,
+       .len = 512,
+       .v4 = true,
+       .extra_topk = 64,
+       .extra_page_size = 69},
+      {.page_size = 2,
+       .h_q = 64,
+       .topk = 576,
+       .batch = 2,
+       .len = 1024,
+       .topk_lens = true,
+       .v4 = true,
+       .extra_topk = 63,
+       .extra_page_size = 576},
+      {.q = DType::kFP16,
+       .page_size = 53,
+       .h_q = 8,
+       .s_q = 3,
+       .topk = 65,
+       .len = 650,
+       .sinks = true,
+       .v4 = true,
+       .extra_topk = 1,
+       .extra_page_size = 256},
+      {.page_size = 256,
+       .h_q = 32,
+       .topk = 2048,
+       .batch = 2,
+       .len = 2046,
+       .v4 = true,
+       .extra_topk = 2048,
+       .extra_page_size = 64},
+      {.h_q = 128, .s_q = 1, .topk = 1, .batch = 5, .v4 = true},
+      {.h_q = 40,
+       .s_q = 2,
+       .topk = 300,
+       .topk_lens = true,
+       .v4 = true,
+       .extra_topk = 100,
+       .extra_page_size = 16},
+  };
+  uint64_t seed = 7150;
+  for (const SparseCase& c : cases) check_each_tactic(c, &seed);
+  // Out-of-range indices in either list (and past either length) are skipped.
+  check_each_tactic({.page_size = 61,
+                     .h_q = 64,
+                     .s_q = 2,
+                     .topk = 300,
+                     .topk_lens = true,
+                     .v4 = true,
+                     .extra_topk = 77,
+                     .extra_page_size = 2},
+                    &seed, /*corrupt=*/true);
+}
+
+// V4 rows with nothing to attend in either list (all -1, or both lengths 0) give out 0 and lse
+// -inf; a row whose main list is empty attends its extra list alone.
+TEST(Sm90Sparse, V4EmptyRows) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase c{
+      .h_q = 64, .s_q = 2, .topk = 64, .batch = 4, .topk_lens = true, .v4 = true, .extra_topk = 64};
+  harness::HostInputs in = inputs_of(c, 7450);
+  std::fill(in.indices.begin(), in.indices.begin() + c.s_q * c.topk, -1);  // request 0
+  std::fill(in.extra_indices.begin(), in.extra_indices.begin() + c.s_q * c.extra_topk, -1);
+  in.topk_lens[1] = 0;
+  in.extra_topk_lens[1] = 0;
+  in.topk_lens[2] = 0;  // request 2: the extra list only
+  Output ref;
+  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+  for (const int tactic : tactic_ids(kBackend, in.problem)) {
+    std::unique_ptr<Decoder> decoder;
+    MLAKIT_ASSERT_OK(
+        Decoder::create(in.problem, {.backend = kBackend, .tactic = tactic}, &decoder));
+    harness::DeviceInputs device;
+    MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+    harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+    StreamHolder s;
+    Output got;
+    MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+    EXPECT_TRUE(matches_reference(in, got, ref)) << "tactic " << tactic;
+    for (int r = 0; r < 2 * c.s_q * c.h_q; ++r) {
+      EXPECT_EQ(got.lse[r], -INFINITY) << "row " << r << " tactic " << tactic;
+    }
+    EXPECT_TRUE(std::all_of(got.out.begin(), got.out.begin() + 2 * c.s_q * c.h_q * kDv,
+                            [](uint16_t v) { return (v & 0x7fff) == 0; }))
+        << "tactic " << tactic;
+  }
+}
+
+// V4 with an extra cache: PDL changes nothing, every tactic.
+TEST(Sm90Sparse, V4PdlBitwiseEqual) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase c{.page_size = 64,
+                     .h_q = 128,
+                     .s_q = 2,
+                     .topk = 512,
+                     .batch = 3,
+                     .topk_lens = true,
+                     .sinks = true,
+                     .v4 = true,
+                     .extra_topk = 128,
+                     .extra_page_size = 2};
+  const harness::HostInputs in = inputs_of(c, 7550);
+  harness::DeviceInputs device;
+  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+  for (const int tactic : tactic_ids(kBackend, in.problem)) {
+    Output outs[2];
+    for (const bool pdl : {false, true}) {
+      Problem p = in.problem;
+      p.enable_pdl = pdl;
+      std::unique_ptr<Decoder> decoder;
+      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
+      harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+      StreamHolder s;
+      MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &outs[pdl]));
+    }
+    EXPECT_TRUE(bitwise_equal(outs[0], outs[1])) << "tactic " << tactic;
+  }
+}
+
 // What sm90 does not run sparse is refused by name.
 TEST(Sm90Sparse, RefusalsNameTheArgument) {
   MLAKIT_SKIP_WITHOUT_SM90();
@@ -236,6 +398,10 @@ TEST(Sm90Sparse, RefusalsNameTheArgument) {
   p.out_dtype = DType::kFP16;
   EXPECT_NE(can_run(kBackend, p).message().find("out_dtype"), std::string::npos);
   EXPECT_TRUE(can_run(kBackend, problem_of({.blockwise = true, .page_size = 1})).ok());
+  // An extra cache only with the V4 layout.
+  p = problem_of({.blockwise = true, .extra_topk = 64});
+  EXPECT_NE(can_run(kBackend, p).message().find("extra"), std::string::npos);
+  EXPECT_TRUE(can_run(kBackend, problem_of({.v4 = true, .extra_topk = 64})).ok());
 }
 
 // sm80: the dense kernels over the compacted slots, for every tile, dense cache kind and
@@ -271,6 +437,18 @@ TEST(Sm90Sanitize, Sparse) {
   check_each_tactic({.blockwise = true, .h_q = 64, .topk = 200, .batch = 2, .topk_lens = true},
                     &seed, /*corrupt=*/true);
   check_each_tactic({.blockwise = true, .page_size = 1, .h_q = 128, .topk = 130, .batch = 1},
+                    &seed);
+  check_each_tactic({.page_size = 61,
+                     .h_q = 16,
+                     .topk = 100,
+                     .batch = 2,
+                     .len = 300,
+                     .topk_lens = true,
+                     .v4 = true,
+                     .extra_topk = 70,
+                     .extra_page_size = 2},
+                    &seed, /*corrupt=*/true);
+  check_each_tactic({.h_q = 64, .s_q = 2, .topk = 64, .batch = 1, .v4 = true, .extra_topk = 64},
                     &seed);
 }
 

@@ -206,7 +206,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.block_table_stride = p.topk;
     params.seq_lens = compact.counts;
     params.max_len = p.topk;
-    params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.num_tokens, INT32_MAX));
+    params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.main.num_tokens, INT32_MAX));
   } else if (p.context_parallel() || p.var_q) {
     // The rank's lengths and causal bounds, counted from the global lengths, or var_q's bounds
     // from each request's query length (cp_lengths.h).

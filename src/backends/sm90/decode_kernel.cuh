@@ -219,10 +219,13 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       MaxStep step[2];
       uint32_t pr[16];  // own block: P as the A fragments of P V, 4 per 16 tokens
       if (own) {
-        // Sparse decode of the V3.2 cache: the owner widens the block first (gather.cuh).
+        // Sparse decode of the V3.2 or V4 cache: the owner widens the block first (gather.cuh).
         if (p.fill == Fill::kGatherV32) {
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
+        } else if (p.fill == Fill::kGatherV4) {
+          wait_parity(&sm.full[stage][kPChunk], phase);
+          dequant_v4<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
         }
         // Own block: S = Q K^T, chunk by chunk as the copies land.
         const uint64_t kv_desc = smem_desc_sw128(kv_stage, 0, 1024);

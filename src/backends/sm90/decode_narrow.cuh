@@ -303,10 +303,13 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       const uint32_t p_tile = p_buf;
       trace(wg, 0);
 
-      // Sparse decode of the V3.2 cache: this warpgroup widens its block first (gather.cuh).
+      // Sparse decode of the V3.2 or V4 cache: this warpgroup widens its block first (gather.cuh).
       if (p.fill == Fill::kGatherV32) {
         wait_parity(&sm.full[stage][kPChunk], phase);
         dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
+      } else if (p.fill == Fill::kGatherV4) {
+        wait_parity(&sm.full[stage][kPChunk], phase);
+        dequant_v4<L, T>(sm, kv_stage, stage, t, wg, k_scale);
       }
       // S^T = K Q^T, chunk by chunk as the copies land.
       const uint64_t k_desc = smem_desc_sw128(kv_stage, 0, 1024);

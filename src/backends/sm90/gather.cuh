@@ -11,6 +11,12 @@
 //    block widens it in place (dequant_v32) before its first product: its registers and its
 //    warps, not the producer's 40 registers, run the conversion, while the other warpgroup
 //    computes.
+//  - V4 cache (Fill::kGatherV4, 576 data bytes a token, its 8 scale bytes after the page's data):
+//    as V3.2, the 448 e4m3 values into column chunks 3..6, the bf16 RoPE values into column chunk 7
+//    (V includes them), the seven UE8M0 scales into SmallStorage; widened by dequant_v4. d_qk is
+//    512: q's ninth column chunk is zeros (its tensor map is 512 wide) and so is K's (the widening
+//    writes it), so S is that of the 512 columns. A slot's page and token come by a shift
+//    (DecodeParams::v4); a slot tagged plan::kExtraSlot is the extra cache's.
 // The producer runs one block ahead (the next block's copies are requested before the block's
 // barriers complete), reads the slots a block before it needs them and prefetches the rows into
 // L2 a block before it requests them. The cache may be a view with padded tokens: slot s lies at
@@ -30,6 +36,7 @@
 #include "backends/sm90/params.h"
 #include "kernels/common/fp8.cuh"
 #include "kernels/common/ptx.h"
+#include "plan/compact.h"
 #include "plan/work.cuh"
 
 namespace mlakit::sm90 {
@@ -307,6 +314,154 @@ __device__ __forceinline__ void dequant_v32(SmallStorage& sm, uint32_t stage_add
   dequant_sync(sm, wg, 1);
 }
 
+// ---- V4 cache (Fill::kGatherV4) ---------------------------------------------------------------
+
+inline constexpr int kV4Groups = kV4Nope / kV4Group;  // 7 raw chunks of 64 e4m3 values
+static_assert(kV4Groups == 7 && kV4Nope + kDRope == kDv, "V4: 7 groups of 64, then the RoPE");
+
+// Where V4's raw e4m3 chunk j (64 bytes of each of the block's 64 tokens, token-major) waits: two
+// in each of column chunks 3..6, so that column chunk j >= 3 is written only after raw chunks
+// 2(j - 3) and 2(j - 3) + 1 (both <= j) were read; column chunk 7 takes the RoPE values.
+template <typename L>
+__device__ __forceinline__ uint32_t raw_chunk_v4(uint32_t stage_addr, int j) {
+  return stage_addr + (3 + j / 2) * L::kKvChunkBytes + (j % 2) * (L::kKvChunkBytes / 2);
+}
+
+// Token `slot`'s data row and scale row in its cache (main, or extra with plan::kExtraSlot).
+struct V4Token {
+  const uint8_t* data;
+  const uint8_t* scales;
+};
+__device__ __forceinline__ V4Token v4_token(const DecodeParams& p, int32_t slot) {
+  // Indexed, not selected: the two caches' fields stay in the parameter bank, not in the
+  // producer's 40 registers.
+  const GatherCache& c = p.v4[static_cast<uint32_t>(slot) >> 30];
+  const int32_t s = slot & (plan::kExtraSlot - 1);
+  const int32_t token = s & ((1 << c.page_shift) - 1);
+  const uint8_t* page = c.base + int64_t{s >> c.page_shift} * c.page_stride;
+  return {page + token * kV4DataBytes, page + c.scale_offset + token * kV4ScaleBytes};
+}
+
+// cp.async.ca.shared.global [dst], [src], 8, src_bytes (sm_80): 8 bytes or zeros.
+__device__ __forceinline__ void cp_async_ca_8(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// Requests a V4 block in one cp.async group: the 448 e4m3 values of each token into
+// raw_chunk_v4 (warp w copies tokens w + 4i, lanes 0..27 a 16-byte piece each), the bf16 RoPE
+// values into column chunk 7, the 8 scale bytes into SmallStorage::gather_scale.
+template <typename L>
+__device__ __forceinline__ void issue_v4(const DecodeParams& p, SmallStorage& sm, const StageRef& r,
+                                         const int32_t (&s)[2], int t) {
+  if constexpr (!L::kReleasePerChunk) wait_parity(&sm.empty[r.stage], r.phase ^ 1);
+  if constexpr (L::kReleasePerChunk) {
+#pragma unroll
+    for (int j = 3; j < kQkChunks; ++j) wait_parity(&sm.chunk_empty[r.stage][j], r.phase ^ 1);
+  }
+  const int piece = t % 32;
+  const uint32_t dst = raw_chunk_v4<L>(r.addr, piece / 4) + (piece % 4) * 16;
+#pragma unroll 1
+  for (int i = 0; i < kBlockN / 4; ++i) {
+    const int tk = t / 32 + 4 * i;
+    const int32_t sl = slot_of(s, tk);
+    if (piece < kV4Nope / 16) {
+      ptx::cp_async_cg_shared_global(dst + tk * 64, v4_token(p, max(sl, 0)).data + piece * 16,
+                                     sl >= 0 ? 16 : 0);
+    }
+  }
+  const int u = t % 8;
+#pragma unroll 1
+  for (int k = 0; k < 4; ++k) {
+    const int tk = t / 8 + 16 * k;
+    const int32_t sl = slot_of(s, tk);
+    ptx::cp_async_cg_shared_global(
+        r.addr + (kDv / kChunkElems - 1) * L::kKvChunkBytes + swizzled(tk, u * 16),
+        v4_token(p, max(sl, 0)).data + kV4Nope + u * 16, sl >= 0 ? 16 : 0);
+  }
+  {
+    const int32_t sl = slot_of(s, t % 64);
+    if (t < kBlockN) {
+      cp_async_ca_8(ptx::smem_u32(&sm.gather_scale[r.stage][t]), v4_token(p, max(sl, 0)).scales,
+                    sl >= 0 ? 8 : 0);
+    }
+  }
+  ptx::cp_async_commit_group();
+}
+
+// A UE8M0 scale: 2^(e - 127); 0xff is NaN (as the cpu backend's ue8m0_to_float).
+__device__ __forceinline__ float ue8m0(uint32_t e) {
+  return e == 0xffu ? __uint_as_float(0x7fc00000u)
+         : e == 0u  ? __uint_as_float(0x00400000u)
+                    : __uint_as_float(e << 23);
+}
+
+// dequant_v32's counterpart for a V4 block: the RoPE chunk (7) to fp16 for an fp16 q; column
+// chunk 8 zeroed (K's columns past 512: q's are zeros, and a NaN times zero is not); then each
+// column chunk j < 7 from raw chunk j times its token's scale j: chunks 0..2 (their raw in chunks
+// 3 and 4), then raw 3..6 read, a meeting, chunks 3..6 written.
+template <typename L, typename T>
+__device__ __forceinline__ void dequant_v4(SmallStorage& sm, uint32_t stage_addr, uint32_t stage,
+                                           int t, int wg, float k_scale) {
+  constexpr int kRopeChunk = kDv / kChunkElems - 1;
+  const int u8 = t % 8;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int tk = t / 8 + 16 * k;
+    st_shared_v4(stage_addr + kPChunk * L::kKvChunkBytes + swizzled(tk, u8 * 16), 0, 0, 0, 0);
+    if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+      const uint32_t at = stage_addr + kRopeChunk * L::kKvChunkBytes + swizzled(tk, u8 * 16);
+      uint32_t w[4];
+      ld_shared_v4(at, w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+        w[i] = pack2f<__half>(f.x, f.y);
+      }
+      st_shared_v4(at, w[0], w[1], w[2], w[3]);
+    }
+  }
+  const int u = t % 4;
+  uint2 g[2];  // the 8 scale bytes of tokens t / 4 and t / 4 + 32
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    g[k] = *reinterpret_cast<const uint2*>(&sm.gather_scale[stage][t / 4 + 32 * k]);
+  }
+  auto step = [&](int j, const uint32_t(&v)[2][4]) {
+    const uint32_t at = stage_addr + j * L::kKvChunkBytes;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int tk = t / 4 + 32 * k;
+      const uint32_t word = j < 4 ? g[k].x : g[k].y;
+      const float scale = ue8m0((word >> (8 * (j % 4))) & 0xffu) * k_scale;
+      uint32_t w[8];
+      dequant16<T>(make_uint4(v[k][0], v[k][1], v[k][2], v[k][3]), scale, w);
+      st_shared_v4(at + swizzled(tk, u * 32), w[0], w[1], w[2], w[3]);
+      st_shared_v4(at + swizzled(tk, u * 32 + 16), w[4], w[5], w[6], w[7]);
+    }
+  };
+  auto load = [&](int j, uint32_t(&v)[2][4]) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      ld_shared_v4(raw_chunk_v4<L>(stage_addr, j) + (t / 4 + 32 * k) * 64 + u * 16, v[k]);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    uint32_t v[2][4];
+    load(j, v);
+    step(j, v);
+  }
+  uint32_t v[4][2][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) load(3 + j, v[j]);
+  dequant_sync(sm, wg, 0);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) step(3 + j, v[j]);
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  dequant_sync(sm, wg, 1);
+}
+
 // ---- The producer ------------------------------------------------------------------------------
 
 // The producer warpgroup of sparse decode: walks the consumers' chunks. Within a chunk it runs
@@ -322,8 +477,8 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
   SmallStorage& sm = *s.small;
   const int32_t row0 = m_tile * kTileRows;
   const uint32_t kv_smem = ptx::smem_u32(s.kv);
-  const bool v32 = p.fill == Fill::kGatherV32;
-  const uint32_t row_bytes = v32 ? kBlockwiseBytes : kRow16Bytes;  // read of each token
+  const bool v32 = p.fill == Fill::kGatherV32, v4 = p.fill == Fill::kGatherV4;
+  const uint32_t row_bytes = v32 ? kBlockwiseBytes : v4 ? kV4DataBytes : kRow16Bytes;  // per token
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
@@ -340,13 +495,17 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
     auto prefetch = [&](int32_t b) {
       const int32_t tok = c.token_begin + b * kBlockN + t;
       if (t < kBlockN && tok < c.token_end) {
-        prefetch_l2(p.kv_cache + int64_t{slots[tok]} * p.kv_view.stride_page, row_bytes);
+        prefetch_l2(v4 ? v4_token(p, slots[tok]).data
+                       : p.kv_cache + int64_t{slots[tok]} * p.kv_view.stride_page,
+                    row_bytes);
       }
     };
     auto issue = [&](int32_t b, const int32_t(&s2)[2]) {
       const StageRef r = stage_ref<L>(kv_smem, n_block + b);
       if (v32) {
         issue_v32<L>(p, sm, r, s2, t);
+      } else if (v4) {
+        issue_v4<L>(p, sm, r, s2, t);
       } else {
         issue16<L>(p, sm, r, s2, t);
       }

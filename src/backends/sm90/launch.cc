@@ -96,19 +96,20 @@ Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
   return Status::Ok();
 }
 
-// A map over rows of 576 elements of `dtype`, boxes of 64 columns x box_rows rows in the swizzle
-// of their 128 or 64 bytes, zeros outside. 2-D: `rows` rows, `row_stride` elements apart (576 when
+// A map over rows of `cols` (576, or V4's q 512) elements of `dtype`, boxes of 64 columns x
+// box_rows rows in the swizzle of their 128 or 64 bytes, zeros outside (V4's q: its ninth column
+// chunk is all zeros). 2-D: `rows` rows, `row_stride` elements apart (576 when
 // dense; a view's, a multiple of 16 bytes, otherwise). 3-D (planes > 0): `planes` planes of `rows`
 // rows, `plane_stride` elements apart (a cache's padded pages: rows = page_size), boxes of one
 // plane. promotion: the L2 fetch size of the copies.
 Status encode_rows(const void* base, DType dtype, uint64_t rows, int64_t row_stride,
                    uint64_t planes, int64_t plane_stride, uint32_t box_rows, const char* what,
-                   CUtensorMapL2promotion promotion, CUtensorMap* map) {
+                   CUtensorMapL2promotion promotion, CUtensorMap* map, int cols = kDqk) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   MLAKIT_RETURN_IF_ERROR(encode_fn(&encode));
   const bool fp8 = dtype == DType::kFP8E4M3;
   const cuuint32_t rank = planes > 0 ? 3 : 2;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(rows),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(planes)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride) * dtype_bytes(dtype),
                                  static_cast<cuuint64_t>(plane_stride) * dtype_bytes(dtype)};
@@ -241,9 +242,9 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   // The region at compact_offset: a sparse problem's compacted slots, or the lengths of a
   // context-parallel rank or a var_q problem (cp_lengths.h).
   setup->q_pack_offset =
-      p.sparse()
-          ? setup->compact_offset + (plan::compact_bytes(p.max_batch, p.topk) + 255) / 256 * 256
-          : setup->compact_offset + plan::cp_lengths_bytes(problem);
+      p.sparse() ? setup->compact_offset +
+                       (plan::compact_bytes(p.max_batch, p.topk + p.extra_topk) + 255) / 256 * 256
+                 : setup->compact_offset + plan::cp_lengths_bytes(problem);
   // Room for q packed (pack_q.h) whatever the run's views: any run may pass one.
   setup->workspace_bytes = setup->q_pack_offset + packed_q_bytes(p);
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
@@ -287,9 +288,32 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const bool kv_paged = !sparse && !views.kv_uniform(p);
   // The sparse gather reads slot s at s * the token stride (gather.cuh). Padded pages (FlashMLA's
   // own tests pad each page by a token) are read through slots that the compaction spaces by the
-  // page pitch in tokens: the page stride must be a whole number of token strides.
-  int32_t sparse_page_pitch = p.page_size;
-  if (sparse && !views.kv_uniform(p)) {
+  // page pitch in tokens: the page stride must be a whole number of token strides. The V4 gather
+  // finds a slot's page and token by a shift: its slots are spaced by the page size's next power
+  // of two, every one (with an extra cache, tagged by plan::kExtraSlot) below 2^30.
+  const bool v4 = sparse && p.kv_layout == KvLayout::kFp8V4;
+  int32_t sparse_page_pitch = p.page_size, extra_page_pitch = 0;
+  if (v4) {
+    sparse_page_pitch = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(p.page_size)));
+    extra_page_pitch =
+        static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(p.extra_page_size_or_default())));
+    constexpr int64_t kSlots = int64_t{plan::kExtraSlot};
+    if (a.num_pages > kSlots / sparse_page_pitch) {
+      return invalid_argument("num_pages",
+                              str_cat("at most ", kSlots / sparse_page_pitch,
+                                      " for backend sm90's V4 gather (page_size ", p.page_size,
+                                      " read at a pitch of ", sparse_page_pitch, " tokens)"),
+                              a.num_pages);
+    }
+    if (p.has_extra() && a.extra_num_pages > kSlots / extra_page_pitch) {
+      return invalid_argument(
+          "extra_num_pages",
+          str_cat("at most ", kSlots / extra_page_pitch,
+                  " for backend sm90's V4 gather (extra page size ", p.extra_page_size_or_default(),
+                  " read at a pitch of ", extra_page_pitch, " tokens)"),
+          a.extra_num_pages);
+    }
+  } else if (sparse && !views.kv_uniform(p)) {
     sparse_page_pitch = plan::padded_page_pitch(views.kv_page, views.kv_token, a.num_pages);
     if (sparse_page_pitch == 0) {
       return unsupported(
@@ -328,13 +352,30 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   if (sparse) {
     plan::CompactParams compact =
         plan::compact_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
-    compact.page_pitch = sparse_page_pitch;
+    compact.main.page_pitch = sparse_page_pitch;
+    if (p.has_extra()) compact.extra.page_pitch = extra_page_pitch;
     MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
     params.block_table = compact.slots;
-    params.block_table_stride = p.topk;
+    params.block_table_stride = p.topk + p.extra_topk;
     params.seq_lens = compact.counts;
-    params.max_len = p.topk;
-    params.fill = p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32 : Fill::kGather16;
+    params.max_len = p.topk + p.extra_topk;
+    params.fill = v4                                       ? Fill::kGatherV4
+                  : p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32
+                                                           : Fill::kGather16;
+    if (v4) {
+      // Both caches are contiguous [num_pages, kv_page_bytes] (validation refuses V4 views).
+      auto cache = [](const void* base, int32_t page_size, int32_t pitch) {
+        return GatherCache{.base = static_cast<const uint8_t*>(base),
+                           .page_stride = static_cast<int64_t>(
+                               kv_page_bytes(DType::kFP8E4M3, KvLayout::kFp8V4, page_size)),
+                           .page_shift = std::countr_zero(static_cast<uint32_t>(pitch)),
+                           .scale_offset = page_size * kV4DataBytes};
+      };
+      params.v4[0] = cache(a.kv_cache, p.page_size, sparse_page_pitch);
+      params.v4[1] = p.has_extra()
+                         ? cache(a.extra_kv_cache, p.extra_page_size_or_default(), extra_page_pitch)
+                         : params.v4[0];
+    }
   } else if (p.context_parallel() || p.var_q) {
     // The rank's lengths and causal bounds, counted from the global lengths, or var_q's bounds
     // from each request's query length (cp_lengths.h).
@@ -372,7 +413,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
                                                : CU_TENSOR_MAP_L2_PROMOTION_NONE;
   MLAKIT_RETURN_IF_ERROR(encode_rows(q_rows, p.q_dtype, std::max<int64_t>(q_count, 1), q_row_stride,
                                      0, 0, static_cast<uint32_t>(setup.tile_rows), "q", promotion,
-                                     &params.q_map));
+                                     &params.q_map, p.d_qk));
   const auto kv_box = static_cast<uint32_t>(std::min(p.page_size, kBlockN));
   if (sparse) {
     params.kv_map = params.q_map;  // not read: the producer gathers (prefetched all the same)

@@ -16,6 +16,18 @@ enum class Fill : int32_t {
   kPages = 0,      // TMA, kv_map
   kGather16 = 1,   // tokens of a 16-bit cache (576 elements of q's type), copied
   kGatherV32 = 2,  // tokens of the V3.2 blockwise cache (656 bytes), dequantized to q's type
+  kGatherV4 = 3,   // tokens of the V4 cache (576 data + 8 scale bytes), dequantized to q's type
+};
+
+// A V4 cache as the gather reads it (Fill::kGatherV4): slot s (plan/compact.h, page pitch
+// 2^page_shift) is token s & (2^page_shift - 1) of page s >> page_shift; its 576 data bytes at
+// base + page * page_stride + token * 576, its 8 scale bytes at that page's + scale_offset +
+// token * 8.
+struct GatherCache {
+  const uint8_t* base;
+  int64_t page_stride;  // bytes
+  int32_t page_shift;
+  int32_t scale_offset;  // page_size * 576
 };
 
 struct DecodeParams : plan::DecodeParamsBase {
@@ -31,6 +43,8 @@ struct DecodeParams : plan::DecodeParamsBase {
   // block_table_stride = topk, seq_lens their counts; requests are rows of one query token.
   const uint8_t* kv_cache;
   plan::KvView kv_view;  // sparse: where a slot's token lies in kv_cache, in bytes
+  // Fill::kGatherV4: the main cache ([0]) and the extra one ([1]: slots with plan::kExtraSlot).
+  GatherCache v4[2];
   Fill fill;
   int32_t kv_paged;
 };

@@ -37,8 +37,9 @@ Status available(const DeviceInfo& device) {
   return Status::Ok();
 }
 
-// Sparse decode (gather.cuh): a 16-bit q; the cache 16-bit of q's type or the V3.2 blockwise one,
-// both gathered into q's type; any page size (indices name cached tokens directly).
+// Sparse decode (gather.cuh): a 16-bit q; the cache 16-bit of q's type, the V3.2 blockwise or the
+// V4 one, gathered into q's type; any page size (indices name cached tokens directly); an extra
+// cache with the V4 layout.
 Status can_run_sparse(const Problem& p) {
   if (p.q_dtype != DType::kBF16 && p.q_dtype != DType::kFP16) {
     return unsupported("q_dtype ", to_string(p.q_dtype),
@@ -55,19 +56,20 @@ Status can_run_sparse(const Problem& p) {
                        " is not supported by backend sm90 (supported: kv_dtype = q_dtype, or the "
                        "fp8 blockwise layout)");
   }
-  if (p.kv_layout != KvLayout::kDense && p.kv_layout != KvLayout::kFp8Blockwise) {
-    return unsupported("kv_layout ", to_string(p.kv_layout),
-                       " is not supported by backend sm90 (supported: dense, fp8_blockwise)");
+  if (p.has_extra() && p.kv_layout != KvLayout::kFp8V4) {
+    return unsupported("an extra cache (extra_topk ", p.extra_topk, ") with kv_layout ",
+                       to_string(p.kv_layout),
+                       " is not supported by backend sm90 (supported: with fp8_v4)");
   }
   return Status::Ok();
 }
 
 Status can_run(const Problem& p, const DeviceInfo&) {
+  if (p.sparse()) return can_run_sparse(p);
   if (p.has_extra()) {
     return unsupported("an extra cache (extra_topk ", p.extra_topk,
-                       ") is not supported by backend sm90 (supported: none)");
+                       ") is not supported by backend sm90 without sparse attention");
   }
-  if (p.sparse()) return can_run_sparse(p);
   if (p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
                        " is not supported by backend sm90 (supported: dense)");
@@ -161,8 +163,8 @@ const BackendEntry& sm90_backend_entry() {
           "(out alike; the cache widened in registers) or e4m3 q (out bf16/fp16; fp8 wgmma); "
           "page size 32, 64, 128; h_q 1..128; s_q 1..16 causal or not; variable query lengths "
           "(var_q); variable lengths; sinks; lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 "
-          "q over a cache of q's type or the "
-          "V3.2 blockwise layout (any page size; tokens gathered, out-of-range indices skipped). "
+          "q over a cache of q's type, the V3.2 blockwise or the V4 layout (V4 with an extra "
+          "cache too; any page size; tokens gathered, out-of-range indices skipped). "
           "Tactics: cluster, persistent, one-shot, and the same three with "
           "the narrow tile (h_q x s_q <= 32; the only ones with an fp8 cache)",
       .device_memory = true,
