@@ -7,7 +7,8 @@ cached tokens and `next_n` new ones each:
   1. append: the new tokens' latent + RoPE into the 656-byte V3.2 cache (`append_kv`) and their
      indexer keys into the indexer cache (`append_indexer`);
   2. indexer: the lightning indexer's logits over every cached position (`indexer_logits`);
-  3. top-k: the `topk` largest as sparse-decode indices (`topk_indices`);
+  3. top-k: the `topk` largest as sparse-decode indices (`topk_indices`; rows of 8192 positions
+     and more run the multi-block kernel, its workspace from PyTorch's allocator);
   4. attention: the sparse decode over them (`mlakit.torch.decode` with `indices`).
 
 On a GPU each step is captured in its own CUDA graph and the four in one graph; each graph is

@@ -25,6 +25,7 @@ _EXPECTED = {
     "fp16": "float16 (or its bits as uint16)",
     "fp8_e4m3": "float8_e4m3fn (or its bits as uint8)",
     "bytes": "a 1-byte type (uint8, int8 or float8_e4m3fn)",
+    "uint8": "uint8",
 }
 
 
@@ -133,18 +134,31 @@ def empty(like: Any, shape: Tuple[int, ...], dtype: str, name: str) -> Any:
     )
 
 
-def empty_bytes(like: Any, nbytes: int) -> Any:
-    """A workspace of ``nbytes`` bytes on ``like``'s device (uint8; allocator-aligned)."""
+def empty_bytes(like: Any, nbytes: int, stream: Optional[int] = None) -> Any:
+    """A workspace of ``nbytes`` bytes on ``like``'s device (uint8; allocator-aligned).
+
+    ``stream``: the handle of the stream that will use it, where that is not the current stream
+    of ``like``'s framework. PyTorch's and CuPy's pools hand a freed block again to allocations
+    on the stream it was allocated on, whose work runs after the kernels already there: a
+    workspace allocated on the current stream, used on another and freed when the call returns
+    could be handed out while that kernel still runs. So it is allocated on the stream using it.
+    """
     kind = framework(like)
     if kind == "torch":
         torch = sys.modules["torch"]
         # The caching allocator: ordered on the current stream, and served from the graph's
         # private pool when called during CUDA graph capture.
-        return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+        if stream is None:
+            return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=like.device)):
+            return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
     if kind == "cupy":
         cupy = sys.modules["cupy"]
         with cupy.cuda.Device(like.device.id):
-            return cupy.empty(nbytes, dtype=cupy.uint8)
+            if stream is None:
+                return cupy.empty(nbytes, dtype=cupy.uint8)
+            with cupy.cuda.ExternalStream(stream):
+                return cupy.empty(nbytes, dtype=cupy.uint8)
     if kind == "numpy":
         np = sys.modules["numpy"]
         # 256-byte alignment, as the library requires for workspaces.

@@ -23,8 +23,9 @@ def indexer_logits(
 ) -> None: ...
 def topk_indices(
     logits: Any, seq_lens: Any, block_table: Any, page_size: int, next_n: int, max_len: int,
-    indices: Any, positions: Any, device: int, stream: int,
+    indices: Any, positions: Any, workspace: Any, device: int, stream: int,
 ) -> None: ...
+def topk_workspace_bytes(batch: int, next_n: int, max_len: int, k: int) -> int: ...
 def merge_partials(
     partial_out: Any, partial_lse: Any, sinks: Any, out: Any, lse: Any, dtype: str, device: int,
     stream: int, lse_base2: bool,

@@ -2,9 +2,10 @@
 
 ``torch.ops.mlakit.append_kv`` and ``append_indexer`` write their cache in place;
 ``indexer_logits`` and ``topk_indices`` write their outputs (``logits``; ``indices`` and
-``positions``) in place; ``merge_partials`` (``mlakit.cp``) writes ``out`` and ``lse`` in
-place. Each declares what it mutates and has a fake implementation that runs
-the checks tensor metadata decides, so that torch.compile(fullgraph=True) traces through them.
+``positions``, and a given top-k ``workspace`` as scratch) in place; ``merge_partials``
+(``mlakit.cp``) writes ``out`` and ``lse`` in place. Each declares what it mutates and has a fake
+implementation that runs the checks tensor metadata decides, so that
+torch.compile(fullgraph=True) traces through them.
 CUDA tensors run on the current stream without host synchronization, so a captured CUDA graph
 replays them with new slot mappings, lengths and block tables. The functional wrappers below
 allocate outputs through PyTorch (the graph's pool during capture).
@@ -124,18 +125,24 @@ def _indexer_logits_fake(q, weights, index_cache, block_table, seq_lens, logits)
     _check_logits(q, weights, index_cache, block_table, seq_lens, logits)
 
 
-def _check_topk(logits, seq_lens, block_table, indices, positions) -> None:
+def _check_topk(logits, seq_lens, block_table, indices, positions, workspace) -> None:
     _need("logits", logits, (torch.float32,), "float32", 2)
     _need("seq_lens", seq_lens, (torch.int32,), "int32", 1)
     _need("block_table", block_table, (torch.int32,), "int32", 2)
     _need("indices", indices, (torch.int32,), "int32")
     if positions is not None:
         _need("positions", positions, (torch.int32,), "int32")
+    if workspace is not None:
+        _need("workspace", workspace, (torch.uint8,), "uint8")
     _same_device(logits, seq_lens=seq_lens, block_table=block_table, indices=indices,
-                 positions=positions)  # fmt: skip
+                 positions=positions, workspace=workspace)  # fmt: skip
 
 
-@torch.library.custom_op("mlakit::topk_indices", mutates_args=("indices", "positions"))
+# The workspace is the multi-block kernel's scratch: None has the op allocate one when the shapes
+# need it, through the caching allocator on the current stream (the graph's pool during CUDA
+# graph capture). It has no default: the dispatcher drops trailing arguments equal to their
+# defaults, and torch's version counter of a mutated argument then indexes past them.
+@torch.library.custom_op("mlakit::topk_indices", mutates_args=("indices", "positions", "workspace"))
 def _topk_op(
     logits: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -145,15 +152,19 @@ def _topk_op(
     page_size: int,
     next_n: int,
     max_len: int,
+    workspace: Optional[torch.Tensor],
+    one_block: bool = False,
 ) -> None:
-    _check_topk(logits, seq_lens, block_table, indices, positions)
+    _check_topk(logits, seq_lens, block_table, indices, positions, workspace)
     ops.topk_indices(logits, seq_lens, block_table, page_size=page_size, next_n=next_n,
-                     max_len=max_len, indices=indices, positions=positions)  # fmt: skip
+                     max_len=max_len, indices=indices, positions=positions, workspace=workspace,
+                     one_block=one_block)  # fmt: skip
 
 
 @_topk_op.register_fake
-def _topk_fake(logits, seq_lens, block_table, indices, positions, page_size, next_n, max_len):
-    _check_topk(logits, seq_lens, block_table, indices, positions)
+def _topk_fake(logits, seq_lens, block_table, indices, positions, page_size, next_n, max_len,
+               workspace, one_block=False):  # fmt: skip
+    _check_topk(logits, seq_lens, block_table, indices, positions, workspace)
 
 
 _MERGE = (torch.bfloat16, torch.float16, torch.float32)
@@ -265,10 +276,15 @@ def topk_indices(
     indices: Optional[torch.Tensor] = None,
     positions: Optional[torch.Tensor] = None,
     return_positions: bool = False,
+    workspace: Optional[torch.Tensor] = None,
+    one_block: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """``mlakit.ops.topk_indices`` through ``torch.ops.mlakit.topk_indices``: new ``indices``
     [b, next_n, k] int32 (the sparse decode's) unless given; ``(indices, positions)`` when
-    positions are given or asked for."""
+    positions are given or asked for. On CUDA tensors rows of 8192 positions and more run the
+    multi-block kernel, its workspace from the caching allocator unless ``workspace`` (uint8, at
+    least ``mlakit.ops.topk_workspace_bytes(...)`` bytes) is given; ``one_block=True``: the
+    one-block kernel."""
     if indices is None:
         if k is None:
             raise ValueError("k: expected a value 1..65536 (or indices=), given None")
@@ -279,7 +295,8 @@ def topk_indices(
     if max_len is None:
         max_len = int(logits.shape[-1])
     torch.ops.mlakit.topk_indices(logits, seq_lens, block_table, indices, positions,
-                                  int(page_size), int(next_n), int(max_len))  # fmt: skip
+                                  int(page_size), int(next_n), int(max_len), workspace,
+                                  bool(one_block))  # fmt: skip
     return (indices, positions) if positions is not None else indices
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "append_indexer",
     "indexer_logits",
     "topk_indices",
+    "topk_workspace_bytes",
     "indexer_cache_shape",
     "INDEXER_DIM",
 ]
@@ -303,6 +304,28 @@ def _empty_int32(like: Any, shape: Tuple[int, ...], name: str) -> Any:
     )
 
 
+def topk_workspace_bytes(batch: int, *, k: int, max_len: int, next_n: int = 1) -> int:
+    """Bytes of the multi-block top-k's workspace for ``batch`` requests of ``next_n`` rows, rows
+    of ``max_len`` columns, ``k`` kept (``mlakit::ops::topk_workspace_bytes``): 0 where these
+    shapes run one block a row anyway (max_len below 8192 or at most k, batch 0) or are out of
+    range. A workspace of this size for the largest batch serves smaller ones (``topk_indices``'s
+    ``workspace=``; it allocates one itself when none is given)."""
+    return int(_mlakit.topk_workspace_bytes(int(batch), int(next_n), int(max_len), int(k)))
+
+
+def _topk_workspace(
+    logits: Any, batch: int, next_n: int, max_len: int, k: int, stream: Any, handle: int
+) -> Any:
+    """The multi-block kernel's workspace for a call on a GPU, from the allocator of logits'
+    framework, ordered on the stream the op runs on; None (one block a row) where these shapes
+    need none or mlakit does not allocate for the framework (PyTorch and CuPy only)."""
+    nbytes = _mlakit.topk_workspace_bytes(batch, next_n, max_len, k)
+    if nbytes == 0 or _arrays.framework(logits) not in ("torch", "cupy"):
+        return None
+    elsewhere = stream is not None and handle != _arrays.current_stream(logits)
+    return _arrays.empty_bytes(logits, nbytes, handle if elsewhere else None)
+
+
 def topk_indices(
     logits: Any,
     seq_lens: Any,
@@ -315,6 +338,8 @@ def topk_indices(
     indices: Any = None,
     positions: Any = None,
     return_positions: bool = False,
+    workspace: Any = None,
+    one_block: bool = False,
     stream: Any = None,
 ) -> Union[Any, Tuple[Any, Any]]:
     """Per row, the k largest logits among its valid length, as sparse-decode indices.
@@ -326,6 +351,10 @@ def topk_indices(
     page_size``, then -1 up to k: the ``indices`` of ``Decoder.run`` with ``s_q = next_n``,
     ``topk = k``. On the host a length or page id out of range raises; on a GPU lengths are
     clamped to [0, max_len] and a negative page id gives -1.
+
+    On a GPU, rows of 8192 positions and more (max_len, above k) run the multi-block kernel with
+    a workspace (``topk_workspace_bytes``), shorter ones and ``one_block=True`` one block a row:
+    the same result bit for bit (docs/ops.md).
 
     Arguments:
         logits: [b * next_n, >= max_len] float32 (rows may be strided); give no NaN.
@@ -339,6 +368,14 @@ def topk_indices(
             [b, next_n, k] array of logits' framework.
         positions: optional, indices' shape: the positions p themselves, -1 padded.
         return_positions: allocate ``positions`` when None, and return (indices, positions).
+        workspace: the multi-block kernel's scratch, for a caller that keeps one: at least
+            ``topk_workspace_bytes(b, k=k, max_len=max_len, next_n=next_n)`` bytes of uint8,
+            contiguous, 256-byte aligned, in the op's memory (host arrays are checked, unused).
+            It holds nothing between calls; one call at a time may use it. None: on a GPU, a new
+            one from the allocator of logits' framework when these shapes need one (PyTorch:
+            the caching allocator, from the graph's pool during CUDA graph capture; CuPy; arrays
+            of other frameworks run one block a row).
+        one_block: run the one-block kernel on a GPU (no workspace), e.g. to compare the two.
 
     Returns:
         ``indices``, or ``(indices, positions)`` when positions were given or asked for.
@@ -362,6 +399,17 @@ def topk_indices(
     if max_len is None:
         max_len = _shape("logits", logits)[-1]
     device, handle = _placement(logits, stream)
+    if workspace is not None:
+        if one_block:
+            raise ValueError(
+                "workspace: expected None with one_block=True (the one-block kernel takes no "
+                f"workspace), given a {type(workspace).__name__}"
+            )
+        _arrays.check_writable("workspace", workspace)
+    elif device >= 0 and not one_block:
+        dims = _shape("indices", indices)
+        workspace = _topk_workspace(logits, b, int(next_n), int(max_len), dims[-1] if dims else 0,
+                                    stream, handle)  # fmt: skip
     _mlakit.topk_indices(
         _arrays.export("logits", logits),
         _arrays.export("seq_lens", seq_lens),
@@ -371,6 +419,7 @@ def topk_indices(
         int(max_len),
         _arrays.export("indices", indices),
         _arrays.export("positions", positions),
+        _arrays.export("workspace", workspace, "uint8"),
         device,
         handle,
     )

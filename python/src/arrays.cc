@@ -34,6 +34,7 @@ const char* elem_expected(Elem elem) {
     case Elem::kFP32: return "float32";
     case Elem::kInt32: return "int32";
     case Elem::kInt64: return "int64";
+    case Elem::kUInt8: return "uint8";
     case Elem::kAnyType: return "any type";
   }
   return "?";
@@ -49,6 +50,7 @@ bool elem_accepts(Elem elem, nb::dlpack::dtype t) {
     case Elem::kFP32: return is(t, kCodeFloat, 32);
     case Elem::kInt32: return is(t, kCodeInt, 32);
     case Elem::kInt64: return is(t, kCodeInt, 64);
+    case Elem::kUInt8: return is(t, kCodeUInt, 8);
     case Elem::kAnyType: return t.lanes == 1 && t.bits % 8 == 0 && t.bits > 0;
   }
   return false;
@@ -287,16 +289,16 @@ const Array& ArgReader::take_block_table(nb::handle obj, int64_t batch) {
   return a;
 }
 
-const Array& ArgReader::take_workspace(nb::handle obj, size_t bytes) {
+const Array& ArgReader::take_workspace(nb::handle obj, size_t bytes, Elem elem,
+                                       const char* sized_by) {
   const char* name = "workspace";
   const Array& a = import(name, obj);
-  check_elem(name, a, Elem::kAnyType);
+  check_elem(name, a, elem);
   check_placement(name, a);
   check_contiguous(name, a);
   if (a.nbytes() < bytes) {
     throw_value_error(std::string(name) + ": expected at least " + std::to_string(bytes) +
-                      " bytes (Decoder.workspace_bytes), given " + std::to_string(a.nbytes()) +
-                      " bytes");
+                      " bytes (" + sized_by + "), given " + std::to_string(a.nbytes()) + " bytes");
   }
   return a;
 }

@@ -35,7 +35,8 @@ enum class Elem {
   kFP32,
   kInt32,
   kInt64,
-  kAnyType,  // the workspace: only its size in bytes matters
+  kUInt8,    // the top-k workspace
+  kAnyType,  // the Decoder's workspace: only its size in bytes matters
 };
 
 Elem elem_of(DType dtype);
@@ -78,8 +79,9 @@ class ArgReader {
   // The block table: [b, >= 1] int32 whose rows may be a strided view (inner stride 1).
   const Array& take_block_table(nb::handle obj, int64_t batch);
 
-  // The workspace: at least `bytes` bytes, contiguous, 256-byte aligned, any element type.
-  const Array& take_workspace(nb::handle obj, size_t bytes);
+  // A workspace: at least `bytes` bytes (`sized_by` names the function that gives them, for
+  // messages), contiguous, of `elem`. Its 256-byte alignment is the library's check.
+  const Array& take_workspace(nb::handle obj, size_t bytes, Elem elem, const char* sized_by);
 
   // A scale: None (NaN), a Python number (host value) or a one-element float32 array (pointer).
   void take_scale(const char* name, nb::handle obj, float* value, const float** pointer);

@@ -319,7 +319,8 @@ class PyDecoder {
     void* ws = nullptr;
     size_t ws_size = 0;
     if (!workspace.is_none()) {
-      const Array& aw = in.take_workspace(workspace, need);
+      const Array& aw =
+          in.take_workspace(workspace, need, Elem::kAnyType, "Decoder.workspace_bytes");
       ws = const_cast<void*>(aw.data());
       ws_size = aw.nbytes();
     } else if (need > 0) {

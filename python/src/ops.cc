@@ -1,11 +1,12 @@
 // The ops' bindings, and the context-parallel merge (mlakit/cp.h): each takes its arrays (checked
 // by name, as the Decoder's), fills the op's Args and runs it on the host (device -1) or on CUDA
 // device `device` on `stream`, without synchronizing. mlakit/ops.py resolves dtypes, page sizes,
-// outputs and the caller's stream.
+// outputs, the top-k's workspace and the caller's stream.
 #include "ops.h"
 
 #include <nanobind/stl/string.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -172,9 +173,22 @@ void indexer_logits(nb::handle q, nb::handle weights, nb::handle index_cache, in
   });
 }
 
+// ops::topk_workspace_bytes for these shapes: 0 where they run one block a row, and for values
+// out of the library's ranges (checked here before they are narrowed to TopkArgs' int32 fields).
+size_t topk_workspace_bytes(int64_t batch, int64_t next_n, int64_t max_len, int64_t k) {
+  const auto fits = [](int64_t v) { return v >= 0 && v <= INT32_MAX; };
+  if (!fits(batch) || !fits(next_n) || !fits(k)) return 0;
+  ops::TopkArgs args;
+  args.batch = static_cast<int32_t>(batch);
+  args.next_n = static_cast<int32_t>(next_n);
+  args.max_len = max_len;
+  args.k = static_cast<int32_t>(k);
+  return ops::topk_workspace_bytes(args);
+}
+
 void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table, int page_size,
-                  int next_n, int64_t max_len, nb::handle indices, nb::handle positions, int device,
-                  uintptr_t stream) {
+                  int next_n, int64_t max_len, nb::handle indices, nb::handle positions,
+                  nb::handle workspace, int device, uintptr_t stream) {
   ArgReader in(placement_of(device));
   ops::TopkArgs args;
   const Array& lens = in.take("seq_lens", seq_lens, Elem::kInt32, {-1}, "[b]");
@@ -207,6 +221,16 @@ void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table
     const Array& pos = in.take_any_shape("positions", positions, Elem::kInt32, {flat, nested},
                                          "the shape of indices");
     args.positions = static_cast<int32_t*>(const_cast<void*>(pos.data()));
+  }
+  if (!workspace.is_none()) {
+    const Array& ws = in.take_workspace(workspace, ops::topk_workspace_bytes(args), Elem::kUInt8,
+                                        "mlakit.ops.topk_workspace_bytes");
+    // An empty array (enough where these shapes need 0 bytes; its address may be anything) is
+    // no workspace: one block a row.
+    if (ws.nbytes() > 0) {
+      args.workspace = const_cast<void*>(ws.data());
+      args.workspace_size = ws.nbytes();
+    }
   }
   run_op(device, [&] {
     return ops::topk_indices(op_device(device), args, reinterpret_cast<Stream>(stream));
@@ -283,8 +307,10 @@ void register_ops(nb::module_& m) {
         nb::arg("seq_lens").none(), nb::arg("logits").none(), nb::arg("device"), nb::arg("stream"));
   m.def("topk_indices", &topk_indices, nb::arg("logits").none(), nb::arg("seq_lens").none(),
         nb::arg("block_table").none(), nb::arg("page_size"), nb::arg("next_n"), nb::arg("max_len"),
-        nb::arg("indices").none(), nb::arg("positions").none(), nb::arg("device"),
-        nb::arg("stream"));
+        nb::arg("indices").none(), nb::arg("positions").none(), nb::arg("workspace").none(),
+        nb::arg("device"), nb::arg("stream"));
+  m.def("topk_workspace_bytes", &topk_workspace_bytes, nb::arg("batch"), nb::arg("next_n"),
+        nb::arg("max_len"), nb::arg("k"));
   m.def("merge_partials", &merge_partials, nb::arg("partial_out").none(),
         nb::arg("partial_lse").none(), nb::arg("sinks").none(), nb::arg("out").none(),
         nb::arg("lse").none(), nb::arg("dtype"), nb::arg("device"), nb::arg("stream"),

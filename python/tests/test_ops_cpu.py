@@ -243,6 +243,115 @@ def _readonly(shape):
     return a
 
 
+# --- the multi-block top-k's workspace: its size, and a caller's workspace checked by name ------
+
+
+def aligned_bytes(n, offset=0):
+    """n uint8 bytes at `offset` past a 256-byte boundary (NumPy aligns to 64 at most)."""
+    raw = np.empty(n + 512, np.uint8)
+    start = (-raw.ctypes.data) % 256 + offset
+    return raw[start : start + n]
+
+
+def test_topk_workspace_bytes():
+    size = mlakit.ops.topk_workspace_bytes
+    # One row of 8192: 2 slices of 4096; the row histogram (4096 int32 = 16384 bytes), its state
+    # (32 bytes, to 16640 at 256), 2 slices of 16 bytes (to 16896), 8192 candidates of 8 bytes.
+    assert size(1, k=2048, max_len=8192) == 16896 + 8192 * 8
+    # One block a row anyway: rows below 8192, rows not longer than k, no rows.
+    assert size(1, k=2048, max_len=8191) == 0
+    assert size(4, k=8192, max_len=8192) == 0
+    assert size(0, k=2048, max_len=131072) == 0
+    # Out of the library's ranges: 0, not an error (topk_indices names the argument).
+    assert size(1, k=2048, max_len=131072, next_n=17) == 0
+    assert size(-1, k=2048, max_len=131072) == 0
+    assert size(1 << 40, k=2048, max_len=131072) == 0
+    # Rows are b * next_n; a workspace for the largest batch serves the smaller ones.
+    assert size(8, k=2048, max_len=131072, next_n=2) == size(16, k=2048, max_len=131072)
+    sizes = [size(b, k=2048, max_len=131072) for b in range(1, 129)]
+    assert all(0 < a <= b for a, b in zip(sizes, sizes[1:]))
+
+
+def test_topk_caller_workspace_checked_by_name():
+    """The cpu device does not use a workspace but checks it as a GPU call would: size, dtype,
+    alignment (the library's check), writability; one_block=True takes none."""
+    rng = np.random.default_rng(60)
+    k, max_len = 16, 8192
+    lens = np.array([max_len, 300], np.int32)
+    table, _, _ = paged(rng, lens)
+    logits = rng.standard_normal((2, max_len)).astype(np.float32)
+    need = mlakit.ops.topk_workspace_bytes(2, k=k, max_len=max_len)
+    assert need > 0
+    want, _ = ref.topk(logits, lens, table, PAGE, k)
+    call = mlakit.ops.topk_indices
+    got = call(logits, lens, table, k=k, page_size=PAGE, workspace=aligned_bytes(need))
+    np.testing.assert_array_equal(got.reshape(-1, k), want)
+    expect(ValueError, re.escape(f"workspace: expected at least {need} bytes "
+                                 f"(mlakit.ops.topk_workspace_bytes), given {need - 1} bytes"),
+           call, logits, lens, table, k=k, page_size=PAGE,
+           workspace=aligned_bytes(need - 1))  # fmt: skip
+    expect(ValueError, r"^workspace: expected a 256-byte aligned address, given 0x[0-9a-f]+$",
+           call, logits, lens, table, k=k, page_size=PAGE,
+           workspace=aligned_bytes(need, offset=64))  # fmt: skip
+    expect(TypeError, r"^workspace: expected dtype uint8, given int8", call, logits, lens, table,
+           k=k, page_size=PAGE, workspace=aligned_bytes(need).view(np.int8))  # fmt: skip
+    expect(TypeError, r"^workspace: expected an array .*given list", call, logits, lens, table,
+           k=k, page_size=PAGE, workspace=[0] * need)  # fmt: skip
+    readonly = aligned_bytes(need)
+    readonly.setflags(write=False)
+    expect(ValueError, r"^workspace: expected a writable array", call, logits, lens, table, k=k,
+           page_size=PAGE, workspace=readonly)  # fmt: skip
+    expect(ValueError, r"^workspace: expected None with one_block=True", call, logits, lens,
+           table, k=k, page_size=PAGE, workspace=aligned_bytes(need), one_block=True)  # fmt: skip
+    got = call(logits, lens, table, k=k, page_size=PAGE, one_block=True)
+    np.testing.assert_array_equal(got.reshape(-1, k), want)
+    # Shapes that need no workspace: an empty array is no workspace (its address unchecked).
+    short = logits[:, :1000]
+    assert mlakit.ops.topk_workspace_bytes(2, k=k, max_len=1000) == 0
+    got = call(short, np.array([1000, 300], np.int32), table, k=k, page_size=PAGE,
+               workspace=np.empty(0, np.uint8))  # fmt: skip
+    want, _ = ref.topk(short, np.array([1000, 300], np.int32), table, PAGE, k)
+    np.testing.assert_array_equal(got.reshape(-1, k), want)
+
+
+def test_torch_topk_workspace_checks():
+    """The torch op checks a workspace's dtype and device from metadata (its fake too: a CUDA
+    call with a host workspace is refused without a GPU), and runs with one on host tensors."""
+    torch = pytest.importorskip("torch")
+    import mlakit.torch as mt
+
+    k, max_len = 8, 8192
+    lens = torch.tensor([max_len, 20], dtype=torch.int32)
+    table = torch.arange(2 * (max_len // PAGE), dtype=torch.int32).reshape(2, -1)
+    logits = torch.randn(2, max_len, generator=torch.Generator().manual_seed(61))
+    need = mlakit.ops.topk_workspace_bytes(2, k=k, max_len=max_len)
+    workspace = torch.from_numpy(aligned_bytes(need))
+    want, _ = ref.topk(logits.numpy(), lens.numpy(), table.numpy(), PAGE, k)
+    got = mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=workspace)
+    np.testing.assert_array_equal(got.numpy().reshape(-1, k), want)
+    got = mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, one_block=True)
+    np.testing.assert_array_equal(got.numpy().reshape(-1, k), want)
+    with pytest.raises(ValueError, match=r"^workspace: expected at least \d+ bytes"):
+        mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=workspace[:-1])
+    with pytest.raises(TypeError, match=r"^workspace: expected dtype uint8, given float32"):
+        mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=logits)
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        cuda = dict(device="cuda")
+        f_logits = torch.empty(2, max_len, **cuda)
+        f_lens = torch.empty(2, dtype=torch.int32, **cuda)
+        f_table = torch.empty(2, max_len // PAGE, dtype=torch.int32, **cuda)
+        host = torch.empty(need, dtype=torch.uint8)
+        message = r"^workspace: expected a tensor on cuda:0 \(where the op runs\), given one on cpu"
+        with pytest.raises(ValueError, match=message):
+            mt.topk_indices(f_logits, f_lens, f_table, k=k, page_size=PAGE, workspace=host)
+        idx = mt.topk_indices(f_logits, f_lens, f_table, k=k, page_size=PAGE,
+                              workspace=torch.empty(need, dtype=torch.uint8, **cuda))  # fmt: skip
+        assert idx.shape == (2, 1, k) and idx.device.type == "cuda"
+
+
 # --- PyTorch (host tensors): the same ops through the module and through the custom ops -------
 
 
@@ -359,6 +468,14 @@ def test_torch_opcheck():
     indices = torch.empty(2, 1, 8, dtype=torch.int32)
     positions = torch.empty(2, 1, 8, dtype=torch.int32)
     torch.library.opcheck(ops.topk_indices.default,
-                          (logits, lens, table, indices, positions, PAGE, 1, 2 * PAGE))  # fmt: skip
+                          (logits, lens, table, indices, positions, PAGE, 1, 2 * PAGE, None))  # fmt: skip
     torch.library.opcheck(ops.topk_indices.default,
-                          (logits, lens, table, indices, None, PAGE, 1, 2 * PAGE))  # fmt: skip
+                          (logits, lens, table, indices, None, PAGE, 1, 2 * PAGE, None))  # fmt: skip
+    # With a workspace (empty: these rows need none, and a copy opcheck makes stays valid) and
+    # with one_block.
+    empty = torch.empty(0, dtype=torch.uint8)
+    torch.library.opcheck(ops.topk_indices.default,
+                          (logits, lens, table, indices, positions, PAGE, 1, 2 * PAGE, empty,
+                           False))  # fmt: skip
+    torch.library.opcheck(ops.topk_indices.default,
+                          (logits, lens, table, indices, None, PAGE, 1, 2 * PAGE, None, True))  # fmt: skip

@@ -172,3 +172,124 @@ def test_compile_and_cuda_graph_replay_with_new_inputs():
         assert torch.equal(cache.cpu(), host_cache)
         want = mlakit.ops.topk_indices(logits.cpu(), lens.cpu(), table.cpu(), k=k, page_size=PAGE)
         assert torch.equal(indices.cpu(), want)
+
+
+# --- the multi-block top-k (rows of 8192 positions and more, with a workspace) -------------------
+
+
+def check_against_torch_topk(logits, lens, positions, k, next_n):
+    """The kept values are torch.topk's (as a multiset: ties may keep other positions)."""
+    for i, L in enumerate(lens.tolist()):
+        for t in range(next_n):
+            r = i * next_n + t
+            n = min(max(L - next_n + 1 + t, 0), L)
+            kept = positions[r][positions[r] >= 0]
+            assert kept.numel() == min(n, k)
+            if n > k:
+                want = torch.topk(logits[r, :n], k).values.sort().values
+                assert torch.equal(logits[r, kept.long()].sort().values, want)
+
+
+@pytest.mark.parametrize(
+    "lens,k,next_n",
+    [([0, 1, 511, 512, 513, 9000, 40000], 512, 1),
+     ([131072], 2048, 1),
+     ([8192, 2047, 2049, 70000] * 16, 2048, 1),
+     ([3, 20000, 16384], 1024, 3)])  # fmt: skip
+def test_topk_multi_block_equals_one_block_and_cpu(lens, k, next_n):
+    gen = torch.Generator().manual_seed(6)
+    logits, lens_t, table = topk_case(gen, lens, next_n)
+    max_len = int(logits.shape[1])
+    assert mlakit.ops.topk_workspace_bytes(len(lens), k=k, max_len=max_len, next_n=next_n) > 0
+    want = mlakit.ops.topk_indices(logits, lens_t, table, k=k, page_size=PAGE, next_n=next_n,
+                                   return_positions=True)  # fmt: skip
+    dev = [x.to(DEVICE) for x in (logits, lens_t, table)]
+    multi = mt.topk_indices(*dev, k=k, page_size=PAGE, next_n=next_n, return_positions=True)
+    one = mt.topk_indices(*dev, k=k, page_size=PAGE, next_n=next_n, return_positions=True,
+                          one_block=True)  # fmt: skip
+    ops = mlakit.ops.topk_indices(*dev, k=k, page_size=PAGE, next_n=next_n,
+                                  return_positions=True)  # fmt: skip
+    torch.cuda.synchronize()
+    for got in (multi, one, ops):
+        assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+    check_against_torch_topk(logits, lens_t, want[1].reshape(-1, k), k, next_n)
+
+
+def test_topk_caller_workspace():
+    """A preallocated workspace, poisoned, used twice; refused when too small, misaligned, of
+    another dtype or in host memory, each by name."""
+    gen = torch.Generator().manual_seed(7)
+    k = 2048
+    logits, lens, table = topk_case(gen, [50000, 9000, 100])
+    want = mlakit.ops.topk_indices(logits, lens, table, k=k, page_size=PAGE)
+    logits, lens, table = logits.to(DEVICE), lens.to(DEVICE), table.to(DEVICE)
+    need = mlakit.ops.topk_workspace_bytes(3, k=k, max_len=int(logits.shape[1]))
+    workspace = torch.full((need + 256,), 0xFF, dtype=torch.uint8, device=DEVICE)
+    for _ in range(2):
+        got = mlakit.ops.topk_indices(logits, lens, table, k=k, page_size=PAGE,
+                                      workspace=workspace)  # fmt: skip
+        torch.cuda.synchronize()
+        assert torch.equal(got.cpu(), want)
+    got = mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=workspace[:need])
+    torch.cuda.synchronize()
+    assert torch.equal(got.cpu(), want)
+
+    def refused(error, pattern, ws):
+        with pytest.raises(error, match=pattern):
+            mlakit.ops.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=ws)
+
+    refused(ValueError, rf"^workspace: expected at least {need} bytes "
+            rf"\(mlakit.ops.topk_workspace_bytes\), given {need - 1} bytes",
+            workspace[: need - 1])  # fmt: skip
+    refused(ValueError, r"^workspace: expected a 256-byte aligned address, given 0x",
+            workspace[1 : need + 1])  # fmt: skip
+    refused(TypeError, r"^workspace: expected dtype uint8, given int8", workspace.view(torch.int8))
+    refused(ValueError, r"^workspace: expected an array on cuda:\d \(the op runs where its first "
+            r"array is\), given an array in host memory", workspace.cpu())  # fmt: skip
+    with pytest.raises(ValueError, match=r"^workspace: expected a tensor on cuda:\d"):
+        mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=workspace.cpu())
+
+
+def test_topk_multi_block_on_a_given_stream():
+    """stream= another stream than the current one: the workspace is allocated on it."""
+    gen = torch.Generator().manual_seed(8)
+    logits, lens, table = topk_case(gen, [60000, 30000])
+    want = mlakit.ops.topk_indices(logits, lens, table, k=2048, page_size=PAGE)
+    dev = [x.to(DEVICE) for x in (logits, lens, table)]
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    got = mlakit.ops.topk_indices(*dev, k=2048, page_size=PAGE, stream=stream)
+    stream.synchronize()
+    assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("given_workspace", [False, True])
+def test_topk_multi_block_cuda_graph_replay(given_workspace):
+    """Captured with rows of 40000 positions (the workspace allocated during capture, from the
+    graph's pool, or given), replayed with new lengths and logits."""
+    gen = torch.Generator().manual_seed(9)
+    k, next_n = 2048, 2
+    logits, lens, table = topk_case(gen, [40000, 100, 9000], next_n)
+    logits, lens, table = logits.to(DEVICE), lens.to(DEVICE), table.to(DEVICE)
+    indices = torch.empty(3, next_n, k, dtype=torch.int32, device=DEVICE)
+    need = mlakit.ops.topk_workspace_bytes(3, k=k, max_len=int(logits.shape[1]), next_n=next_n)
+    workspace = torch.empty(need, dtype=torch.uint8, device=DEVICE) if given_workspace else None
+
+    def step():
+        mt.topk_indices(logits, lens, table, page_size=PAGE, next_n=next_n, indices=indices,
+                        workspace=workspace)  # fmt: skip
+
+    step()  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for new_lens in ([100, 40000, 2049], [8192, 0, 39999], [2048, 40000, 40000]):
+        lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        logits.copy_(torch.randn(logits.shape, generator=gen))
+        indices.fill_(-7)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = mlakit.ops.topk_indices(logits.cpu(), lens.cpu(), table.cpu(), k=k,
+                                       page_size=PAGE, next_n=next_n)  # fmt: skip
+        assert torch.equal(indices.cpu(), want)
