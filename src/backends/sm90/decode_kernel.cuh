@@ -168,7 +168,7 @@ __device__ __forceinline__ void rescale(float (&o)[128], const MaxStep (&step)[2
   }
 }
 
-template <typename T>
+template <typename T, bool kV4>
 __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, int m_tile,
                                         int32_t cta) {
   const int tid = static_cast<int>(threadIdx.x);
@@ -220,12 +220,12 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       uint32_t pr[16];  // own block: P as the A fragments of P V, 4 per 16 tokens
       if (own) {
         // Sparse decode of the V3.2 or V4 cache: the owner widens the block first (gather.cuh).
-        if (p.fill == Fill::kGatherV32) {
-          wait_parity(&sm.full[stage][kPChunk], phase);
-          dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
-        } else if (p.fill == Fill::kGatherV4) {
+        if constexpr (kV4) {
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v4<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
+        } else if (p.fill == Fill::kGatherV32) {
+          wait_parity(&sm.full[stage][kPChunk], phase);
+          dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
         }
         // Own block: S = Q K^T, chunk by chunk as the copies land.
         const uint64_t kv_desc = smem_desc_sw128(kv_stage, 0, 1024);
@@ -359,8 +359,9 @@ using LayoutOf = std::conditional_t<
 
 // kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh). T: q's type (and
 // the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh, and with
-// an e4m3 q (T uint8_t) also the wide tile, decode_fp8_wide.cuh).
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
+// an e4m3 q (T uint8_t) also the wide tile, decode_fp8_wide.cuh). kV4: sparse decode of the V4
+// cache (Fill::kGatherV4) only.
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using L = LayoutOf<kTileRows, T, kFp8Kv>;
@@ -368,6 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kFp8Kv || kNarrow || std::is_same_v<T, uint8_t>,
                 "a 16-bit q with the fp8 cache runs the narrow tile");
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
+  static_assert(!kV4 || !kFp8Kv, "the V4 cache is gathered into 16 bits");
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bool gathers = false;
     if constexpr (!kFp8Kv) {
       if (p.fill != Fill::kPages) {
-        produce_gather<L, kTileRows, T>(p, s, m_tile, cta);
+        produce_gather<L, kTileRows, T, kV4>(p, s, m_tile, cta);
         gathers = true;
       }
     }
@@ -458,9 +460,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if constexpr (kFp8Kv) {
       consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
     } else if constexpr (kNarrow) {
-      consume_narrow<T, kTileRows>(p, s, m_tile, cta);
+      consume_narrow<T, kTileRows, kV4>(p, s, m_tile, cta);
     } else {
-      consume<T>(p, s, m_tile, cta);
+      consume<T, kV4>(p, s, m_tile, cta);
     }
     if (merges) {
       cluster_sync();  // every CTA's result and LSE in its shared memory
@@ -474,13 +476,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
 Status prepare_decode() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows, TOut, kFp8Kv>,
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes));
   cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows, TOut, kFp8Kv>));
+  MLAKIT_CUDA_RETURN(
+      cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>));
   if (attributes.binaryVersion != 90) {
     return unsupported(
         "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
@@ -490,18 +493,18 @@ Status prepare_decode() {
   return Status::Ok();
 }
 
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
   trace_print_at_exit();
   MLAKIT_CUDA_RETURN(pdl::launch_clustered(
-      decode_kernel<T, kTileRows, TOut, kFp8Kv>, grid, dim3(kThreads),
+      decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>, grid, dim3(kThreads),
       LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes, stream, pdl, static_cast<unsigned>(cluster), p));
   return Status::Ok();
 }
 
 // How many clusters of `cluster` CTAs of the kernel the device runs at once (one CTA per SM; a
 // cluster's CTAs share a GPC, so this can be less than SMs / cluster).
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
 Status max_active_clusters(int cluster, int* count) {
   cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
   cudaLaunchConfig_t config = {};
@@ -510,18 +513,18 @@ Status max_active_clusters(int cluster, int* count) {
   config.dynamicSmemBytes = LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes;
   config.attrs = attribute;
   config.numAttrs = 1;
-  MLAKIT_CUDA_RETURN(
-      cudaOccupancyMaxActiveClusters(count, decode_kernel<T, kTileRows, TOut, kFp8Kv>, &config));
+  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(
+      count, decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>, &config));
   return Status::Ok();
 }
 
 // The entry of one instantiation (launch.h); each decode_<dtype>*.cu defines one.
-template <typename T, int kTileRows, typename TOut = T, bool kFp8Kv = false>
+template <typename T, int kTileRows, typename TOut = T, bool kFp8Kv = false, bool kV4 = false>
 const DecodeKernel& decode_kernel_entry() {
   static constexpr DecodeKernel kEntry{
-      .prepare = prepare_decode<T, kTileRows, TOut, kFp8Kv>,
-      .launch = launch_decode<T, kTileRows, TOut, kFp8Kv>,
-      .max_active_clusters = max_active_clusters<T, kTileRows, TOut, kFp8Kv>};
+      .prepare = prepare_decode<T, kTileRows, TOut, kFp8Kv, kV4>,
+      .launch = launch_decode<T, kTileRows, TOut, kFp8Kv, kV4>,
+      .max_active_clusters = max_active_clusters<T, kTileRows, TOut, kFp8Kv, kV4>};
   return kEntry;
 }
 

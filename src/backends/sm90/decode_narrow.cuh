@@ -233,7 +233,7 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
   consumer_sync(kEpilogueBarrier);
 }
 
-template <typename T, int kN>
+template <typename T, int kN, bool kV4>
 __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                int32_t cta) {
   static_assert(kN == kNarrowPassRows || kN == 2 * kNarrowPassRows, "16 or 32 rows");
@@ -304,12 +304,12 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       trace(wg, 0);
 
       // Sparse decode of the V3.2 or V4 cache: this warpgroup widens its block first (gather.cuh).
-      if (p.fill == Fill::kGatherV32) {
-        wait_parity(&sm.full[stage][kPChunk], phase);
-        dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
-      } else if (p.fill == Fill::kGatherV4) {
+      if constexpr (kV4) {
         wait_parity(&sm.full[stage][kPChunk], phase);
         dequant_v4<L, T>(sm, kv_stage, stage, t, wg, k_scale);
+      } else if (p.fill == Fill::kGatherV32) {
+        wait_parity(&sm.full[stage][kPChunk], phase);
+        dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
       }
       // S^T = K Q^T, chunk by chunk as the copies land.
       const uint64_t k_desc = smem_desc_sw128(kv_stage, 0, 1024);

@@ -464,21 +464,23 @@ __device__ __forceinline__ void dequant_v4(SmallStorage& sm, uint32_t stage_addr
 
 // ---- The producer ------------------------------------------------------------------------------
 
-// The producer warpgroup of sparse decode: walks the consumers' chunks. Within a chunk it runs
-// one block ahead: block b + 1 is requested (its stage free once the consumers are done with block
-// b - 1) before block b is completed, so that one block's copies are always in flight. The slots
-// are read one block before they are used and the rows prefetched into L2 a block before they are
-// requested.
-template <typename L, int kTileRows, typename T, Fill kFill>
-__device__ __forceinline__ void produce_gather_fill(const DecodeParams& p, const Smem& s,
-                                                    int m_tile, int32_t cta) {
+// The producer warpgroup of sparse decode: walks the consumers' chunks. The V4 gather is a
+// kernel of its own (kV4): in the kernels of the other caches its addressing slowed the V3.2
+// sparse decode by 5-6% geomean, up to 17% (H200, 2026-11-27; the producer has 40 registers).
+// Within a chunk it runs one block ahead: block b + 1 is requested (its stage free once the
+// consumers are done with block b - 1) before block b is completed, so that one block's copies are
+// always in flight. The slots are read one block before they are used and the rows prefetched into
+// L2 a block before they are requested.
+template <typename L, int kTileRows, typename T, bool kV4>
+__device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem& s, int m_tile,
+                                               int32_t cta) {
   const int t = static_cast<int>(threadIdx.x) - kConsumerThreads;
   const int lane = t % 32;
   SmallStorage& sm = *s.small;
   const int32_t row0 = m_tile * kTileRows;
   const uint32_t kv_smem = ptx::smem_u32(s.kv);
-  constexpr bool v32 = kFill == Fill::kGatherV32, v4 = kFill == Fill::kGatherV4;
-  constexpr uint32_t row_bytes = v32 ? kBlockwiseBytes : v4 ? kV4DataBytes : kRow16Bytes;
+  const bool v32 = !kV4 && p.fill == Fill::kGatherV32;
+  const uint32_t row_bytes = kV4 ? kV4DataBytes : v32 ? kBlockwiseBytes : kRow16Bytes;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
@@ -495,7 +497,7 @@ __device__ __forceinline__ void produce_gather_fill(const DecodeParams& p, const
     auto prefetch = [&](int32_t b) {
       const int32_t tok = c.token_begin + b * kBlockN + t;
       if (t < kBlockN && tok < c.token_end) {
-        if constexpr (v4) {
+        if constexpr (kV4) {
           prefetch_l2(v4_token(p, slots[tok]).data, row_bytes);
         } else {
           prefetch_l2(p.kv_cache + int64_t{slots[tok]} * p.kv_view.stride_page, row_bytes);
@@ -504,10 +506,10 @@ __device__ __forceinline__ void produce_gather_fill(const DecodeParams& p, const
     };
     auto issue = [&](int32_t b, const int32_t(&s2)[2]) {
       const StageRef r = stage_ref<L>(kv_smem, n_block + b);
-      if constexpr (v32) {
-        issue_v32<L>(p, sm, r, s2, t);
-      } else if constexpr (v4) {
+      if constexpr (kV4) {
         issue_v4<L>(p, sm, r, s2, t);
+      } else if (v32) {
+        issue_v32<L>(p, sm, r, s2, t);
       } else {
         issue16<L>(p, sm, r, s2, t);
       }
@@ -540,23 +542,6 @@ __device__ __forceinline__ void produce_gather_fill(const DecodeParams& p, const
       }
     }
     n_block += n;
-  }
-}
-
-// One producer per fill, chosen once: with the three in one loop, the V4 gather's addressing
-// raised the 40-register producer's spills and slowed the V3.2 path by 6% (geomean of 12 cases,
-// up to 20%; H200, 2026-11-27).
-template <typename L, int kTileRows, typename T>
-__device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem& s, int m_tile,
-                                               int32_t cta) {
-  switch (p.fill) {
-    case Fill::kGatherV32:
-      produce_gather_fill<L, kTileRows, T, Fill::kGatherV32>(p, s, m_tile, cta);
-      break;
-    case Fill::kGatherV4:
-      produce_gather_fill<L, kTileRows, T, Fill::kGatherV4>(p, s, m_tile, cta);
-      break;
-    default: produce_gather_fill<L, kTileRows, T, Fill::kGather16>(p, s, m_tile, cta); break;
   }
 }
 

@@ -161,7 +161,15 @@ Status check_tma_strides(const Problem& p, const Views& v, bool pack_q, bool kv_
 namespace {
 
 // The kernel of a 16-bit cache.
-const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows) {
+const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows, bool v4) {
+  if (v4) {
+    switch (tile_rows) {
+      case kRows: return bf16 ? decode_kernel_bf16_v4() : decode_kernel_fp16_v4();
+      case kSmallNarrowRows:
+        return bf16 ? decode_kernel_bf16_v4_narrow16() : decode_kernel_fp16_v4_narrow16();
+      default: return bf16 ? decode_kernel_bf16_v4_narrow32() : decode_kernel_fp16_v4_narrow32();
+    }
+  }
   switch (tile_rows) {
     case kRows: return bf16 ? decode_kernel_bf16() : decode_kernel_fp16();
     case kSmallNarrowRows:
@@ -214,7 +222,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                             : rows <= kSmallNarrowRows ? kSmallNarrowRows
                                                        : kMaxNarrowRows;
   const DecodeKernel& kernel = fp8 ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-                                   : kernel_16bit(p.q_dtype == DType::kBF16, tile_rows);
+                                   : kernel_16bit(p.q_dtype == DType::kBF16, tile_rows,
+                                                  p.sparse() && p.kv_layout == KvLayout::kFp8V4);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = problem;

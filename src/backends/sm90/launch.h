@@ -33,6 +33,14 @@ const DecodeKernel& decode_kernel_bf16_narrow16();
 const DecodeKernel& decode_kernel_bf16_narrow32();
 const DecodeKernel& decode_kernel_fp16_narrow16();
 const DecodeKernel& decode_kernel_fp16_narrow32();
+// Defined in decode_<dtype>_v4[_narrow<rows>].cu: sparse decode of the V4 cache (its gather and
+// widening compiled only there, gather.cuh).
+const DecodeKernel& decode_kernel_bf16_v4();
+const DecodeKernel& decode_kernel_bf16_v4_narrow16();
+const DecodeKernel& decode_kernel_bf16_v4_narrow32();
+const DecodeKernel& decode_kernel_fp16_v4();
+const DecodeKernel& decode_kernel_fp16_v4_narrow16();
+const DecodeKernel& decode_kernel_fp16_v4_narrow32();
 // Defined in decode_e4m3_<q>[_<out>]_narrow<rows>.cu: an e4m3 cache (decode_fp8_narrow.cuh) with a
 // bf16 or fp16 q (out alike) or an e4m3 q (out bf16 or fp16).
 const DecodeKernel& decode_kernel_e4m3_bf16_narrow16();
