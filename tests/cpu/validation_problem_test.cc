@@ -282,13 +282,18 @@ TEST(CanRun, CpuRunsAnyValidProblem) {
 // The GPU backends compiled into this build refuse what they do not run, by name: the V4 layout
 // and the extra cache. Their can_run is asked directly (it needs no GPU), as if a device were
 // present.
-TEST(CanRun, GpuBackendsRefuseTheV4LayoutAndTheExtraCacheByName) {
+// sm90 runs the V4 layout with and without an extra cache, and refuses an extra cache with
+// another layout by name; sm80 refuses both by name.
+TEST(CanRun, GpuBackendsOnTheV4LayoutAndTheExtraCache) {
   Problem v4 = valid_problem();
   v4.kv_dtype = DType::kFP8E4M3, v4.kv_layout = KvLayout::kFp8V4, v4.d_qk = 512, v4.topk = 64;
+  Problem v4_extra = v4;
+  v4_extra.extra_topk = 128, v4_extra.extra_page_size = 576;
   Problem extra = valid_problem();
   extra.kv_dtype = DType::kFP8E4M3, extra.kv_layout = KvLayout::kFp8Blockwise, extra.topk = 64;
   extra.extra_topk = 16;
-  ASSERT_TRUE(mlakit::validate(v4).ok() && mlakit::validate(extra).ok());
+  ASSERT_TRUE(mlakit::validate(v4).ok() && mlakit::validate(v4_extra).ok() &&
+              mlakit::validate(extra).ok());
   const mlakit::DeviceInfo h100{
       .present = true, .device = 0, .name = "H100", .sm_major = 9, .sm_count = 132};
   int gpu_backends = 0;
@@ -301,10 +306,18 @@ TEST(CanRun, GpuBackendsRefuseTheV4LayoutAndTheExtraCacheByName) {
     }
     ++gpu_backends;
     const std::string name(entry->name);
-    EXPECT_TRUE(is_error(entry->can_run(v4, h100), StatusCode::kUnsupported, "kv_layout fp8_v4",
-                         {"backend " + name}));
-    EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
-                         "an extra cache (extra_topk 16)", {"backend " + name}));
+    if (name == "sm90") {
+      EXPECT_TRUE(entry->can_run(v4, h100).ok()) << entry->can_run(v4, h100).message();
+      EXPECT_TRUE(entry->can_run(v4_extra, h100).ok()) << entry->can_run(v4_extra, h100).message();
+      EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
+                           "an extra cache (extra_topk 16) with kv_layout fp8_blockwise",
+                           {"backend sm90", "with fp8_v4"}));
+    } else {
+      EXPECT_TRUE(is_error(entry->can_run(v4, h100), StatusCode::kUnsupported, "kv_layout fp8_v4",
+                           {"backend " + name}));
+      EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
+                           "an extra cache (extra_topk 16)", {"backend " + name}));
+    }
   }
   if (gpu_backends == 0) GTEST_SKIP() << "no GPU backend in this build";
 }
