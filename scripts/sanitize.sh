@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs short GPU sweeps under compute-sanitizer and prints each tool's summary: memcheck,
 # racecheck, synccheck and initcheck over every GPU backend and tactic (the Sm80Sanitize and
-# Sm90Sanitize tests: dense 16-bit, fp8 cache and fp8 q, sparse with both layouts, cluster shapes,
-# each tactic), plus memcheck over corrupted block tables (CorruptBlockTable: page ids out of range
-# are never read), the ops kernels (append, the one- and multi-block top-k; racecheck too for the
-# multi-block one) and the context-parallel merge. Sm90Sanitize
-# skips itself off sm_90 devices. Exits non-zero if any tool reports an error. Usage:
-# scripts/sanitize.sh [build-dir] (default build-gpu; build it first, e.g. with
+# Sm90Sanitize tests: dense 16-bit, fp8 cache and fp8 q, sparse with the three layouts, cluster
+# shapes, each tactic), plus memcheck over corrupted block tables (CorruptBlockTable: page ids out
+# of range are never read), the ops kernels (append, the one- and multi-block top-k; racecheck too
+# for the multi-block one) and the context-parallel merge. Sm90Sanitize skips itself off sm_90
+# devices. Exits non-zero if any tool reports an error. Usage: scripts/sanitize.sh [build-dir]
+# (default build-gpu; build it first, e.g. with
 # scripts/device-build.sh). With SANITIZE_LOGS=dir, each tool's whole log is kept there.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -18,6 +18,7 @@ or value ValueError; an op without a kernel for the arrays' device NotImplemente
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional, Tuple, Union
 
 from . import _arrays, _mlakit
@@ -313,6 +314,13 @@ def topk_workspace_bytes(batch: int, *, k: int, max_len: int, next_n: int = 1) -
     return int(_mlakit.topk_workspace_bytes(int(batch), int(next_n), int(max_len), int(k)))
 
 
+def _cupy_capturing(handle: int) -> bool:
+    """Whether CuPy's runtime says the stream is being captured into a CUDA graph."""
+    runtime = sys.modules["cupy"].cuda.runtime
+    query = getattr(runtime, "streamIsCapturing", None)
+    return query is not None and int(query(handle)) != 0
+
+
 def _topk_workspace(
     logits: Any, batch: int, next_n: int, max_len: int, k: int, stream: Any, handle: int
 ) -> Any:
@@ -320,7 +328,13 @@ def _topk_workspace(
     framework, ordered on the stream the op runs on; None (one block a row) where these shapes
     need none or mlakit does not allocate for the framework (PyTorch and CuPy only)."""
     nbytes = _mlakit.topk_workspace_bytes(batch, next_n, max_len, k)
-    if nbytes == 0 or _arrays.framework(logits) not in ("torch", "cupy"):
+    kind = _arrays.framework(logits)
+    if nbytes == 0 or kind not in ("torch", "cupy"):
+        return None
+    # CuPy's pool has no graph-private pool: a block allocated while the stream is captured and
+    # freed when the call returns would be handed out again while every replay writes it. There
+    # the one-block kernel runs instead (the same result; PyTorch's graphs allocate from theirs).
+    if kind == "cupy" and _cupy_capturing(handle):
         return None
     elsewhere = stream is not None and handle != _arrays.current_stream(logits)
     return _arrays.empty_bytes(logits, nbytes, handle if elsewhere else None)
@@ -373,8 +387,9 @@ def topk_indices(
             contiguous, 256-byte aligned, in the op's memory (host arrays are checked, unused).
             It holds nothing between calls; one call at a time may use it. None: on a GPU, a new
             one from the allocator of logits' framework when these shapes need one (PyTorch:
-            the caching allocator, from the graph's pool during CUDA graph capture; CuPy; arrays
-            of other frameworks run one block a row).
+            the caching allocator, from the graph's pool during CUDA graph capture; CuPy, except
+            during a capture, where one block a row runs; arrays of other frameworks run one
+            block a row).
         one_block: run the one-block kernel on a GPU (no workspace), e.g. to compare the two.
 
     Returns:
@@ -406,7 +421,9 @@ def topk_indices(
                 f"workspace), given a {type(workspace).__name__}"
             )
         _arrays.check_writable("workspace", workspace)
-    elif device >= 0 and not one_block:
+    elif device >= 0 and not one_block and _shape("logits", logits)[:1] == (b * int(next_n),):
+        # Allocated only for consistent shapes: a wrong one gets its named error, not a
+        # workspace sized by it first.
         dims = _shape("indices", indices)
         workspace = _topk_workspace(logits, b, int(next_n), int(max_len), dims[-1] if dims else 0,
                                     stream, handle)  # fmt: skip

@@ -272,6 +272,25 @@ def test_topk_workspace_bytes():
     assert all(0 < a <= b for a, b in zip(sizes, sizes[1:]))
 
 
+def test_topk_allocates_no_workspace_inside_a_cupy_capture(monkeypatch):
+    """CuPy's pool has no graph-private pool: while CuPy's runtime says the op's stream is being
+    captured, no workspace is allocated (one block a row runs); PyTorch's graphs allocate."""
+    import sys
+    import types
+
+    from mlakit import ops
+
+    status = {"value": 1}
+    runtime = types.SimpleNamespace(streamIsCapturing=lambda handle: status["value"])
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    array = type("ndarray", (), {"__module__": "cupy._core.core"})()
+    assert ops._cupy_capturing(7)
+    assert ops._topk_workspace(array, 64, 1, 131072, 2048, None, 7) is None
+    status["value"] = 0
+    assert not ops._cupy_capturing(7)
+
+
 def test_topk_caller_workspace_checked_by_name():
     """The cpu device does not use a workspace but checks it as a GPU call would: size, dtype,
     alignment (the library's check), writability; one_block=True takes none."""

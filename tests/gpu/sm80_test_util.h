@@ -139,8 +139,9 @@ struct Refusal {
   Problem problem;
   const char* mentions;
 };
-// What no GPU backend runs yet: the fp8 blockwise cache ("kv_layout") and an extra cache ("extra
-// cache"), each on a default problem with max_seq_len 1024.
+// What no GPU backend runs on a dense problem: the fp8 blockwise cache ("kv_layout"), and an extra
+// cache with a dense cache ("extra cache"; sm90 runs one with the V4 layout only), each on a
+// default problem with max_seq_len 1024.
 std::vector<Refusal> common_refusals();
 // Expects can_run(backend, r.problem) to refuse each with kUnsupported, naming r.mentions.
 void expect_refused(const char* backend, const std::vector<Refusal>& refusals);

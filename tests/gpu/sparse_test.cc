@@ -305,6 +305,14 @@ TEST(Sm90Sparse, V4EveryTacticAgainstReference) {
        .v4 = true,
        .extra_topk = 100,
        .extra_page_size = 16},
+      // Pages of one token (pitch 1), and of 1000 (pitch 1024) in the extra cache.
+      {.page_size = 1,
+       .h_q = 16,
+       .topk = 64,
+       .len = 300,
+       .v4 = true,
+       .extra_topk = 16,
+       .extra_page_size = 1000},
   };
   uint64_t seed = 7150;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed);

@@ -87,6 +87,15 @@ std::vector<VarCase> var_cases() {
     Problem wide = shape(64, 3, 64);
     wide.topk = 600;
     add("sparse_h64_sq3", wide, {1000, 2000}, {1, 3});
+    // The V4 cache with an extra cache: both lists' packed index rows.
+    Problem v4 = shape(64, 3, 61);
+    v4.kv_dtype = DType::kFP8E4M3;
+    v4.kv_layout = KvLayout::kFp8V4;
+    v4.d_qk = kV4Dqk;
+    v4.topk = 200;
+    v4.extra_topk = 70;
+    v4.extra_page_size = 2;
+    add("sparse_v4_extra_h64_sq3", v4, {900, 30, 0, 400}, {3, 0, 2, 1}, true);
   }
   {
     Problem p = shape(16, 5, 64);

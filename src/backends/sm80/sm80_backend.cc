@@ -46,7 +46,8 @@ Status can_run(const Problem& problem, const DeviceInfo& device) {
   if (problem.sparse() && problem.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(problem.kv_layout),
                        " with sparse attention is not supported by backend sm80 (supported: dense "
-                       "caches of bf16, fp16 or e4m3 with one scale; sm90 runs fp8_blockwise)");
+                       "caches of bf16, fp16 or e4m3 with one scale; sm90 runs fp8_blockwise and "
+                       "fp8_v4)");
   }
   const Problem p = sm80::planned_problem(problem);
   if (p.kv_layout != KvLayout::kDense) {

@@ -71,7 +71,7 @@ struct SmallStorage {
   uint64_t q_full;                              // Q tile landed
   uint64_t q_empty;                             // both consumer warpgroups done with Q
   uint64_t wg_sync[2];       // narrow tile: warpgroup w's 128 threads meet (twice a block)
-  uint64_t dequant_sync[2];  // sparse V3.2: warpgroup w's 128 threads widening a block
+  uint64_t dequant_sync[2];  // sparse V3.2 / V4: warpgroup w's 128 threads widening a block
   // Per stage: bit j set when token j of its block lies in a page whose block-table id is out of
   // range (written by the producer before the stage's chunk-0 barrier; 0 for the gathers).
   uint64_t bad_tokens[kMaxStages];
@@ -87,7 +87,8 @@ struct SmallStorage {
   float wg_sum[2][4][32];
   float wg_max[2][32];
   float col_factor[2][32];  // and each warpgroup's factor per column (its max's and 1 / sum)
-  // Sparse decode of the V3.2 cache (gather.cuh): each token's four fp32 scales, per stage.
+  // Sparse decode of the V3.2 cache (gather.cuh): each token's four fp32 scales, per stage; of
+  // the V4 cache: its 8 scale bytes (7 UE8M0 and the pad) in the first 8 bytes.
   float4 gather_scale[kStages][kBlockN];
 };
 

@@ -183,7 +183,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
-  const float k_scale = fp8::read_scales(p).v;  // sparse V3.2: the cache's extra scale
+  const float k_scale = fp8::read_scales(p).v;  // sparse V3.2 / V4: the cache's extra scale
 
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;

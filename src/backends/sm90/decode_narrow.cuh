@@ -256,7 +256,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kN;
   const float scale_log2 = p.scale_log2;
-  const float k_scale = fp8::read_scales(p).v;  // sparse V3.2: the cache's extra scale
+  const float k_scale = fp8::read_scales(p).v;  // sparse V3.2 / V4: the cache's extra scale
   // This warpgroup's P^T (kN rows of 64 tokens, 128-byte swizzle) over the exchange buffer, which
   // holds rows only after both warpgroups are past their blocks.
   const uint32_t p_buf = ptx::smem_u32(s.exchange) + wg * L::kQChunkBytes;

@@ -54,7 +54,7 @@ Status can_run_sparse(const Problem& p) {
     return unsupported("kv_dtype ", to_string(p.kv_dtype), " with sparse attention and q_dtype ",
                        to_string(p.q_dtype),
                        " is not supported by backend sm90 (supported: kv_dtype = q_dtype, or the "
-                       "fp8 blockwise layout)");
+                       "fp8_blockwise or fp8_v4 layout)");
   }
   if (p.has_extra() && p.kv_layout != KvLayout::kFp8V4) {
     return unsupported("an extra cache (extra_topk ", p.extra_topk, ") with kv_layout ",
@@ -66,10 +66,6 @@ Status can_run_sparse(const Problem& p) {
 
 Status can_run(const Problem& p, const DeviceInfo&) {
   if (p.sparse()) return can_run_sparse(p);
-  if (p.has_extra()) {
-    return unsupported("an extra cache (extra_topk ", p.extra_topk,
-                       ") is not supported by backend sm90 without sparse attention");
-  }
   if (p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
                        " is not supported by backend sm90 (supported: dense)");
