@@ -189,20 +189,15 @@ TEST(Sm90Sparse, OutOfRangeIndicesAreSkipped) {
   for (const SparseCase& c : cases) check_each_tactic(c, &seed, /*corrupt=*/true);
 }
 
-// Empty rows: every slot -1 or a top-k length of 0 give out 0 and lse -inf.
-TEST(Sm90Sparse, EmptyRows) {
-  MLAKIT_SKIP_WITHOUT_SM90();
-  const SparseCase c{
-      .blockwise = true, .h_q = 32, .s_q = 2, .topk = 64, .batch = 4, .topk_lens = true};
-  harness::HostInputs in = inputs_of(c, 7400);
-  std::fill(in.indices.begin(), in.indices.begin() + c.s_q * c.topk, -1);  // request 0
-  in.topk_lens[1] = 0;
+// Every tactic against the reference on inputs whose first `empty` requests attend nothing: their
+// rows give out 0 and lse -inf.
+void check_empty_rows(const harness::HostInputs& in, int empty) {
+  const Problem& p = in.problem;
   Output ref;
   MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-  for (const int tactic : tactic_ids(kBackend, in.problem)) {
+  for (const int tactic : tactic_ids(kBackend, p)) {
     std::unique_ptr<Decoder> decoder;
-    MLAKIT_ASSERT_OK(
-        Decoder::create(in.problem, {.backend = kBackend, .tactic = tactic}, &decoder));
+    MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
     harness::DeviceInputs device;
     MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
     harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
@@ -210,26 +205,19 @@ TEST(Sm90Sparse, EmptyRows) {
     Output got;
     MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
     EXPECT_TRUE(matches_reference(in, got, ref)) << "tactic " << tactic;
-    for (int r = 0; r < 2 * c.s_q * c.h_q; ++r) {
+    const int rows = empty * p.s_q * p.h_q;
+    for (int r = 0; r < rows; ++r) {
       EXPECT_EQ(got.lse[r], -INFINITY) << "row " << r << " tactic " << tactic;
     }
-    EXPECT_TRUE(std::all_of(got.out.begin(), got.out.begin() + 2 * c.s_q * c.h_q * kDv,
+    EXPECT_TRUE(std::all_of(got.out.begin(), got.out.begin() + int64_t{rows} * kDv,
                             [](uint16_t v) { return (v & 0x7fff) == 0; }))
         << "tactic " << tactic;
   }
 }
 
-// PDL changes nothing: bitwise equal with and without, every tactic.
-TEST(Sm90Sparse, PdlBitwiseEqual) {
-  MLAKIT_SKIP_WITHOUT_SM90();
-  const SparseCase c{.blockwise = true,
-                     .h_q = 64,
-                     .s_q = 2,
-                     .topk = 512,
-                     .batch = 4,
-                     .topk_lens = true,
-                     .sinks = true};
-  const harness::HostInputs in = inputs_of(c, 7500);
+// PDL changes nothing: every tactic, bitwise equal with and without.
+void check_sparse_pdl_bitwise(const SparseCase& c, uint64_t seed) {
+  const harness::HostInputs in = inputs_of(c, seed);
   harness::DeviceInputs device;
   MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
   for (const int tactic : tactic_ids(kBackend, in.problem)) {
@@ -245,6 +233,29 @@ TEST(Sm90Sparse, PdlBitwiseEqual) {
     }
     EXPECT_TRUE(bitwise_equal(outs[0], outs[1])) << "tactic " << tactic;
   }
+}
+
+// Empty rows: every slot -1 or a top-k length of 0 give out 0 and lse -inf.
+TEST(Sm90Sparse, EmptyRows) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase c{
+      .blockwise = true, .h_q = 32, .s_q = 2, .topk = 64, .batch = 4, .topk_lens = true};
+  harness::HostInputs in = inputs_of(c, 7400);
+  std::fill(in.indices.begin(), in.indices.begin() + c.s_q * c.topk, -1);  // request 0
+  in.topk_lens[1] = 0;
+  check_empty_rows(in, 2);
+}
+
+TEST(Sm90Sparse, PdlBitwiseEqual) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_sparse_pdl_bitwise({.blockwise = true,
+                            .h_q = 64,
+                            .s_q = 2,
+                            .topk = 512,
+                            .batch = 4,
+                            .topk_lens = true,
+                            .sinks = true},
+                           7500);
 }
 
 // The V4 layout (d_qk 512, UE8M0 scales after each page's data rows) with and without an extra
@@ -340,57 +351,23 @@ TEST(Sm90Sparse, V4EmptyRows) {
   in.topk_lens[1] = 0;
   in.extra_topk_lens[1] = 0;
   in.topk_lens[2] = 0;  // request 2: the extra list only
-  Output ref;
-  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-  for (const int tactic : tactic_ids(kBackend, in.problem)) {
-    std::unique_ptr<Decoder> decoder;
-    MLAKIT_ASSERT_OK(
-        Decoder::create(in.problem, {.backend = kBackend, .tactic = tactic}, &decoder));
-    harness::DeviceInputs device;
-    MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-    harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
-    StreamHolder s;
-    Output got;
-    MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
-    EXPECT_TRUE(matches_reference(in, got, ref)) << "tactic " << tactic;
-    for (int r = 0; r < 2 * c.s_q * c.h_q; ++r) {
-      EXPECT_EQ(got.lse[r], -INFINITY) << "row " << r << " tactic " << tactic;
-    }
-    EXPECT_TRUE(std::all_of(got.out.begin(), got.out.begin() + 2 * c.s_q * c.h_q * kDv,
-                            [](uint16_t v) { return (v & 0x7fff) == 0; }))
-        << "tactic " << tactic;
-  }
+  check_empty_rows(in, 2);
 }
 
 // V4 with an extra cache: PDL changes nothing, every tactic.
 TEST(Sm90Sparse, V4PdlBitwiseEqual) {
   MLAKIT_SKIP_WITHOUT_SM90();
-  const SparseCase c{.page_size = 64,
-                     .h_q = 128,
-                     .s_q = 2,
-                     .topk = 512,
-                     .batch = 3,
-                     .topk_lens = true,
-                     .sinks = true,
-                     .v4 = true,
-                     .extra_topk = 128,
-                     .extra_page_size = 2};
-  const harness::HostInputs in = inputs_of(c, 7550);
-  harness::DeviceInputs device;
-  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-  for (const int tactic : tactic_ids(kBackend, in.problem)) {
-    Output outs[2];
-    for (const bool pdl : {false, true}) {
-      Problem p = in.problem;
-      p.enable_pdl = pdl;
-      std::unique_ptr<Decoder> decoder;
-      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
-      harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
-      StreamHolder s;
-      MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &outs[pdl]));
-    }
-    EXPECT_TRUE(bitwise_equal(outs[0], outs[1])) << "tactic " << tactic;
-  }
+  check_sparse_pdl_bitwise({.page_size = 64,
+                            .h_q = 128,
+                            .s_q = 2,
+                            .topk = 512,
+                            .batch = 3,
+                            .topk_lens = true,
+                            .sinks = true,
+                            .v4 = true,
+                            .extra_topk = 128,
+                            .extra_page_size = 2},
+                           7550);
 }
 
 // What sm90 does not run sparse is refused by name.
