@@ -1,11 +1,10 @@
-// GPU tests of the ops' CUDA kernels (src/ops/append/append.cu, src/ops/topk/topk.cu,
-// src/ops/indexer/indexer.cu) against their cpu references, which tests/cpu/ops_test.cc checks:
+// GPU tests of the ops' CUDA kernels (src/ops/append/append.cu, src/ops/indexer/indexer.cu; the
+// top-k's in ops_topk_test.cc) against their cpu references, which tests/cpu/ops_test.cc checks:
 // equal bit for bit (the indexer: within float accumulation error). Cache append in
 // every layout (dense bf16/fp16/e4m3 with the scale by value and by pointer, V3.2 blockwise, V4,
 // the indexer cache with both scale rules), page sizes 1..128, -1 slots and slots out of range
-// (skipped); top-k for k 1..2048 and rows from 0 to 128K long (lengths 0, 1, k-1, k, k+1, ties,
-// next_n 1..4), NaN-poisoned logits past each row's length and outputs poisoned before each run;
-// both ops captured in a CUDA graph and replayed with new lengths and slot mappings.
+// (skipped); the indexer's logits; outputs poisoned before each run; append and top-k captured in
+// a CUDA graph and replayed with new lengths and slot mappings.
 #include "mlakit/ops.h"
 
 #include <cuda_runtime_api.h>
@@ -22,6 +21,7 @@
 
 #include "core/check.h"
 #include "core/numeric.h"
+#include "ops_test_util.h"
 #include "sm80_test_util.h"
 
 namespace mlakit::testing {
@@ -30,36 +30,6 @@ namespace {
 using ops::Device;
 
 constexpr uint8_t kPattern = 0x5a;
-
-// A device copy of a host vector, freed with it.
-template <typename T>
-struct DeviceVec {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceVec(const std::vector<T>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(n, 1) * sizeof(T)),
-              cudaSuccess);
-    upload(host);
-  }
-  ~DeviceVec() { cudaFree(ptr); }
-  DeviceVec(const DeviceVec&) = delete;
-  DeviceVec& operator=(const DeviceVec&) = delete;
-  void upload(const std::vector<T>& host) {
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
-
-struct Rng {
-  std::mt19937_64 gen;
-  explicit Rng(uint64_t seed) : gen(seed) {}
-  float normal() { return std::normal_distribution<float>(0.0f, 1.0f)(gen); }
-  int64_t below(int64_t n) { return std::uniform_int_distribution<int64_t>(0, n - 1)(gen); }
-};
 
 std::vector<uint16_t> random_rows(Rng& rng, int64_t n, int64_t width, DType dtype) {
   std::vector<uint16_t> v(n * width);
@@ -325,222 +295,6 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
     std::printf("  heads %d next_n %d page %d: largest error %.2e of a row's largest logit\n",
                 c.heads, c.next_n, c.page_size, worst);
   }
-}
-
-// Top-k inputs: logits random (normal; from 5 levels: ties; or 1 + a uniform fraction: distinct
-// values that crowd few histogram bins) up to each row's length and NaN past it (a kernel that
-// reads past the length selects a NaN: the largest key); block-table entries past a request's
-// pages out of range. Rows are ld = max_len + ld_extra apart (an odd ld: no row is 16-byte
-// aligned but the first; a multiple of 4: every one is).
-enum class TopkValues { kNormal, kTies, kCrowded };
-
-struct TopkInputs {
-  int batch, next_n, k, page_size;
-  int64_t max_len, ld, bt_stride;
-  std::vector<int32_t> lens, table;
-  std::vector<float> logits;
-};
-
-TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vector<int32_t> lens,
-                     TopkValues values, int ld_extra = 5) {
-  TopkInputs in{
-      .batch = static_cast<int>(lens.size()), .next_n = next_n, .k = k, .page_size = page_size};
-  in.lens = std::move(lens);
-  in.max_len = std::max<int64_t>(1, *std::max_element(in.lens.begin(), in.lens.end()));
-  in.ld = in.max_len + ld_extra;
-  in.bt_stride = (in.max_len + page_size - 1) / page_size + 1;
-  in.table.assign(in.batch * in.bt_stride, 1 << 29);
-  for (int i = 0; i < in.batch; ++i) {
-    for (int64_t pg = 0; pg * page_size < in.lens[i]; ++pg) {
-      in.table[i * in.bt_stride + pg] = static_cast<int32_t>(rng.below(100000 / page_size + 1));
-    }
-  }
-  in.logits.assign(int64_t{in.batch} * next_n * in.ld, NAN);
-  for (int i = 0; i < in.batch; ++i) {
-    for (int t = 0; t < next_n; ++t) {
-      const int64_t r = int64_t{i} * next_n + t;
-      const int64_t n = std::clamp<int64_t>(int64_t{in.lens[i]} - next_n + 1 + t, 0, in.lens[i]);
-      for (int64_t j = 0; j < n; ++j) {
-        float& x = in.logits[r * in.ld + j];
-        switch (values) {
-          case TopkValues::kNormal: x = rng.normal(); break;
-          case TopkValues::kTies: x = static_cast<float>(rng.below(5)); break;
-          case TopkValues::kCrowded: x = 1.0f + static_cast<float>(rng.below(1 << 20)) / (1 << 20);
-        }
-      }
-    }
-  }
-  return in;
-}
-
-ops::TopkArgs topk_args(const TopkInputs& in, const float* logits, const int32_t* lens,
-                        const int32_t* table, int32_t* indices, int32_t* positions) {
-  ops::TopkArgs a;
-  a.batch = in.batch;
-  a.next_n = in.next_n;
-  a.k = in.k;
-  a.logits = logits;
-  a.max_len = in.max_len;
-  a.logits_stride = in.ld;
-  a.seq_lens = lens;
-  a.block_table = table;
-  a.block_table_stride = in.bt_stride;
-  a.page_size = in.page_size;
-  a.indices = indices;
-  a.positions = positions;
-  return a;
-}
-
-// The CUDA op without a workspace (one block a row) and, where the shapes take it, with one (the
-// multi-block kernel; the workspace poisoned first and used twice), each equal to the cpu
-// reference bit for bit. `multi_block`: whether the shapes are expected to take it.
-void expect_topk_equal(const TopkInputs& in, bool multi_block) {
-  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
-  std::vector<int32_t> cpu_idx(out), cpu_pos(out);
-  MLAKIT_ASSERT_OK(
-      ops::topk_indices(Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(),
-                                                in.table.data(), cpu_idx.data(), cpu_pos.data())));
-  DeviceVec<float> d_logits(in.logits);
-  DeviceVec<int32_t> d_lens(in.lens), d_table(in.table);
-  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, 0x7eadbeef));
-  DeviceVec<int32_t> d_pos(std::vector<int32_t>(out, 0x7eadbeef));
-  ops::TopkArgs a = topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr);
-  MLAKIT_ASSERT_OK(ops::topk_indices(Device::kCuda, a));
-  MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
-  EXPECT_TRUE(d_idx.download() == cpu_idx) << "one block: k " << in.k << " max_len " << in.max_len;
-  EXPECT_TRUE(d_pos.download() == cpu_pos) << "one block: k " << in.k << " max_len " << in.max_len;
-  const size_t bytes = ops::topk_workspace_bytes(a);
-  ASSERT_EQ(bytes > 0, multi_block) << "max_len " << in.max_len << " k " << in.k;
-  if (!multi_block) return;
-  DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
-  a.workspace = d_ws.ptr;
-  a.workspace_size = bytes;
-  for (int run = 0; run < 2; ++run) {
-    d_idx.upload(std::vector<int32_t>(out, 0x7eadbeef));
-    d_pos.upload(std::vector<int32_t>(out, 0x7eadbeef));
-    MLAKIT_ASSERT_OK(ops::topk_indices(Device::kCuda, a));
-    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
-    EXPECT_TRUE(d_idx.download() == cpu_idx)
-        << "multi-block run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
-        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
-    EXPECT_TRUE(d_pos.download() == cpu_pos)
-        << "multi-block run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
-        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
-  }
-}
-
-TEST(OpsGpu, TopkEqualsCpuEdges) {
-  MLAKIT_SKIP_WITHOUT_GPU();
-  Rng rng(103);
-  for (const int k : {1, 64, 512, 2048}) {
-    for (const TopkValues values : {TopkValues::kNormal, TopkValues::kTies}) {
-      // max_len 8191: below kTopkMultiMinLen, one block a row only.
-      expect_topk_equal(make_topk(rng, k, 1, 64, {0, 1, k - 1, k, k + 1, 3 * k + 5, 8191}, values),
-                        false);
-    }
-  }
-}
-
-TEST(OpsGpu, TopkEqualsCpuLongAndCausal) {
-  MLAKIT_SKIP_WITHOUT_GPU();
-  Rng rng(104);
-  // One 128K row among short ones; page sizes 1 and 64; MTP rows.
-  expect_topk_equal(make_topk(rng, 2048, 1, 64, {131072, 100, 2049, 70000}, TopkValues::kNormal),
-                    true);
-  expect_topk_equal(make_topk(rng, 2048, 1, 1, {131072, 5000}, TopkValues::kTies), true);
-  for (const int next_n : {2, 4}) {
-    expect_topk_equal(
-        make_topk(rng, 512, next_n, 16, {0, 1, 513, 514, 515, 40000}, TopkValues::kNormal), true);
-  }
-}
-
-// The multi-block kernel (topk_multi.cu) on rows of 16K-256K: k 512/1024/2048, lengths 0, 1,
-// k-1, k, k+1 among long ones, normal values (the candidate buffer), ties from 5 levels and
-// crowded distinct values (a bin too big for the buffer: the refine reads the row), rows
-// 16-byte aligned (float4 loads) or not, batch 1 and 64, MTP rows, page sizes 1, 16 and 64.
-TEST(OpsGpu, TopkMultiBlockEqualsCpu) {
-  MLAKIT_SKIP_WITHOUT_GPU();
-  Rng rng(106);
-  for (const int k : {512, 1024, 2048}) {
-    for (const TopkValues values : {TopkValues::kNormal, TopkValues::kTies, TopkValues::kCrowded}) {
-      for (const int ld_extra : {5, 4}) {
-        expect_topk_equal(
-            make_topk(rng, k, 1, 64, {0, 1, k - 1, k, k + 1, 16384, 16385, 65539, 131072}, values,
-                      ld_extra),
-            true);
-      }
-    }
-  }
-  // Batch 64 at 128K (normal, aligned) and at 32K (ties, lengths spread over k+1..32K).
-  expect_topk_equal(
-      make_topk(rng, 2048, 1, 64, std::vector<int32_t>(64, 131072), TopkValues::kNormal, 4), true);
-  std::vector<int32_t> spread(64);
-  for (auto& len : spread) len = static_cast<int32_t>(1025 + rng.below(32768 - 1025 + 1));
-  spread[0] = 32768;
-  expect_topk_equal(make_topk(rng, 1024, 1, 16, spread, TopkValues::kTies, 4), true);
-  // Batch 1 at 256K: the most slices a row.
-  expect_topk_equal(make_topk(rng, 2048, 1, 64, {262144}, TopkValues::kNormal, 4), true);
-  expect_topk_equal(make_topk(rng, 512, 1, 64, {262144}, TopkValues::kTies, 5), true);
-  expect_topk_equal(make_topk(rng, 1024, 1, 1, {262143}, TopkValues::kCrowded, 5), true);
-  // MTP rows: next_n 2..4, the causal lengths around k.
-  for (const int next_n : {2, 3, 4}) {
-    for (const int k : {512, 2048}) {
-      for (const int page_size : {1, 16}) {
-        expect_topk_equal(
-            make_topk(rng, k, next_n, page_size, {0, 1, k - 1, k, k + 1, k + 2, 20000, 131072},
-                      next_n == 3 ? TopkValues::kTies : TopkValues::kNormal, next_n == 2 ? 4 : 5),
-            true);
-      }
-    }
-  }
-}
-
-// The multi-block kernel captured in a CUDA graph (its workspace cleared inside the graph) and
-// replayed with new lengths.
-TEST(OpsGpu, TopkMultiBlockGraphReplay) {
-  MLAKIT_SKIP_WITHOUT_GPU();
-  Rng rng(107);
-  StreamHolder stream;
-  TopkInputs in = make_topk(rng, 2048, 2, 64, {40000, 300, 16384}, TopkValues::kNormal, 4);
-  for (float& x : in.logits) {
-    if (std::isnan(x)) x = rng.normal();  // every column valid for any length below max_len
-  }
-  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
-  DeviceVec<float> d_logits(in.logits);
-  DeviceVec<int32_t> d_lens(in.lens), d_table(std::vector<int32_t>(in.table.size()));
-  for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
-  d_table.upload(in.table);
-  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, -7)), d_pos(std::vector<int32_t>(out, -7));
-  ops::TopkArgs a = topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr);
-  const size_t bytes = ops::topk_workspace_bytes(a);
-  ASSERT_GT(bytes, 0u);
-  DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
-  a.workspace = d_ws.ptr;
-  a.workspace_size = bytes;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
-  const Status captured = ops::topk_indices(Device::kCuda, a, stream.stream);
-  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.stream, &graph));
-  MLAKIT_ASSERT_OK(captured);
-  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (const std::vector<int32_t>& lens : {std::vector<int32_t>{40000, 300, 16384},
-                                           {0, 2050, 39999},
-                                           {2048, 1, 20000},
-                                           {40000, 40000, 40000}}) {
-    in.lens = lens;
-    d_lens.upload(lens);
-    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.stream));
-    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.stream));
-    std::vector<int32_t> cpu_idx(out), cpu_pos(out);
-    MLAKIT_ASSERT_OK(ops::topk_indices(
-        Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(), in.table.data(),
-                                cpu_idx.data(), cpu_pos.data())));
-    EXPECT_TRUE(d_idx.download() == cpu_idx) << lens[0] << " " << lens[1] << " " << lens[2];
-    EXPECT_TRUE(d_pos.download() == cpu_pos);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST(OpsGpu, GraphReplayWithNewLengthsAndSlots) {

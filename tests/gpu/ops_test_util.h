@@ -1,0 +1,112 @@
+// Helpers of the ops' GPU tests (ops_test.cc, ops_topk_test.cc): device copies of host vectors,
+// random numbers, and the top-k tests' inputs and arguments.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "mlakit/ops.h"
+
+namespace mlakit::testing {
+
+// A device copy of a host vector, freed with it.
+template <typename T>
+struct DeviceVec {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceVec(const std::vector<T>& host) : n(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(n, 1) * sizeof(T)),
+              cudaSuccess);
+    upload(host);
+  }
+  ~DeviceVec() { cudaFree(ptr); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  void upload(const std::vector<T>& host) {
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+};
+
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  float normal() { return std::normal_distribution<float>(0.0f, 1.0f)(gen); }
+  int64_t below(int64_t n) { return std::uniform_int_distribution<int64_t>(0, n - 1)(gen); }
+};
+
+// Top-k inputs: logits random (normal; from 5 levels: ties; or 1 + a uniform fraction: distinct
+// values that crowd few histogram bins) up to each row's length and NaN past it (a kernel that
+// reads past the length selects a NaN: the largest key); block-table entries past a request's
+// pages out of range. Rows are ld = max_len + ld_extra apart (an odd ld: no row is 16-byte
+// aligned but the first; a multiple of 4: every one is).
+enum class TopkValues { kNormal, kTies, kCrowded };
+
+struct TopkInputs {
+  int batch, next_n, k, page_size;
+  int64_t max_len, ld, bt_stride;
+  std::vector<int32_t> lens, table;
+  std::vector<float> logits;
+};
+
+inline TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vector<int32_t> lens,
+                            TopkValues values, int ld_extra = 5) {
+  TopkInputs in{
+      .batch = static_cast<int>(lens.size()), .next_n = next_n, .k = k, .page_size = page_size};
+  in.lens = std::move(lens);
+  in.max_len = std::max<int64_t>(1, *std::max_element(in.lens.begin(), in.lens.end()));
+  in.ld = in.max_len + ld_extra;
+  in.bt_stride = (in.max_len + page_size - 1) / page_size + 1;
+  in.table.assign(in.batch * in.bt_stride, 1 << 29);
+  for (int i = 0; i < in.batch; ++i) {
+    for (int64_t pg = 0; pg * page_size < in.lens[i]; ++pg) {
+      in.table[i * in.bt_stride + pg] = static_cast<int32_t>(rng.below(100000 / page_size + 1));
+    }
+  }
+  in.logits.assign(int64_t{in.batch} * next_n * in.ld, NAN);
+  for (int i = 0; i < in.batch; ++i) {
+    for (int t = 0; t < next_n; ++t) {
+      const int64_t r = int64_t{i} * next_n + t;
+      const int64_t n = std::clamp<int64_t>(int64_t{in.lens[i]} - next_n + 1 + t, 0, in.lens[i]);
+      for (int64_t j = 0; j < n; ++j) {
+        float& x = in.logits[r * in.ld + j];
+        switch (values) {
+          case TopkValues::kNormal: x = rng.normal(); break;
+          case TopkValues::kTies: x = static_cast<float>(rng.below(5)); break;
+          case TopkValues::kCrowded: x = 1.0f + static_cast<float>(rng.below(1 << 20)) / (1 << 20);
+        }
+      }
+    }
+  }
+  return in;
+}
+
+inline ops::TopkArgs topk_args(const TopkInputs& in, const float* logits, const int32_t* lens,
+                               const int32_t* table, int32_t* indices, int32_t* positions) {
+  ops::TopkArgs a;
+  a.batch = in.batch;
+  a.next_n = in.next_n;
+  a.k = in.k;
+  a.logits = logits;
+  a.max_len = in.max_len;
+  a.logits_stride = in.ld;
+  a.seq_lens = lens;
+  a.block_table = table;
+  a.block_table_stride = in.bt_stride;
+  a.page_size = in.page_size;
+  a.indices = indices;
+  a.positions = positions;
+  return a;
+}
+
+}  // namespace mlakit::testing

@@ -1,0 +1,176 @@
+// GPU tests of the top-k kernels (src/ops/topk/topk.cu: one block a row; topk_multi.cu: several
+// blocks a row with a workspace) against the cpu reference, bit for bit: k 1..2048, rows from 0 to
+// 256K long (lengths 0, 1, k-1, k, k+1, ties, crowded values, next_n 1..4), NaN-poisoned logits
+// past each row's length and outputs poisoned before each run, the multi-block kernel replayed
+// from a CUDA graph with new lengths. (Both ops in one graph: ops_test.cc.)
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+#include "mlakit/ops.h"
+#include "ops_test_util.h"
+#include "sm80_test_util.h"
+
+namespace mlakit::testing {
+namespace {
+
+using ops::Device;
+
+// The CUDA op without a workspace (one block a row) and, where the shapes take it, with one (the
+// multi-block kernel; the workspace poisoned first and used twice), each equal to the cpu
+// reference bit for bit. `multi_block`: whether the shapes are expected to take it.
+void expect_topk_equal(const TopkInputs& in, bool multi_block) {
+  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
+  std::vector<int32_t> cpu_idx(out), cpu_pos(out);
+  MLAKIT_ASSERT_OK(
+      ops::topk_indices(Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(),
+                                                in.table.data(), cpu_idx.data(), cpu_pos.data())));
+  DeviceVec<float> d_logits(in.logits);
+  DeviceVec<int32_t> d_lens(in.lens), d_table(in.table);
+  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, 0x7eadbeef));
+  DeviceVec<int32_t> d_pos(std::vector<int32_t>(out, 0x7eadbeef));
+  ops::TopkArgs a = topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr);
+  MLAKIT_ASSERT_OK(ops::topk_indices(Device::kCuda, a));
+  MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(d_idx.download() == cpu_idx) << "one block: k " << in.k << " max_len " << in.max_len;
+  EXPECT_TRUE(d_pos.download() == cpu_pos) << "one block: k " << in.k << " max_len " << in.max_len;
+  const size_t bytes = ops::topk_workspace_bytes(a);
+  ASSERT_EQ(bytes > 0, multi_block) << "max_len " << in.max_len << " k " << in.k;
+  if (!multi_block) return;
+  DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
+  a.workspace = d_ws.ptr;
+  a.workspace_size = bytes;
+  for (int run = 0; run < 2; ++run) {
+    d_idx.upload(std::vector<int32_t>(out, 0x7eadbeef));
+    d_pos.upload(std::vector<int32_t>(out, 0x7eadbeef));
+    MLAKIT_ASSERT_OK(ops::topk_indices(Device::kCuda, a));
+    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_idx.download() == cpu_idx)
+        << "multi-block run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
+        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
+    EXPECT_TRUE(d_pos.download() == cpu_pos)
+        << "multi-block run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
+        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
+  }
+}
+
+TEST(OpsGpu, TopkEqualsCpuEdges) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(103);
+  for (const int k : {1, 64, 512, 2048}) {
+    for (const TopkValues values : {TopkValues::kNormal, TopkValues::kTies}) {
+      // max_len 8191: below kTopkMultiMinLen, one block a row only.
+      expect_topk_equal(make_topk(rng, k, 1, 64, {0, 1, k - 1, k, k + 1, 3 * k + 5, 8191}, values),
+                        false);
+    }
+  }
+}
+
+TEST(OpsGpu, TopkEqualsCpuLongAndCausal) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(104);
+  // One 128K row among short ones; page sizes 1 and 64; MTP rows.
+  expect_topk_equal(make_topk(rng, 2048, 1, 64, {131072, 100, 2049, 70000}, TopkValues::kNormal),
+                    true);
+  expect_topk_equal(make_topk(rng, 2048, 1, 1, {131072, 5000}, TopkValues::kTies), true);
+  for (const int next_n : {2, 4}) {
+    expect_topk_equal(
+        make_topk(rng, 512, next_n, 16, {0, 1, 513, 514, 515, 40000}, TopkValues::kNormal), true);
+  }
+}
+
+// The multi-block kernel (topk_multi.cu) on rows of 16K-256K: k 512/1024/2048, lengths 0, 1,
+// k-1, k, k+1 among long ones, normal values (the candidate buffer), ties from 5 levels and
+// crowded distinct values (a bin too big for the buffer: the refine reads the row), rows
+// 16-byte aligned (float4 loads) or not, batch 1 and 64, MTP rows, page sizes 1, 16 and 64.
+TEST(OpsGpu, TopkMultiBlockEqualsCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(106);
+  for (const int k : {512, 1024, 2048}) {
+    for (const TopkValues values : {TopkValues::kNormal, TopkValues::kTies, TopkValues::kCrowded}) {
+      for (const int ld_extra : {5, 4}) {
+        expect_topk_equal(
+            make_topk(rng, k, 1, 64, {0, 1, k - 1, k, k + 1, 16384, 16385, 65539, 131072}, values,
+                      ld_extra),
+            true);
+      }
+    }
+  }
+  // Batch 64 at 128K (normal, aligned) and at 32K (ties, lengths spread over k+1..32K).
+  expect_topk_equal(
+      make_topk(rng, 2048, 1, 64, std::vector<int32_t>(64, 131072), TopkValues::kNormal, 4), true);
+  std::vector<int32_t> spread(64);
+  for (auto& len : spread) len = static_cast<int32_t>(1025 + rng.below(32768 - 1025 + 1));
+  spread[0] = 32768;
+  expect_topk_equal(make_topk(rng, 1024, 1, 16, spread, TopkValues::kTies, 4), true);
+  // Batch 1 at 256K: the most slices a row.
+  expect_topk_equal(make_topk(rng, 2048, 1, 64, {262144}, TopkValues::kNormal, 4), true);
+  expect_topk_equal(make_topk(rng, 512, 1, 64, {262144}, TopkValues::kTies, 5), true);
+  expect_topk_equal(make_topk(rng, 1024, 1, 1, {262143}, TopkValues::kCrowded, 5), true);
+  // MTP rows: next_n 2..4, the causal lengths around k.
+  for (const int next_n : {2, 3, 4}) {
+    for (const int k : {512, 2048}) {
+      for (const int page_size : {1, 16}) {
+        expect_topk_equal(
+            make_topk(rng, k, next_n, page_size, {0, 1, k - 1, k, k + 1, k + 2, 20000, 131072},
+                      next_n == 3 ? TopkValues::kTies : TopkValues::kNormal, next_n == 2 ? 4 : 5),
+            true);
+      }
+    }
+  }
+}
+
+// The multi-block kernel captured in a CUDA graph (its workspace cleared inside the graph) and
+// replayed with new lengths.
+TEST(OpsGpu, TopkMultiBlockGraphReplay) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(107);
+  StreamHolder stream;
+  TopkInputs in = make_topk(rng, 2048, 2, 64, {40000, 300, 16384}, TopkValues::kNormal, 4);
+  for (float& x : in.logits) {
+    if (std::isnan(x)) x = rng.normal();  // every column valid for any length below max_len
+  }
+  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
+  DeviceVec<float> d_logits(in.logits);
+  DeviceVec<int32_t> d_lens(in.lens), d_table(std::vector<int32_t>(in.table.size()));
+  for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
+  d_table.upload(in.table);
+  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, -7)), d_pos(std::vector<int32_t>(out, -7));
+  ops::TopkArgs a = topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr);
+  const size_t bytes = ops::topk_workspace_bytes(a);
+  ASSERT_GT(bytes, 0u);
+  DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
+  a.workspace = d_ws.ptr;
+  a.workspace_size = bytes;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
+  const Status captured = ops::topk_indices(Device::kCuda, a, stream.stream);
+  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.stream, &graph));
+  MLAKIT_ASSERT_OK(captured);
+  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (const std::vector<int32_t>& lens : {std::vector<int32_t>{40000, 300, 16384},
+                                           {0, 2050, 39999},
+                                           {2048, 1, 20000},
+                                           {40000, 40000, 40000}}) {
+    in.lens = lens;
+    d_lens.upload(lens);
+    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.stream));
+    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.stream));
+    std::vector<int32_t> cpu_idx(out), cpu_pos(out);
+    MLAKIT_ASSERT_OK(ops::topk_indices(
+        Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(), in.table.data(),
+                                cpu_idx.data(), cpu_pos.data())));
+    EXPECT_TRUE(d_idx.download() == cpu_idx) << lens[0] << " " << lens[1] << " " << lens[2];
+    EXPECT_TRUE(d_pos.download() == cpu_pos);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace mlakit::testing
