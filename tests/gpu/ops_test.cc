@@ -312,32 +312,13 @@ TEST(OpsGpu, GraphReplayWithNewLengthsAndSlots) {
   for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
   d_table.upload(in.table);
   DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, -7)), d_pos(std::vector<int32_t>(out, -7));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
-  const Status captured = ops::topk_indices(
-      Device::kCuda, topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr),
-      stream.stream);
-  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.stream, &graph));
-  MLAKIT_ASSERT_OK(captured);
-  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (const std::vector<int32_t>& lens :
-       {std::vector<int32_t>{5000, 300, 4000}, {0, 257, 4999}, {256, 1, 1000}}) {
-    in.lens = lens;
-    d_lens.upload(lens);
-    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.stream));
-    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.stream));
-    std::vector<int32_t> cpu_idx(out), cpu_pos(out);
-    MLAKIT_ASSERT_OK(ops::topk_indices(
-        Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(), in.table.data(),
-                                cpu_idx.data(), cpu_pos.data())));
-    EXPECT_TRUE(d_idx.download() == cpu_idx) << lens[0] << " " << lens[1] << " " << lens[2];
-    EXPECT_TRUE(d_pos.download() == cpu_pos);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  replay_topk_with_new_lengths(
+      in, topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr), d_lens, d_idx,
+      d_pos, stream.stream, {{5000, 300, 4000}, {0, 257, 4999}, {256, 1, 1000}});
 
   // Append: captured once, replayed with a new slot mapping.
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
   ops::AppendKvArgs a;
   a.page_size = 64;
   a.num_pages = 4;

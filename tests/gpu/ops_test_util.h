@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mlakit/ops.h"
+#include "sm80_test_util.h"
 
 namespace mlakit::testing {
 
@@ -107,6 +108,38 @@ inline ops::TopkArgs topk_args(const TopkInputs& in, const float* logits, const 
   a.indices = indices;
   a.positions = positions;
   return a;
+}
+
+// Captures the CUDA top-k of `a` (in's shapes, device pointers; d_lens its lengths) on `stream`
+// once, then for each of `lens_list` writes the lengths, replays the graph and checks indices and
+// positions against the cpu reference bit for bit.
+inline void replay_topk_with_new_lengths(TopkInputs& in, const ops::TopkArgs& a,
+                                         DeviceVec<int32_t>& d_lens,
+                                         const DeviceVec<int32_t>& d_idx,
+                                         const DeviceVec<int32_t>& d_pos, cudaStream_t stream,
+                                         const std::vector<std::vector<int32_t>>& lens_list) {
+  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status captured = ops::topk_indices(ops::Device::kCuda, a, stream);
+  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  MLAKIT_ASSERT_OK(captured);
+  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (const std::vector<int32_t>& lens : lens_list) {
+    in.lens = lens;
+    d_lens.upload(lens);
+    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream));
+    std::vector<int32_t> cpu_idx(out), cpu_pos(out);
+    MLAKIT_ASSERT_OK(ops::topk_indices(
+        ops::Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(), in.table.data(),
+                                     cpu_idx.data(), cpu_pos.data())));
+    EXPECT_TRUE(d_idx.download() == cpu_idx) << lens[0] << " " << lens[1] << " " << lens[2];
+    EXPECT_TRUE(d_pos.download() == cpu_pos);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 }  // namespace mlakit::testing

@@ -146,30 +146,9 @@ TEST(OpsGpu, TopkMultiBlockGraphReplay) {
   DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
   a.workspace = d_ws.ptr;
   a.workspace_size = bytes;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
-  const Status captured = ops::topk_indices(Device::kCuda, a, stream.stream);
-  MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream.stream, &graph));
-  MLAKIT_ASSERT_OK(captured);
-  MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (const std::vector<int32_t>& lens : {std::vector<int32_t>{40000, 300, 16384},
-                                           {0, 2050, 39999},
-                                           {2048, 1, 20000},
-                                           {40000, 40000, 40000}}) {
-    in.lens = lens;
-    d_lens.upload(lens);
-    MLAKIT_ASSERT_CUDA(cudaGraphLaunch(exec, stream.stream));
-    MLAKIT_ASSERT_CUDA(cudaStreamSynchronize(stream.stream));
-    std::vector<int32_t> cpu_idx(out), cpu_pos(out);
-    MLAKIT_ASSERT_OK(ops::topk_indices(
-        Device::kCpu, topk_args(in, in.logits.data(), in.lens.data(), in.table.data(),
-                                cpu_idx.data(), cpu_pos.data())));
-    EXPECT_TRUE(d_idx.download() == cpu_idx) << lens[0] << " " << lens[1] << " " << lens[2];
-    EXPECT_TRUE(d_pos.download() == cpu_pos);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  replay_topk_with_new_lengths(
+      in, a, d_lens, d_idx, d_pos, stream.stream,
+      {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}});
 }
 
 }  // namespace
