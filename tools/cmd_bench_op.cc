@@ -121,6 +121,22 @@ std::string compare_exact(const std::vector<T>& got, const std::vector<T>& want,
   return differ == 0 ? "exact" : str_cat("FAIL ", differ, " differ");
 }
 
+// Unless --no-verify: one launch, then `dev` compared bit for bit with `want`; then the timed
+// replays of `launch`.
+template <typename T, typename Launch>
+Status verify_exact_then_time(const OpFlags& f, Launch& launch, const harness::DeviceBuffer& dev,
+                              const std::vector<T>& want, OpRow* row) {
+  if (!f.no_verify) {
+    MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
+    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
+    std::vector<T> got(want.size());
+    MLAKIT_RETURN_IF_ERROR(download(dev, &got));
+    row->check = compare_exact(got, want, &row->ok);
+  }
+  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
+  return harness::time_gpu_launches(launch, 1, topt, &row->timing);
+}
+
 std::vector<uint16_t> random_bf16(std::mt19937_64& gen, size_t n) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> v(n);
@@ -205,15 +221,7 @@ Status bench_append(const OpFlags& f, const AppendKind& kind, bool gpu, OpRow* r
   auto launch = [&](int, Stream st) {
     return run(ops::Device::kCuda, dkv.get(), dslots.as<int64_t>(), dcache.get(), st);
   };
-  if (!f.no_verify) {
-    MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
-    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
-    std::vector<uint8_t> got(want.size());
-    MLAKIT_RETURN_IF_ERROR(download(dcache, &got));
-    row->check = compare_exact(got, want, &row->ok);
-  }
-  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
-  return harness::time_gpu_launches(launch, 1, topt, &row->timing);
+  return verify_exact_then_time(f, launch, dcache, want, row);
 }
 
 Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
@@ -280,16 +288,8 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
     return run(ops::Device::kCuda, dlogits.as<float>(), dlens.as<int32_t>(), dtable.as<int32_t>(),
                dout.as<int32_t>(), st);
   };
-  if (!f.no_verify) {
-    MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
-    MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
-    std::vector<int32_t> got(want.size());
-    MLAKIT_RETURN_IF_ERROR(download(dout, &got));
-    row->check = compare_exact(got, want, &row->ok);
-  }
   row->kernel = ws_bytes > 0 ? "multi-block" : "one-block";
-  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
-  return harness::time_gpu_launches(launch, 1, topt, &row->timing);
+  return verify_exact_then_time(f, launch, dout, want, row);
 }
 
 // The indexer over random e4m3 keys (no NaN codes) and scales in shuffled pages; q, weights random.

@@ -303,18 +303,9 @@ TEST(OpsGpu, GraphReplayWithNewLengthsAndSlots) {
   StreamHolder stream;
   // Top-k: captured once with the longest lengths' shapes, replayed with new lengths.
   TopkInputs in = make_topk(rng, 256, 2, 64, {5000, 300, 4000}, TopkValues::kNormal);
-  for (float& x : in.logits) {
-    if (std::isnan(x)) x = rng.normal();  // every column valid for any length below max_len
-  }
-  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
-  DeviceVec<float> d_logits(in.logits);
-  DeviceVec<int32_t> d_lens(in.lens), d_table(std::vector<int32_t>(in.table.size()));
-  for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
-  d_table.upload(in.table);
-  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, -7)), d_pos(std::vector<int32_t>(out, -7));
-  replay_topk_with_new_lengths(
-      in, topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr), d_lens, d_idx,
-      d_pos, stream.stream, {{5000, 300, 4000}, {0, 257, 4999}, {256, 1, 1000}});
+  TopkDeviceInputs d(rng, in);
+  replay_topk_with_new_lengths(in, d.args(in), d.lens, d.idx, d.pos, stream.stream,
+                               {{5000, 300, 4000}, {0, 257, 4999}, {256, 1, 1000}});
 
   // Append: captured once, replayed with a new slot mapping.
   cudaGraph_t graph = nullptr;

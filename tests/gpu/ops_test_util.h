@@ -110,6 +110,35 @@ inline ops::TopkArgs topk_args(const TopkInputs& in, const float* logits, const 
   return a;
 }
 
+// Device copies of top-k inputs for graph replays: the logits made valid at every position below
+// max_len (a replay may lengthen any row), the block table's ids random below 1000, outputs
+// poisoned.
+struct TopkDeviceInputs {
+  DeviceVec<float> logits;
+  DeviceVec<int32_t> lens, table, idx, pos;
+  TopkDeviceInputs(Rng& rng, TopkInputs& in)
+      : logits(valid_logits(rng, in)),
+        lens(in.lens),
+        table(std::vector<int32_t>(in.table.size())),
+        idx(std::vector<int32_t>(out_count(in), -7)),
+        pos(std::vector<int32_t>(out_count(in), -7)) {
+    for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
+    table.upload(in.table);
+  }
+  ops::TopkArgs args(const TopkInputs& in) const {
+    return topk_args(in, logits.ptr, lens.ptr, table.ptr, idx.ptr, pos.ptr);
+  }
+  static size_t out_count(const TopkInputs& in) {
+    return static_cast<size_t>(in.batch) * in.next_n * in.k;
+  }
+  static const std::vector<float>& valid_logits(Rng& rng, TopkInputs& in) {
+    for (float& x : in.logits) {
+      if (std::isnan(x)) x = rng.normal();
+    }
+    return in.logits;
+  }
+};
+
 // Captures the CUDA top-k of `a` (in's shapes, device pointers; d_lens its lengths) on `stream`
 // once, then for each of `lens_list` writes the lengths, replays the graph and checks indices and
 // positions against the cpu reference bit for bit.

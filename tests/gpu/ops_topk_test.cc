@@ -131,23 +131,15 @@ TEST(OpsGpu, TopkMultiBlockGraphReplay) {
   Rng rng(107);
   StreamHolder stream;
   TopkInputs in = make_topk(rng, 2048, 2, 64, {40000, 300, 16384}, TopkValues::kNormal, 4);
-  for (float& x : in.logits) {
-    if (std::isnan(x)) x = rng.normal();  // every column valid for any length below max_len
-  }
-  const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
-  DeviceVec<float> d_logits(in.logits);
-  DeviceVec<int32_t> d_lens(in.lens), d_table(std::vector<int32_t>(in.table.size()));
-  for (auto& id : in.table) id = static_cast<int32_t>(rng.below(1000));
-  d_table.upload(in.table);
-  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, -7)), d_pos(std::vector<int32_t>(out, -7));
-  ops::TopkArgs a = topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr);
+  TopkDeviceInputs d(rng, in);
+  ops::TopkArgs a = d.args(in);
   const size_t bytes = ops::topk_workspace_bytes(a);
   ASSERT_GT(bytes, 0u);
   DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
   a.workspace = d_ws.ptr;
   a.workspace_size = bytes;
   replay_topk_with_new_lengths(
-      in, a, d_lens, d_idx, d_pos, stream.stream,
+      in, a, d.lens, d.idx, d.pos, stream.stream,
       {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}});
 }
 
