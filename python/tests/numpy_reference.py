@@ -310,6 +310,20 @@ def assert_close_to_reference(got: np.ndarray, want: np.ndarray, out_dtype: str)
     )
 
 
+def assert_close_gpu(got: np.ndarray, want: np.ndarray, out_dtype: str) -> None:
+    """A GPU kernel's bound, the C++ tests' one (harness::default_tolerance): it rounds P to 16
+    bits before the PV product and sums in another order, so the error is bounded by 2 output
+    ulps of the largest reference value, not elementwise."""
+    ulp = 2.0**-8 if out_dtype == "bf16" else 2.0**-11
+    bound = 1e-5 + 2 * ulp * float(np.abs(want).max())
+    assert np.isfinite(got).all(), "output has NaN or inf"
+    err = np.abs(got - want)
+    assert err.max() <= bound, (
+        f"max error {err.max():.3g} at {np.unravel_index(err.argmax(), err.shape)}, bound "
+        f"{bound:.3g} (2 {out_dtype} ulps of the largest value)"
+    )
+
+
 def out_values(out: np.ndarray, out_dtype: str) -> np.ndarray:
     """float64 values of an output array (ml_dtypes bfloat16, raw uint16 or float16)."""
     if out.dtype == np.float16:

@@ -11,7 +11,7 @@ np = pytest.importorskip("numpy")
 import mlakit  # noqa: E402
 import mlakit.torch as mt  # noqa: E402
 from mlakit import compat  # noqa: E402
-from numpy_reference import assert_close_to_reference  # noqa: E402
+from numpy_reference import assert_close_gpu  # noqa: E402
 from test_gpu import DEVICE, _capture  # noqa: E402
 from test_sparse_cpu import V4Case, values, wrap  # noqa: E402
 
@@ -77,7 +77,7 @@ def test_v4_decoder_matches_reference(seed, b, s_q, h_q, page, topk, extra_page,
                            extra_topk_lens=t["extra_lens"])  # fmt: skip
     torch.cuda.synchronize()
     want, want_lse = c.want()
-    assert_close_to_reference(values(out.cpu()), want, "bf16")
+    assert_close_gpu(values(out.cpu()), want, "bf16")
     np.testing.assert_allclose(lse.cpu().numpy(), want_lse, atol=2e-3)
 
 
@@ -100,7 +100,7 @@ def test_flash_mla_v4_sparse_on_the_gpu(extra):
     torch.cuda.synchronize()
     want, want_lse = c.want(extra=extra)
     assert out.is_cuda and tuple(out.shape) == (3, 2, 64, 512)
-    assert_close_to_reference(values(out.cpu()), want, "bf16")
+    assert_close_gpu(values(out.cpu()), want, "bf16")
     flipped = want_lse.transpose(0, 2, 1).copy()
     flipped[np.isneginf(flipped)] = np.inf
     np.testing.assert_allclose(values(lse.cpu()), flipped, atol=2e-3)
@@ -142,5 +142,5 @@ def test_v4_cuda_graph_replay_with_new_indices():
         graph.replay()
         torch.cuda.synchronize()
         want, want_lse = other.want()
-        assert_close_to_reference(values(out.cpu()), want, "bf16")
+        assert_close_gpu(values(out.cpu()), want, "bf16")
         np.testing.assert_allclose(lse.cpu().numpy(), want_lse, atol=2e-3)
