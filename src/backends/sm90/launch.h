@@ -51,6 +51,10 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow32();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow32();
+// Defined in decode_<q>_fp8w.cu: the e4m3 cache with a 16-bit q on the wide tile, widened in
+// shared memory (Widen::kFp8, decode_kernel.cuh).
+const DecodeKernel& decode_kernel_e4m3_bf16_wide();
+const DecodeKernel& decode_kernel_e4m3_fp16_wide();
 // Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
