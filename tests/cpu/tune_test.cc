@@ -271,6 +271,36 @@ TEST(Tuner, Sm90DefaultTacticByBatchAndLength) {
   }
 }
 
+// With the one-scale fp8 cache: a 16-bit q runs the narrow tile first up to 32 rows and the wide
+// tile (the cache widened in shared memory) past them; an e4m3 q the wide tile from 17 rows on.
+TEST(Tuner, Sm90Fp8CacheTacticOrder) {
+  const BackendEntry* sm90 = find_backend("sm90");
+  if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
+    GTEST_SKIP() << "sm90 not compiled in";
+  }
+  const struct {
+    int h_q, s_q;
+    DType q;
+    int first;
+  } cases[] = {{16, 1, DType::kBF16, 3},    {32, 1, DType::kBF16, 3},
+               {16, 2, DType::kFP16, 3},    {64, 1, DType::kBF16, 0},
+               {128, 1, DType::kFP16, 0},   {16, 1, DType::kFP8E4M3, 3},
+               {32, 1, DType::kFP8E4M3, 0}, {128, 1, DType::kFP8E4M3, 0}};
+  for (const auto& c : cases) {
+    const Problem p{.h_q = c.h_q,
+                    .s_q = c.s_q,
+                    .page_size = 64,
+                    .max_batch = 64,
+                    .max_seq_len = 4096,
+                    .q_dtype = c.q,
+                    .kv_dtype = DType::kFP8E4M3,
+                    .out_dtype = c.q == DType::kFP16 ? DType::kFP16 : DType::kBF16};
+    const std::vector<Tactic> order = sm90->tactics(p);
+    ASSERT_EQ(order.size(), 6u);
+    EXPECT_EQ(order.front().id, c.first) << "h_q " << c.h_q << " s_q " << c.s_q;
+  }
+}
+
 TEST(Tuner, RefusesWithoutAGpu) {
   if (current_device().present) GTEST_SKIP() << "a GPU is present";
   std::vector<Measurement> measured;

@@ -1,7 +1,8 @@
 // GPU tests of the sm90 backend with an fp8 (e4m3, one scale) cache, against the cpu reference,
 // on sm_90 devices only: the narrow tile of 16 or 32 rows (decode_fp8_narrow.cuh; tiles of 32 rows
-// past 32), q bf16 or fp16 (out alike: the cache widened in registers) or e4m3 (out bf16 or fp16:
-// both products on fp8 wgmma, also on the wide tile, decode_fp8_wide.cuh), page sizes 32, 64 and
+// past 32), q bf16 or fp16 (out alike: the cache widened in registers; on the wide tile widened in
+// shared memory, Widen::kFp8) or e4m3 (out bf16 or fp16: both products on fp8 wgmma, also on the
+// wide tile, decode_fp8_wide.cuh), page sizes 32, 64 and
 // 128, h_q 1..128, s_q up to 16, length kinds, sinks, lse, every tactic; device-side scales
 // followed by graph replays; PDL bitwise.
 //
@@ -49,6 +50,13 @@ const Case kSweep[] = {
     {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 0, 0, -1, true, true, true},
     {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 2, 1, 4001, true, true, true},
     {DType::kFP16, 128, 128, 8, Lens::kVariable, true, true, 1, 0, 300, true, true, true},
+    // The wide tile with a 16-bit q (the cache widened in shared memory): the same shapes.
+    {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 0, 0, -1, true, true, false},
+    {DType::kFP16, 32, 64, 2, Lens::kSkewed, false, true, 1, 0, -1, true, true, false},
+    {DType::kBF16, 128, 40, 3, Lens::kFixed, true, false, 2, 0, -1, true, true, false},
+    {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 0, 0, -1, true, true, false},
+    {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 2, 1, 4001, true, true, false},
+    {DType::kFP16, 128, 128, 8, Lens::kVariable, true, true, 1, 0, 300, true, true, false},
 };
 
 TEST(Sm90Fp8, Sweep) {
@@ -116,20 +124,6 @@ TEST(Sm90Fp8, ErrorOfFp8Products) {
   }
 }
 
-// The wide tile's tactics are refused for an fp8 cache with a 16-bit q, naming the tactic.
-TEST(Sm90Fp8, WideTacticsRefusedWith16BitQ) {
-  MLAKIT_SKIP_WITHOUT_SM90();
-  Problem p;
-  p.kv_dtype = DType::kFP8E4M3;
-  p.max_seq_len = 1024;
-  for (const int tactic : {0, 1, 2}) {
-    std::unique_ptr<Decoder> decoder;
-    const Status st = Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
-    EXPECT_NE(st.message().find("tactic"), std::string::npos) << st.message();
-  }
-}
-
 TEST(Sm90Fp8Graph, ScalesAndLengthsFollowedByReplays) {
   MLAKIT_SKIP_WITHOUT_SM90();
   check_graph_replay(kBackend, 32, {.q = DType::kBF16, .kv = DType::kFP8E4M3});
@@ -157,6 +151,9 @@ TEST(Sm90Sanitize, Fp8) {
       {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 1, 0, 100, true, true, true},
       {DType::kBF16, 128, 64, 1, Lens::kFixed, true, true, 2, 2, 300, true, true, true},
       {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 8, 600, true, true, true},
+      // The wide tile with a 16-bit q: its widening in place, each schedule.
+      {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 0, 0, 12, true, true, false},
+      {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 2, 2, 300, true, true, false},
   };
   check_cases(small, 4400, kBackend);
 }

@@ -51,6 +51,11 @@ inline constexpr int kConsumerRegisters = 232;
 inline constexpr int kColsPerWarpgroup = kDv / 2;  // O columns of one warpgroup
 inline constexpr int kVChunksPerWarpgroup = kColsPerWarpgroup / kChunkElems;
 inline constexpr int kPChunk = kQkChunks - 1;  // P of a block goes over its rope chunk
+// Widen::kFp8 (params.h): the e4m3 column chunks of a block (64 tokens x 64 bytes) land in the
+// second half of the 16-bit stage (decode_kernel.cuh, widen_fp8).
+inline constexpr int kFp8RawChunkBytes = kBlockN * 64;
+inline constexpr int kFp8RawOffset = kTileBytes / 2;
+static_assert(kFp8RawOffset + kQkChunks * kFp8RawChunkBytes == kTileBytes);
 static_assert(kDqk % 64 == 0 && kDv % 128 == 0 && kPChunk * kChunkElems == kDv);
 static_assert(kStages == 2, "warpgroup w owns the blocks of stage w");
 // Cluster schedule (plan.h): the most CTAs per cluster, the portable limit.

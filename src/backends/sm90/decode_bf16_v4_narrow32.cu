@@ -6,7 +6,7 @@
 namespace mlakit::sm90 {
 
 const DecodeKernel& decode_kernel_bf16_v4_narrow32() {
-  return decode_kernel_entry<__nv_bfloat16, 32, __nv_bfloat16, false, true>();
+  return decode_kernel_entry<__nv_bfloat16, 32, __nv_bfloat16, false, Widen::kV4>();
 }
 
 }  // namespace mlakit::sm90

@@ -6,7 +6,7 @@
 namespace mlakit::sm90 {
 
 const DecodeKernel& decode_kernel_fp16_v4_narrow16() {
-  return decode_kernel_entry<__half, 16, __half, false, true>();
+  return decode_kernel_entry<__half, 16, __half, false, Widen::kV4>();
 }
 
 }  // namespace mlakit::sm90

@@ -49,9 +49,14 @@ namespace mlakit::sm90 {
 
 // The producer warp: walks the same chunks as the consumers and keeps the stages full. L: the
 // shared-memory plan (Layout, Fp8Layout): stages, chunk sizes, how stages come back.
-template <typename L, int kTileRows>
+// kRawFp8 (Widen::kFp8): the e4m3 cache's column chunks (64 tokens x 64 bytes in the 64-byte
+// swizzle, the cache's tensor map) land in the second half of a 16-bit stage, where widen_fp8
+// widens them in place into the stage's 16-bit chunks.
+template <typename L, int kTileRows, bool kRawFp8 = false>
 __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, int m_tile,
                                         int32_t cta) {
+  constexpr int kChunk = kRawFp8 ? kFp8RawChunkBytes : L::kKvChunkBytes;  // bytes a column chunk
+  constexpr int kChunkAt = kRawFp8 ? kFp8RawOffset : 0;  // where the chunks start in the stage
   const int lane = static_cast<int>(threadIdx.x) % 32;
   SmallStorage& sm = *s.small;
   const int page_size = 1 << p.page_shift;
@@ -104,8 +109,8 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
       // rows are then masked and zeroed as V.
       if (lane < kQkChunks) {
         const bool second = two_pages && tok0 + page_size < c.token_end;
-        const uint32_t bytes = two_pages && !second ? L::kKvChunkBytes / 2 : L::kKvChunkBytes;
-        uint8_t* dst = s.kv + stage * L::kStageBytes + lane * L::kKvChunkBytes;
+        const uint32_t bytes = two_pages && !second ? kChunk / 2 : kChunk;
+        uint8_t* dst = s.kv + stage * L::kStageBytes + kChunkAt + lane * kChunk;
         const int32_t offset = tok0 & (page_size - 1);
         uint64_t* bar = &sm.full[stage][lane];
         (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
@@ -113,13 +118,12 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
         if (p.kv_paged) {
           // Padded pages (params.h): (token in page, page) coordinates; page -1 reads zeros.
           tma_load_3d(dst, &p.kv_map, lane * kChunkElems, offset, id0, bar);
-          if (second)
-            tma_load_3d(dst + L::kKvChunkBytes / 2, &p.kv_map, lane * kChunkElems, 0, id1, bar);
+          if (second) tma_load_3d(dst + kChunk / 2, &p.kv_map, lane * kChunkElems, 0, id1, bar);
         } else {
           tma_load_2d(dst, &p.kv_map, lane * kChunkElems, (id0 << p.page_shift) + offset, bar);
-          if (second)
-            tma_load_2d(dst + L::kKvChunkBytes / 2, &p.kv_map, lane * kChunkElems,
-                        id1 << p.page_shift, bar);
+          if (second) {
+            tma_load_2d(dst + kChunk / 2, &p.kv_map, lane * kChunkElems, id1 << p.page_shift, bar);
+          }
         }
       }
       __syncwarp();
@@ -168,7 +172,54 @@ __device__ __forceinline__ void rescale(float (&o)[128], const MaxStep (&step)[2
   }
 }
 
-template <typename T, bool kV4>
+// Widen::kFp8: the owning warpgroup widens a block of the one-scale e4m3 cache in place, once
+// all of its column chunks landed (produce<..., true>): raw chunk j (64 tokens x 64 bytes, the
+// 64-byte swizzle) lies at kFp8RawOffset + 4 KB j of the stage, 16-bit column chunk j at 8 KB j.
+// Thread t widens the 16-byte piece t % 4 of tokens t / 4 and t / 4 + 32 of each raw chunk, exactly
+// (dequant16 with 1: the scales are the consumer's factors), into two 16-byte pieces of its rows.
+// Column chunks 0..3 lie below the raw chunks; 4..8 overlap raw chunks 0..8 (chunk j >= 4 covers
+// raw 2j - 9 and 2j - 8, all <= j), so raw 4..8 are read into registers, the warpgroup meets,
+// then 4..8 are written. The RoPE chunk is e4m3 too in this cache. Ends with the writes ordered
+// before the wgmma of either warpgroup (the other reads V after this one's P is published).
+template <typename T>
+__device__ __forceinline__ void widen_fp8(SmallStorage& sm, uint32_t stage_addr, int t, int wg) {
+  const int u = t % 4;
+  auto load = [&](int j, uint32_t(&v)[2][4]) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      ld_shared_v4(
+          stage_addr + kFp8RawOffset + j * kFp8RawChunkBytes + swizzled64(t / 4 + 32 * k, u * 16),
+          v[k]);
+    }
+  };
+  auto step = [&](int j, const uint32_t(&v)[2][4]) {
+    const uint32_t at = stage_addr + j * kChunkBytes;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int tk = t / 4 + 32 * k;
+      uint32_t w[8];
+      dequant16<T>(make_uint4(v[k][0], v[k][1], v[k][2], v[k][3]), 1.0f, w);
+      st_shared_v4(at + swizzled(tk, u * 32), w[0], w[1], w[2], w[3]);
+      st_shared_v4(at + swizzled(tk, u * 32 + 16), w[4], w[5], w[6], w[7]);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t v[2][4];
+    load(j, v);
+    step(j, v);
+  }
+  uint32_t v[kQkChunks - 4][2][4];
+#pragma unroll
+  for (int j = 4; j < kQkChunks; ++j) load(j, v[j - 4]);
+  dequant_sync(sm, wg, 0);
+#pragma unroll
+  for (int j = 4; j < kQkChunks; ++j) step(j, v[j - 4]);
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  dequant_sync(sm, wg, 1);
+}
+
+template <typename T, Widen kWiden>
 __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, int m_tile,
                                         int32_t cta) {
   const int tid = static_cast<int>(threadIdx.x);
@@ -182,7 +233,16 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kRows;
-  const float scale_log2 = p.scale_log2;
+  // Widen::kFp8: the e4m3 values widened exactly; the cache's scale (and q's) goes into the
+  // scores' factor and the output's, as on the narrow tile (decode_fp8_narrow.cuh).
+  const float scale_log2 = [&] {
+    if constexpr (kWiden == Widen::kFp8) return p.scale_log2 * fp8::read_scales(p).qk;
+    return p.scale_log2;
+  }();
+  const float v_scale = [&] {
+    if constexpr (kWiden == Widen::kFp8) return fp8::read_scales(p).v;
+    return 1.0f;
+  }();
   const float k_scale = fp8::read_scales(p).v;  // sparse V3.2 / V4: the cache's extra scale
 
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
@@ -220,9 +280,13 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       uint32_t pr[16];  // own block: P as the A fragments of P V, 4 per 16 tokens
       if (own) {
         // Sparse decode of the V3.2 or V4 cache: the owner widens the block first (gather.cuh).
-        if constexpr (kV4) {
+        if constexpr (kWiden == Widen::kV4) {
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v4<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
+        } else if constexpr (kWiden == Widen::kFp8) {
+#pragma unroll 1
+          for (int j = 0; j < kQkChunks; ++j) wait_parity(&sm.full[stage][j], phase);
+          widen_fp8<T>(sm, kv_stage, t, wg);
         } else if (p.fill == Fill::kGatherV32) {
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
@@ -343,8 +407,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
       grid_stamp(3);
     }
 
-    write_wide_chunk<T>(p, s, c, row0, m, l, o, scale_log2, /*lse_shift_log2=*/0.0f,
-                        /*v_scale=*/1.0f, chunk_parity);
+    write_wide_chunk<T>(p, s, c, row0, m, l, o, scale_log2, /*lse_shift_log2=*/0.0f, v_scale,
+                        chunk_parity);
   }
   if (tid == 0) grid_stamp(4);
 }
@@ -359,9 +423,10 @@ using LayoutOf = std::conditional_t<
 
 // kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh). T: q's type (and
 // the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh, and with
-// an e4m3 q (T uint8_t) also the wide tile, decode_fp8_wide.cuh). kV4: sparse decode of the V4
-// cache (Fill::kGatherV4) only.
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
+// an e4m3 q (T uint8_t) also the wide tile, decode_fp8_wide.cuh). kWiden: what the 16-bit tiles
+// widen in shared memory (params.h): sparse decode of the V4 cache, or the one-scale e4m3 cache
+// with a 16-bit q on the wide tile; kNone for every other problem.
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using L = LayoutOf<kTileRows, T, kFp8Kv>;
@@ -369,7 +434,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kFp8Kv || kNarrow || std::is_same_v<T, uint8_t>,
                 "a 16-bit q with the fp8 cache runs the narrow tile");
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
-  static_assert(!kV4 || !kFp8Kv, "the V4 cache is gathered into 16 bits");
+  static_assert(kWiden == Widen::kNone || !kFp8Kv, "widened caches run the 16-bit tiles");
+  static_assert(kWiden != Widen::kFp8 || !kNarrow, "the widened e4m3 cache runs the wide tile");
+  constexpr bool kV4 = kWiden == Widen::kV4;
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -442,7 +509,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         gathers = true;
       }
     }
-    if (!gathers && threadIdx.x < kConsumerThreads + 32) produce<L, kTileRows>(p, s, m_tile, cta);
+    if (!gathers && threadIdx.x < kConsumerThreads + 32) {
+      produce<L, kTileRows, kWiden == Widen::kFp8>(p, s, m_tile, cta);
+    }
 #ifdef MLAKIT_SM90_TRACE
     if (!gathers && threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
         blockIdx.x == 0) {
@@ -462,7 +531,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if constexpr (kNarrow) {
       consume_narrow<T, kTileRows, kV4>(p, s, m_tile, cta);
     } else {
-      consume<T, kV4>(p, s, m_tile, cta);
+      consume<T, kWiden>(p, s, m_tile, cta);
     }
     if (merges) {
       cluster_sync();  // every CTA's result and LSE in its shared memory
@@ -476,14 +545,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status prepare_decode() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>,
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes));
   cudaFuncAttributes attributes{};
   MLAKIT_CUDA_RETURN(
-      cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>));
+      cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>));
   if (attributes.binaryVersion != 90) {
     return unsupported(
         "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
@@ -493,18 +562,18 @@ Status prepare_decode() {
   return Status::Ok();
 }
 
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
   trace_print_at_exit();
   MLAKIT_CUDA_RETURN(pdl::launch_clustered(
-      decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>, grid, dim3(kThreads),
+      decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>, grid, dim3(kThreads),
       LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes, stream, pdl, static_cast<unsigned>(cluster), p));
   return Status::Ok();
 }
 
 // How many clusters of `cluster` CTAs of the kernel the device runs at once (one CTA per SM; a
 // cluster's CTAs share a GPC, so this can be less than SMs / cluster).
-template <typename T, int kTileRows, typename TOut, bool kFp8Kv, bool kV4>
+template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status max_active_clusters(int cluster, int* count) {
   cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
   cudaLaunchConfig_t config = {};
@@ -514,17 +583,18 @@ Status max_active_clusters(int cluster, int* count) {
   config.attrs = attribute;
   config.numAttrs = 1;
   MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(
-      count, decode_kernel<T, kTileRows, TOut, kFp8Kv, kV4>, &config));
+      count, decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>, &config));
   return Status::Ok();
 }
 
 // The entry of one instantiation (launch.h); each decode_<dtype>*.cu defines one.
-template <typename T, int kTileRows, typename TOut = T, bool kFp8Kv = false, bool kV4 = false>
+template <typename T, int kTileRows, typename TOut = T, bool kFp8Kv = false,
+          Widen kWiden = Widen::kNone>
 const DecodeKernel& decode_kernel_entry() {
   static constexpr DecodeKernel kEntry{
-      .prepare = prepare_decode<T, kTileRows, TOut, kFp8Kv, kV4>,
-      .launch = launch_decode<T, kTileRows, TOut, kFp8Kv, kV4>,
-      .max_active_clusters = max_active_clusters<T, kTileRows, TOut, kFp8Kv, kV4>};
+      .prepare = prepare_decode<T, kTileRows, TOut, kFp8Kv, kWiden>,
+      .launch = launch_decode<T, kTileRows, TOut, kFp8Kv, kWiden>,
+      .max_active_clusters = max_active_clusters<T, kTileRows, TOut, kFp8Kv, kWiden>};
   return kEntry;
 }
 

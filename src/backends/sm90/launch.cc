@@ -178,10 +178,13 @@ const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows, bool v4) {
   }
 }
 
-// The kernel of an e4m3 cache (narrow tiles of 16 or 32 rows; with an e4m3 q also the wide tile).
+// The kernel of an e4m3 cache: narrow tiles of 16 or 32 rows, or the wide tile (an e4m3 q: fp8
+// products; a 16-bit q: the cache widened in shared memory).
 const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
   const bool small = tile_rows == kSmallNarrowRows;
   if (tile_rows == kRows) {
+    if (q == DType::kBF16) return decode_kernel_e4m3_bf16_wide();
+    if (q == DType::kFP16) return decode_kernel_e4m3_fp16_wide();
     return out == DType::kBF16 ? decode_kernel_e4m3_e4m3_bf16() : decode_kernel_e4m3_e4m3_fp16();
   }
   if (q == DType::kFP8E4M3) {
@@ -206,12 +209,6 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
   const bool narrow = tactic >= kNarrowTactic;
-  if (fp8 && !narrow && p.q_dtype != DType::kFP8E4M3) {
-    return invalid_argument("tactic",
-                            str_cat(kNarrowTactic, "..", kNarrowTactic + 2,
-                                    " for an fp8 cache with a 16-bit q (the narrow tile)"),
-                            tactic);
-  }
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,

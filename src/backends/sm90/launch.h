@@ -51,6 +51,10 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_narrow32();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow32();
+// Defined in decode_<q>_fp8w.cu: the e4m3 cache with a 16-bit q on the wide tile, widened in
+// shared memory (Widen::kFp8, decode_kernel.cuh).
+const DecodeKernel& decode_kernel_e4m3_bf16_wide();
+const DecodeKernel& decode_kernel_e4m3_fp16_wide();
 // Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
@@ -59,7 +63,7 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
 // tile, each cluster merging through distributed shared memory, the combine kernel only when
 // C > 1; the shape picked per call from the batch); kNarrowTactic + each of them with the narrow
 // tile (config.h; h_q x s_q <= 32 only, except with an fp8 cache: there the narrow tile runs
-// tiles of 32 rows beyond that, and the wide tile takes only an e4m3 q).
+// tiles of 32 rows beyond that).
 inline constexpr int kNarrowTactic = 3;
 inline constexpr int kMaxNarrowRows = 32;
 // The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.

@@ -19,6 +19,14 @@ enum class Fill : int32_t {
   kGatherV4 = 3,   // tokens of the V4 cache (576 data + 8 scale bytes), dequantized to q's type
 };
 
+// What an instantiation of the 16-bit decode kernel widens in shared memory before its products
+// (decode_kernel.cuh), each its own kernel so that the others' code stays as it was:
+enum class Widen : int32_t {
+  kNone = 0,  // nothing at compile time: the dense 16-bit cache, the sparse 16-bit and V3.2 ones
+  kV4 = 1,    // sparse decode of the V4 cache (gather.cuh)
+  kFp8 = 2,   // the one-scale e4m3 cache, TMA-loaded, with a 16-bit q on the wide tile
+};
+
 // A V4 cache as the gather reads it (Fill::kGatherV4): slot s (plan/compact.h, page pitch
 // 2^page_shift) is token s & (2^page_shift - 1) of page s >> page_shift; its 576 data bytes at
 // base + page * page_stride + token * 576, its 8 scale bytes at that page's + scale_offset +
