@@ -28,20 +28,6 @@ constexpr int kBits = 8;
 constexpr int kBins = 1 << kBits;
 static_assert(kBins <= kThreads, "the histogram is cleared one bin a thread");
 
-struct TopkParams {
-  const float* logits;  // [b * next_n, ld]
-  int64_t ld;
-  const int32_t* seq_lens;     // [b]
-  const int32_t* block_table;  // [b, block_table_stride]
-  int64_t block_table_stride;
-  int64_t max_len;
-  int32_t next_n;
-  int32_t k;
-  int32_t page_size;
-  int32_t* indices;    // [b * next_n, k]
-  int32_t* positions;  // [b * next_n, k] or null
-};
-
 using BlockScan = cub::BlockScan<int, kThreads>;
 
 struct Shared {
@@ -52,8 +38,8 @@ struct Shared {
 };
 
 // Writes output m of row r: position p (-1 = none) and its cache slot.
-__device__ __forceinline__ void emit(const TopkParams& p, const int32_t* pages, int64_t r,
-                                     int64_t m, int64_t pos) {
+__device__ __forceinline__ void emit(const TopkRows& p, const int32_t* pages, int64_t r, int64_t m,
+                                     int64_t pos) {
   int32_t slot = -1;
   if (pos >= 0) {
     const int32_t page = pages[pos / p.page_size];
@@ -63,7 +49,7 @@ __device__ __forceinline__ void emit(const TopkParams& p, const int32_t* pages, 
   if (p.positions != nullptr) p.positions[r * p.k + m] = static_cast<int32_t>(pos);
 }
 
-__global__ void __launch_bounds__(kThreads) topk_kernel(const __grid_constant__ TopkParams p) {
+__global__ void __launch_bounds__(kThreads) topk_kernel(const __grid_constant__ TopkRows p) {
   __shared__ Shared s;
   const int tid = threadIdx.x;
   const int64_t r = blockIdx.x;
@@ -134,19 +120,8 @@ Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
   if (a.workspace != nullptr && topk_multi_applies(rows, a.max_len, a.k)) {
     return topk_indices_multi(a, ld, stream);
   }
-  const TopkParams p = {
-      .logits = a.logits,
-      .ld = ld,
-      .seq_lens = a.seq_lens,
-      .block_table = a.block_table,
-      .block_table_stride = a.block_table_stride,
-      .max_len = a.max_len,
-      .next_n = a.next_n,
-      .k = a.k,
-      .page_size = a.page_size,
-      .indices = a.indices,
-      .positions = a.positions,
-  };
+  const TopkRows p = topk_rows(a, ld);
+
   topk_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p);
   MLAKIT_CUDA_RETURN_LAUNCH("topk_kernel");
   return Status::Ok();

@@ -94,6 +94,36 @@ inline TopkMultiPlan topk_multi_plan(int64_t rows, int64_t max_len) {
   return plan;
 }
 
+// The rows both CUDA kernels read and the outputs they write (kernel parameters): TopkArgs's
+// device pointers and sizes, with the logits' row stride.
+struct TopkRows {
+  const float* logits;  // [b * next_n, ld]
+  int64_t ld;
+  const int32_t* seq_lens;     // [b]
+  const int32_t* block_table;  // [b, block_table_stride]
+  int64_t block_table_stride;
+  int64_t max_len;
+  int32_t next_n;
+  int32_t k;
+  int32_t page_size;
+  int32_t* indices;    // [b * next_n, k]
+  int32_t* positions;  // [b * next_n, k] or null
+};
+
+inline TopkRows topk_rows(const TopkArgs& a, int64_t ld) {
+  return {.logits = a.logits,
+          .ld = ld,
+          .seq_lens = a.seq_lens,
+          .block_table = a.block_table,
+          .block_table_stride = a.block_table_stride,
+          .max_len = a.max_len,
+          .next_n = a.next_n,
+          .k = a.k,
+          .page_size = a.page_size,
+          .indices = a.indices,
+          .positions = a.positions};
+}
+
 // cpu reference: checks lengths and page ids first.
 Status topk_indices_cpu(const TopkArgs& args, int64_t ld);
 // CUDA (topk.cu): one block per row, radix select; with a workspace and long rows, the

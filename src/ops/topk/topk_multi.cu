@@ -47,21 +47,11 @@ constexpr int kRefineBins = 1 << kRefineBits;
 static_assert(kTopShift % kRefineBits == 0, "the refine passes cover the bits below the top ones");
 static_assert(kRefineBins % kThreads == 0, "the bin search gives each thread a run");
 
-struct MultiParams {
-  const float* logits;  // [b * next_n, ld]
-  int64_t ld;
-  const int32_t* seq_lens;     // [b]
-  const int32_t* block_table;  // [b, block_table_stride]
-  int64_t block_table_stride;
-  int64_t max_len;
-  int32_t next_n;
-  int32_t k;
-  int32_t page_size;
+// The rows (TopkRows) and the multi-block schedule's slices and workspace.
+struct MultiParams : TopkRows {
   int32_t slices;
   int64_t slice_len;
   bool vec;             // every row 16-byte aligned: float4 loads
-  int32_t* indices;     // [b * next_n, k]
-  int32_t* positions;   // [b * next_n, k] or null
   int32_t* hist;        // [rows, kTopkTopBins]
   TopkRowState* state;  // [rows]
   TopkSlice* slice;     // [rows, slices]
@@ -387,26 +377,16 @@ Status topk_indices_multi(const TopkArgs& a, int64_t ld, Stream stream) {
   const int64_t rows = int64_t{a.batch} * a.next_n;
   const TopkMultiPlan plan = topk_multi_plan(rows, a.max_len);
   auto* ws = static_cast<char*>(a.workspace);
-  const MultiParams p = {
-      .logits = a.logits,
-      .ld = ld,
-      .seq_lens = a.seq_lens,
-      .block_table = a.block_table,
-      .block_table_stride = a.block_table_stride,
-      .max_len = a.max_len,
-      .next_n = a.next_n,
-      .k = a.k,
-      .page_size = a.page_size,
-      .slices = plan.slices,
-      .slice_len = plan.slice_len,
-      .vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0,
-      .indices = a.indices,
-      .positions = a.positions,
-      .hist = reinterpret_cast<int32_t*>(ws),
-      .state = reinterpret_cast<TopkRowState*>(ws + plan.state_offset),
-      .slice = reinterpret_cast<TopkSlice*>(ws + plan.slice_offset),
-      .cand = reinterpret_cast<uint2*>(ws + plan.cand_offset),
-  };
+  MultiParams p;
+  static_cast<TopkRows&>(p) = topk_rows(a, ld);
+  p.slices = plan.slices;
+  p.slice_len = plan.slice_len;
+  p.vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
+  p.hist = reinterpret_cast<int32_t*>(ws);
+  p.state = reinterpret_cast<TopkRowState*>(ws + plan.state_offset);
+  p.slice = reinterpret_cast<TopkSlice*>(ws + plan.slice_offset);
+  p.cand = reinterpret_cast<uint2*>(ws + plan.cand_offset);
+
   MLAKIT_CUDA_RETURN(cudaMemsetAsync(a.workspace, 0, plan.clear_bytes, stream));
   const auto blocks = static_cast<unsigned>(rows * plan.slices);
   topk_histogram<<<blocks, kThreads, 0, stream>>>(p);
