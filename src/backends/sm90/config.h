@@ -44,10 +44,27 @@ inline constexpr int kStages = 2;
 inline constexpr int kMaxStages = 4;
 inline constexpr int kConsumerThreads = 256;             // two warpgroups
 inline constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
-// Registers per thread after setmaxnreg: the producer gives up what the consumers' 128 fp32
-// accumulators of O need (128 x 40 + 256 x 232 <= 64K).
-inline constexpr int kProducerRegisters = 40;
-inline constexpr int kConsumerRegisters = 232;
+// Registers per thread after setmaxnreg. A CTA of 384 threads starts with 168 each (65536 / 384,
+// rounded down to 8), and setmaxnreg.inc only takes what setmaxnreg.dec gave back: 128 producer
+// plus 256 consumer registers must stay within 168 x 384 (past it the consumers wait forever).
+// Chosen per tile from ptxas's spill report (sm_90a, nvcc 13.0). At 40, the 16-bit tiles'
+// producers spilled 32-132 bytes a kernel (page walk, gather, widening): the wide and 16-row
+// tiles take 64 / 216 (no spills); the V4 gather and the 32-row tile 56 / 224 (fewest). The
+// e4m3-cache tiles' consumers need 232 (at 224 they spill) and their producer fits 40.
+struct RegisterSplit {
+  int producer, consumer;
+};
+constexpr RegisterSplit register_split(int tile_rows, bool fp8_kv, bool v4) {
+  if (fp8_kv) return {40, 232};
+  if (v4 || tile_rows == 32) return {56, 224};
+  return {64, 216};
+}
+constexpr bool fits_launch(RegisterSplit r) {
+  return 128 * r.producer + 256 * r.consumer <= 168 * 384;
+}
+static_assert(fits_launch(register_split(64, false, false)) &&
+              fits_launch(register_split(32, false, true)) &&
+              fits_launch(register_split(16, true, false)));
 inline constexpr int kColsPerWarpgroup = kDv / 2;  // O columns of one warpgroup
 inline constexpr int kVChunksPerWarpgroup = kColsPerWarpgroup / kChunkElems;
 inline constexpr int kPChunk = kQkChunks - 1;  // P of a block goes over its rope chunk

@@ -333,6 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kWiden == Widen::kNone || !kFp8Kv, "widened caches run the 16-bit tiles");
   static_assert(kWiden != Widen::kFp8 || !kNarrow, "the widened e4m3 cache runs the wide tile");
   constexpr bool kV4 = kWiden == Widen::kV4;
+  constexpr RegisterSplit kRegisters = register_split(kTileRows, kFp8Kv, kV4);
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -396,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x == 0) grid_stamp(1);
   if (threadIdx.x >= kConsumerThreads) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters.producer));
     // Sparse decode: the whole producer warpgroup gathers tokens (16-bit q only).
     bool gathers = false;
     if constexpr (!kFp8Kv) {
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cluster_sync();  // and merged
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters.consumer));
     if constexpr (kFp8Kv && !kNarrow) {
       consume_fp8_wide<TOut>(p, s, m_tile, cta);
     } else if constexpr (kFp8Kv) {
