@@ -196,7 +196,7 @@ size_t topk_workspace_bytes(const TopkArgs& args) {
   const bool in_range = args.batch >= 0 && args.batch <= kMaxBatch && args.next_n >= 1 &&
                         args.next_n <= kIndexerMaxNextN && args.max_len <= kMaxSeqLen;
   if (!in_range || !topk_multi_applies(rows, args.max_len, args.k)) return 0;
-  return topk_multi_plan(rows, args.max_len).bytes;
+  return topk_multi_plan(rows, args.max_len, args.k).bytes;
 }
 
 Status topk_indices(Device device, const TopkArgs& args, Stream stream) {

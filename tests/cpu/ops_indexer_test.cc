@@ -303,16 +303,23 @@ TEST(OpsTopk, WorkspaceBytesAndPlan) {
   EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);  // k >= every row: every position kept
   a.k = 2048;
   const size_t bytes = ops::topk_workspace_bytes(a);
-  const ops::TopkMultiPlan plan = ops::topk_multi_plan(128, 131072);
+  const ops::TopkMultiPlan plan = ops::topk_multi_plan(128, 131072, 2048);
   EXPECT_EQ(bytes, plan.bytes);
-  EXPECT_GE(bytes, 128u * (ops::kTopkTopBins * 4 + ops::kTopkCandidates * 8));
+  EXPECT_GE(bytes, 128u * (ops::kTopkTopBins * 4 + (ops::kTopkCandidates + 2048) * 8));
+  // k of kTopkSortItems and more: only the k-th largest's bin is kept as candidates.
+  a.k = ops::kTopkSortItems;
+  EXPECT_EQ(ops::topk_workspace_bytes(a),
+            ops::topk_multi_plan(128, 131072, ops::kTopkSortItems).bytes);
+  EXPECT_EQ(ops::topk_multi_plan(128, 131072, ops::kTopkSortItems).cand_cap, ops::kTopkCandidates);
+  a.k = 2048;
   a.batch = 0;
   EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);
   a.batch = -1;
   EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);  // out of range: validation names it
   for (const int64_t rows : {1, 2, 3, 7, 64, 100, 511, 512, 513, 4096}) {
     for (const int64_t max_len : {8192, 8193, 16384, 100000, 131072, 262144, 1 << 24}) {
-      const ops::TopkMultiPlan p = ops::topk_multi_plan(rows, max_len);
+      const int32_t k = rows % 2 == 0 ? 2048 : 8192;
+      const ops::TopkMultiPlan p = ops::topk_multi_plan(rows, max_len, k);
       EXPECT_GE(p.slices, 1);
       EXPECT_LE(p.slices, ops::kTopkMaxSlices);
       EXPECT_EQ(p.slice_len % ops::kTopkTile, 0);
@@ -323,7 +330,9 @@ TEST(OpsTopk, WorkspaceBytesAndPlan) {
       EXPECT_EQ(p.slice_offset % 256, 0u);
       EXPECT_EQ(p.cand_offset % 256, 0u);
       EXPECT_LE(p.clear_bytes, p.slice_offset);
-      EXPECT_EQ(p.bytes, p.cand_offset + rows * ops::kTopkCandidates * 8);
+      EXPECT_EQ(p.keep_above, k < ops::kTopkSortItems && p.slice_len >= ops::kTopkSortMinSlice);
+      EXPECT_EQ(p.cand_cap, ops::kTopkCandidates + (p.keep_above ? k : 0));
+      EXPECT_EQ(p.bytes, p.cand_offset + rows * p.cand_cap * 8);
     }
   }
 }

@@ -51,7 +51,9 @@ struct Rng {
 // reads past the length selects a NaN: the largest key); block-table entries past a request's
 // pages out of range. Rows are ld = max_len + ld_extra apart (an odd ld: no row is 16-byte
 // aligned but the first; a multiple of 4: every one is).
-enum class TopkValues { kNormal, kTies, kCrowded };
+// kRising: 2^(32 j / n), distinct and increasing along the row, so the largest keys (and their
+// bin) all lie in the row's last slice (the multi-block kernel's candidate staging overflows).
+enum class TopkValues { kNormal, kTies, kCrowded, kRising };
 
 struct TopkInputs {
   int batch, next_n, k, page_size;
@@ -84,7 +86,10 @@ inline TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vec
         switch (values) {
           case TopkValues::kNormal: x = rng.normal(); break;
           case TopkValues::kTies: x = static_cast<float>(rng.below(5)); break;
-          case TopkValues::kCrowded: x = 1.0f + static_cast<float>(rng.below(1 << 20)) / (1 << 20);
+          case TopkValues::kCrowded:
+            x = 1.0f + static_cast<float>(rng.below(1 << 20)) / (1 << 20);
+            break;
+          case TopkValues::kRising: x = std::exp2(32.0f * static_cast<float>(j) / n);
         }
       }
     }

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "mlakit/ops.h"
+#include "ops/topk/topk.h"
 #include "ops_test_util.h"
 #include "sm80_test_util.h"
 
@@ -84,9 +85,9 @@ TEST(OpsGpu, TopkEqualsCpuLongAndCausal) {
 }
 
 // The multi-block kernel (topk_multi.cu) on rows of 16K-256K: k 512/1024/2048, lengths 0, 1,
-// k-1, k, k+1 among long ones, normal values (the candidate buffer), ties from 5 levels and
-// crowded distinct values (a bin too big for the buffer: the refine reads the row), rows
-// 16-byte aligned (float4 loads) or not, batch 1 and 64, MTP rows, page sizes 1, 16 and 64.
+// k-1, k, k+1 among long ones, normal values (the candidate buffer and the sort path), ties from 5
+// levels and crowded distinct values (a bin too big for the buffer: the refine reads the row),
+// rows 16-byte aligned (float4 loads) or not, batch 1 and 64, MTP rows, page sizes 1, 16 and 64.
 TEST(OpsGpu, TopkMultiBlockEqualsCpu) {
   MLAKIT_SKIP_WITHOUT_GPU();
   Rng rng(106);
@@ -124,6 +125,25 @@ TEST(OpsGpu, TopkMultiBlockEqualsCpu) {
   }
 }
 
+// Rising values: every kept key of a row in its last slice, so that slice's block has more
+// candidates than it stages in shared memory (it appends the rest itself). 64 rows of up to 128K
+// take the sort path (slices of 16K); 3 rows the slice walk. In scripts/sanitize.sh's memcheck and
+// racecheck sweeps.
+TEST(OpsGpu, TopkMultiBlockRising) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(108);
+  std::vector<int32_t> lens(64, 131072);
+  lens[1] = 70000;
+  lens[2] = 16384;
+  lens[3] = 2049;
+  lens[4] = 0;
+  for (const int k : {512, 2048}) {
+    expect_topk_equal(make_topk(rng, k, 1, 64, lens, TopkValues::kRising, 4), true);
+  }
+  expect_topk_equal(make_topk(rng, 2048, 1, 64, {131072, 70000, 16384}, TopkValues::kRising, 4),
+                    true);
+}
+
 // The multi-block kernel captured in a CUDA graph (its workspace cleared inside the graph) and
 // replayed with new lengths.
 TEST(OpsGpu, TopkMultiBlockGraphReplay) {
@@ -141,6 +161,29 @@ TEST(OpsGpu, TopkMultiBlockGraphReplay) {
   replay_topk_with_new_lengths(
       in, a, d.lens, d.idx, d.pos, stream.stream,
       {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}});
+}
+
+// The same on the sort path (48 rows of up to 128K: slices of 16K), the lengths changed between
+// replays (rows below k, rows of one slice, full rows).
+TEST(OpsGpu, TopkSortPathGraphReplay) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(109);
+  StreamHolder stream;
+  std::vector<int32_t> full(48, 131072);
+  TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
+  TopkDeviceInputs d(rng, in);
+  ops::TopkArgs a = d.args(in);
+  ASSERT_TRUE(ops::topk_multi_plan(48, 131072, 2048).keep_above);
+  const size_t bytes = ops::topk_workspace_bytes(a);
+  DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
+  a.workspace = d_ws.ptr;
+  a.workspace_size = bytes;
+  std::vector<int32_t> mixed(48);
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    mixed[i] = static_cast<int32_t>(i % 4 == 0 ? rng.below(2049) : 2049 + rng.below(131072 - 2048));
+  }
+  replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
+                               {full, mixed, std::vector<int32_t>(48, 16000), full});
 }
 
 }  // namespace

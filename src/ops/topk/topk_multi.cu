@@ -7,27 +7,36 @@
 //      and adds the non-zero bins to the row's histogram (global atomics). The row's last block
 //      (a ticket counter, threadFenceReduction's pattern) finds the bin B holding the k-th
 //      largest key and how many of the k are in higher bins.
-//   2. topk_candidates: each block counts its slice's keys in bins above B and compacts the keys
-//      of bin B, with their positions, into the row's candidate buffer (a warp-aggregated atomic;
-//      the buffer's order does not matter). The row's last block refines: two 10-bit radix
-//      passes over the candidates give the k-th largest key T and how many keys equal to T are
-//      kept; per slice it counts the candidates above and equal to T, then two block scans over
-//      the slices give each slice the keys equal to T it keeps (the first ones in position order:
-//      ties by the lower position) and its output offset. When bin B holds more keys than the
-//      buffer (heavy ties), the refine reads the whole row instead (slow, still exact).
-//   3. topk_emit: each block walks its slice in position order, 2048 keys at a time (float4 loads
-//      when every row is 16-byte aligned; the next tile loads while one is written), and writes
-//      the keys above T and its first equal keys at its offset, their places from one block scan
-//      of packed (above, equal) counts; it stops once its `kept` outputs are written.
+//   2. topk_candidates: each block counts its slice's keys in bins above B and appends the keys of
+//      bin B (and on the sort path, k < kTopkSortItems and slices of kTopkSortMinSlice keys and
+//      more, of the bins above it: fewer than k), with their
+//      positions, to the row's candidate buffer: gathered in shared memory, then copied with one
+//      atomic a block (the buffer's order does not matter). The row's last block refines: two
+//      10-bit radix passes over bin B's candidates give the k-th largest key T and how many keys
+//      equal to T are kept. Sort path: when every key above T and every key equal to T is a
+//      candidate and they number at most kTopkSortItems, it marks the row for pass 3's sort and
+//      stops. Otherwise it counts per slice the candidates above and equal to T, and two block
+//      scans over the slices give each slice the keys equal to T it keeps (the first ones in
+//      position order: ties by the lower position) and its output offset. When bin B holds more
+//      keys than the buffer (heavy ties), the refine reads the whole row instead (slow, still
+//      exact).
+//   3. topk_emit: sort path rows: the row's first block gathers the candidates >= T, sorts them by
+//      position (one block radix sort) and writes the keys above T and the first equal ones, in
+//      position order; the row itself is not read again. Other rows: each block walks its slice
+//      in position order, 2048 keys at a time (float4 loads when every row is 16-byte aligned; the
+//      next tile loads while one is written), and writes the keys above T and its first equal
+//      keys at its offset, their places from one block scan of packed (above, equal) counts; it
+//      stops once its `kept` outputs are written.
 // Integer counts and scans only, so the result does not depend on the order of the atomics:
-// deterministic. The row is read three times; the later passes mostly hit L2. Rows of length
-// n <= k keep every position (written by pass 3). Graph-capturable: the grid depends on the
+// deterministic (the sort path's order is by position, and positions are distinct). The row is
+// read twice on the sort path (three times otherwise); the later passes mostly hit L2. Rows of
+// length n <= k keep every position (written by pass 3). Graph-capturable: the grid depends on the
 // shapes only; lengths and page ids are read on the device.
 // Measured on the H200 at 821180b (k 2048): 20-24 us a row of 16K-256K at batch 1, 46.7 us for
 // 64 rows of 32K and 103.8 us for 64 of 128K; 2.2-31x the one-block kernel (docs/ops.md).
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -37,8 +46,6 @@
 
 namespace mlakit::ops {
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int kThreads = kTopkMultiThreads;
 constexpr int kTopShift = 32 - kTopkTopBits;  // a key's top bits: key >> kTopShift
@@ -52,14 +59,22 @@ struct MultiParams : TopkRows {
   int32_t slices;
   int64_t slice_len;
   bool vec;             // every row 16-byte aligned: float4 loads
+  bool keep_above;      // the candidates also hold the keys above the k-th largest's bin
+  int32_t cand_cap;     // candidates a row
   int32_t* hist;        // [rows, kTopkTopBins]
   TopkRowState* state;  // [rows]
   TopkSlice* slice;     // [rows, slices]
-  uint2* cand;          // [rows, kTopkCandidates] {key, position}
+  uint2* cand;          // [rows, cand_cap] {key, position}
 };
 
 using BlockScan = cub::BlockScan<int, kThreads>;
 using BlockReduce = cub::BlockReduce<int, kThreads>;
+constexpr int kSortPerThread = kTopkSortItems / kThreads;
+using BlockSort = cub::BlockRadixSort<uint32_t, kThreads, kSortPerThread, uint32_t>;
+// Candidates a pass-2 block gathers in shared memory before it copies them to the row's buffer
+// with one atomic; past it a thread appends to the buffer itself (rare: many candidates in one
+// slice).
+constexpr int kStageEntries = 2048;
 
 // The row and slice of this block.
 struct RowView {
@@ -210,16 +225,22 @@ struct RefineShared {
   BinPick pick;
 };
 
-// f(position, key) for every key of bin B: from the candidate buffer, or from the whole row when
-// the bin did not fit it.
+// The candidates the row's blocks appended (the buffer's first entries).
+__device__ __forceinline__ int candidate_count(const MultiParams& p, const RowView& v) {
+  return min(__ldcg(&p.state[v.r].cand_count), p.cand_cap);
+}
+
+// f(position, key) for every key of bin B: from the candidate buffer (which may also hold keys of
+// higher bins, skipped here), or from the whole row when the bin did not fit it.
 template <typename F>
 __device__ __forceinline__ void for_each_candidate(const MultiParams& p, const RowView& v,
                                                    uint32_t bin, int count, F&& f) {
   if (count <= kTopkCandidates) {
-    const uint2* cand = p.cand + v.r * kTopkCandidates;
-    for (int c = threadIdx.x; c < count; c += kThreads) {
+    const uint2* cand = p.cand + v.r * p.cand_cap;
+    const int total = candidate_count(p, v);
+    for (int c = threadIdx.x; c < total; c += kThreads) {
       const uint2 e = __ldcg(&cand[c]);
-      f(int64_t{e.y}, e.x);
+      if ((e.x >> kTopShift) == bin) f(int64_t{e.y}, e.x);
     }
   } else {
     for_each_key(v.row, 0, v.n, p.vec, [&](int64_t j, uint32_t key) {
@@ -236,6 +257,7 @@ __device__ __forceinline__ void refine(const MultiParams& p, const RowView& v, R
   uint32_t prefix = bin << kTopShift;
   uint32_t mask = ~0u << kTopShift;
   int remaining = st->remaining;  // keys of bin B to keep, 1..count
+  int equal_keys = 0;             // keys == T (the last pass's bin)
   for (int shift = kTopShift - kRefineBits; shift >= 0; shift -= kRefineBits) {
     for (int b = threadIdx.x; b < kRefineBins; b += kThreads) s.hist[b] = 0;
     __syncthreads();
@@ -247,9 +269,20 @@ __device__ __forceinline__ void refine(const MultiParams& p, const RowView& v, R
     prefix |= s.pick.bin << shift;
     mask |= static_cast<uint32_t>(kRefineBins - 1) << shift;
     remaining -= s.pick.above;
+    equal_keys = s.hist[s.pick.bin];
     __syncthreads();  // s.pick and s.hist are rewritten next
   }
   const uint32_t threshold = prefix;  // T; keep every key > T and `remaining` keys == T
+
+  // The sort path: every kept key and every key == T is a candidate, and they fit one sort.
+  if (p.keep_above && count <= kTopkCandidates && p.k - remaining + equal_keys <= kTopkSortItems) {
+    if (threadIdx.x == 0) {
+      st->threshold = threshold;
+      st->remaining = remaining;
+      st->fast = 1;
+    }
+    return;
+  }
 
   for (int t = threadIdx.x; t < p.slices; t += kThreads) s.above[t] = s.equal[t] = 0;
   __syncthreads();
@@ -280,42 +313,122 @@ __device__ __forceinline__ void refine(const MultiParams& p, const RowView& v, R
   if (t == 0) st->threshold = threshold;
 }
 
-// Pass 2: candidates of bin B and the counts above it; the row's last block refines.
+// Pass 2: the candidates (the keys of bin B, and of the bins above it when p.keep_above) and the
+// counts above B; the row's last block refines.
 __global__ void __launch_bounds__(kThreads) topk_candidates(const __grid_constant__ MultiParams p) {
   __shared__ union {
     typename BlockReduce::TempStorage reduce;
     RefineShared refine;
   } s;
+  __shared__ uint2 s_stage[kStageEntries];
+  __shared__ int s_staged;
+  __shared__ int s_base;
   __shared__ int s_last;
   const RowView v = row_view(p);
   if (v.n <= p.k) return;
   TopkRowState* st = p.state + v.r;
   const uint32_t bin = st->bin;
   const bool compact = st->bin_count <= kTopkCandidates;
-  uint2* cand = p.cand + v.r * kTopkCandidates;
+  uint2* cand = p.cand + v.r * p.cand_cap;
+  if (threadIdx.x == 0) s_staged = 0;
+  __syncthreads();
   int above = 0;
   const int64_t begin = v.slice * p.slice_len;
   const int64_t end = min(begin + p.slice_len, v.n);
   for_each_key(v.row, begin, end, p.vec, [&](int64_t j, uint32_t key) {
     const uint32_t top = key >> kTopShift;
     above += top > bin;
-    if (top == bin && compact) {
-      // One atomic per warp's candidates of this step (the buffer's order does not matter).
-      const cg::coalesced_group g = cg::coalesced_threads();
-      int at = 0;
-      if (g.thread_rank() == 0) at = atomicAdd(&st->cand_count, static_cast<int>(g.size()));
-      at = g.shfl(at, 0) + static_cast<int>(g.thread_rank());
-      if (at < kTopkCandidates) cand[at] = make_uint2(key, static_cast<uint32_t>(j));
+    if ((top == bin && compact) || (top > bin && p.keep_above)) {
+      const uint2 e = make_uint2(key, static_cast<uint32_t>(j));
+      const int at = atomicAdd(&s_staged, 1);
+      if (at < kStageEntries) {
+        s_stage[at] = e;
+      } else {
+        const int g = atomicAdd(&st->cand_count, 1);
+        if (g < p.cand_cap) cand[g] = e;
+      }
     }
   });
+  __syncthreads();
+  const int staged = min(s_staged, kStageEntries);
+  if (threadIdx.x == 0) s_base = staged > 0 ? atomicAdd(&st->cand_count, staged) : 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < staged; i += kThreads) {
+    if (s_base + i < p.cand_cap) cand[s_base + i] = s_stage[i];
+  }
   const int total = BlockReduce(s.reduce).Sum(above);
   if (threadIdx.x == 0) p.slice[v.r * p.slices + v.slice].above_bin = total;
   if (!last_block(&st->cand_done, p.slices, &s_last)) return;
   refine(p, v, s.refine);
 }
 
+// The sort path of a row (its first emit block): the candidates >= T gathered, sorted by position
+// (positions are distinct, so the order is the row's whatever order they were appended in), the
+// keys > T and the first `remaining` keys == T written in that order.
+__device__ __forceinline__ void emit_sorted(const MultiParams& p, const RowView& v) {
+  __shared__ union {
+    struct {
+      uint32_t pos[kTopkSortItems];
+      uint32_t kind[kTopkSortItems];  // 1: key > T, 2: key == T
+    } gather;
+    typename BlockSort::TempStorage sort;
+    typename BlockScan::TempStorage scan;
+  } s;
+  __shared__ int s_count;
+  const TopkRowState* st = p.state + v.r;
+  const uint32_t threshold = __ldcg(&st->threshold);
+  const int remaining = __ldcg(&st->remaining);
+  if (threadIdx.x == 0) s_count = 0;
+  __syncthreads();
+  const uint2* cand = p.cand + v.r * p.cand_cap;
+  const int total = candidate_count(p, v);
+  for (int c = threadIdx.x; c < total; c += kThreads) {
+    const uint2 e = __ldcg(&cand[c]);
+    if (e.x >= threshold) {
+      const int at = atomicAdd(&s_count, 1);  // < kTopkSortItems (the refine's check)
+      s.gather.pos[at] = e.y;
+      s.gather.kind[at] = e.x > threshold ? 1u : 2u;
+    }
+  }
+  __syncthreads();
+  const int count = s_count;
+  uint32_t pos[kSortPerThread], kind[kSortPerThread];
+#pragma unroll
+  for (int i = 0; i < kSortPerThread; ++i) {
+    const int at = threadIdx.x * kSortPerThread + i;
+    // Padding sorts last: stable, and after every real entry (positions < n <= 2^bits).
+    pos[i] = at < count ? s.gather.pos[at] : ~0u;
+    kind[i] = at < count ? s.gather.kind[at] : 0u;
+  }
+  __syncthreads();  // s.gather is the sort's storage next
+  const int bits = v.n > 1 ? 32 - __clz(static_cast<uint32_t>(v.n - 1)) : 1;
+  BlockSort(s.sort).Sort(pos, kind, 0, bits);
+  __syncthreads();
+  // Thread t holds sorted entries kSortPerThread t ..: equal ranks, then output places.
+  int equal = 0;
+#pragma unroll
+  for (int i = 0; i < kSortPerThread; ++i) equal += kind[i] == 2u;
+  int equal_before;
+  BlockScan(s.scan).ExclusiveSum(equal, equal_before);
+  __syncthreads();
+  bool keep[kSortPerThread];
+  int kept = 0;
+#pragma unroll
+  for (int i = 0; i < kSortPerThread; ++i) {
+    keep[i] = kind[i] == 1u || (kind[i] == 2u && equal_before < remaining);
+    equal_before += kind[i] == 2u;
+    kept += keep[i];
+  }
+  int out;
+  BlockScan(s.scan).ExclusiveSum(kept, out);
+#pragma unroll
+  for (int i = 0; i < kSortPerThread; ++i) {
+    if (keep[i]) emit(p, v, out++, pos[i]);
+  }
+}
+
 // Pass 3: each slice's kept keys in position order at its offset; rows of n <= k every position.
-__global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ MultiParams p) {
+__global__ void __launch_bounds__(kThreads, 2) topk_emit(const __grid_constant__ MultiParams p) {
   __shared__ typename BlockScan::TempStorage s_scan;
   const RowView v = row_view(p);
   if (v.n <= p.k) {
@@ -323,6 +436,10 @@ __global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ Mu
     for (int64_t m = int64_t{v.slice} * kThreads + threadIdx.x; m < p.k; m += stride) {
       emit(p, v, m, m < v.n ? m : -1);
     }
+    return;
+  }
+  if (p.state[v.r].fast != 0) {
+    if (v.slice == 0) emit_sorted(p, v);
     return;
   }
   const TopkSlice sl = p.slice[v.r * p.slices + v.slice];
@@ -375,13 +492,15 @@ __global__ void __launch_bounds__(kThreads) topk_emit(const __grid_constant__ Mu
 
 Status topk_indices_multi(const TopkArgs& a, int64_t ld, Stream stream) {
   const int64_t rows = int64_t{a.batch} * a.next_n;
-  const TopkMultiPlan plan = topk_multi_plan(rows, a.max_len);
+  const TopkMultiPlan plan = topk_multi_plan(rows, a.max_len, a.k);
   auto* ws = static_cast<char*>(a.workspace);
   MultiParams p;
   static_cast<TopkRows&>(p) = topk_rows(a, ld);
   p.slices = plan.slices;
   p.slice_len = plan.slice_len;
   p.vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
+  p.keep_above = plan.keep_above;
+  p.cand_cap = plan.cand_cap;
   p.hist = reinterpret_cast<int32_t*>(ws);
   p.state = reinterpret_cast<TopkRowState*>(ws + plan.state_offset);
   p.slice = reinterpret_cast<TopkSlice*>(ws + plan.slice_offset);
