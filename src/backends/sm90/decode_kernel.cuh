@@ -149,7 +149,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
     const OwnBlocks share = own_blocks(c, n_block, wg);
-    const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
+    const int32_t n_blocks = share.n, last_own = share.last;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[128];
 #pragma unroll
