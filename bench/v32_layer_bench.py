@@ -11,12 +11,13 @@ cached tokens and `next_n` new ones each:
      and more run the multi-block kernel, its workspace from PyTorch's allocator);
   4. attention: the sparse decode over them (`mlakit.torch.decode` with `indices`).
 
-On a GPU each step is captured in its own CUDA graph and the four in one graph; each graph is
-replayed `--replays` times after a warm-up (CUDA events around each replay, median; the inputs
-stay in place, so the caches and logits are warm in L2 as far as they fit). Prints a table and,
-with --json, writes it. The appends write the same slots every replay (the timing does not
-depend on it). `--device cpu` runs the four steps once, eagerly, at the given (small) sizes: a
-check of the sequence, no timing.
+On a GPU each step is captured in its own CUDA graph and the four in one graph
+(`mlakit.torch.capture_graph`: two warm-up calls on a side stream, then the capture); each graph
+is replayed `--replays` times after a warm-up (CUDA events around each replay, median; the
+inputs stay in place, so the caches and logits are warm in L2 as far as they fit). Prints a
+table and, with --json, writes it. The appends write the same slots every replay (the timing
+does not depend on it). `--device cpu` runs the four steps once, eagerly, at the given (small)
+sizes: a check of the sequence, no timing.
 
     python3 bench/v32_layer_bench.py --batch 64 --len 32768 --heads 128 --topk 2048
 
@@ -100,20 +101,6 @@ def steps(args, layer):
     return {"append": append, "indexer": indexer, "topk": topk, "attention": attention}
 
 
-def graph_of(fn, warmups=2):
-    """fn captured in a CUDA graph (after warm-up calls on a side stream, as PyTorch asks)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmups):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def time_graph(graph, replays, warmup=3):
     """Median microseconds of a replay."""
     for _ in range(warmup):
@@ -153,8 +140,8 @@ def main(argv):
         print(f"cpu: the four steps ran; out {list(layer['out'].shape)}, finite: {finite}")
         return 0 if finite else 1
 
-    rows = {name: time_graph(graph_of(fn), args.replays) for name, fn in fns.items()}
-    whole = graph_of(lambda: [fn() for fn in fns.values()])
+    rows = {name: time_graph(mt.capture_graph(fn), args.replays) for name, fn in fns.items()}
+    whole = mt.capture_graph(lambda: [fn() for fn in fns.values()])
     rows["whole step (one graph)"] = time_graph(whole, args.replays)
     parts = sum(rows[name] for name in fns)
     finite = bool(torch.isfinite(layer["out"].float()).all())

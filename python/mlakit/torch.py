@@ -9,12 +9,13 @@ has a fake (meta) implementation, so that ``torch.compile(fullgraph=True)`` trac
 it allocates only through PyTorch's caching allocator on the current stream, so that it can be
 captured in CUDA graphs (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``) and
 replayed with new ``seq_lens`` and block tables. Decoders are cached per problem signature (see
-``mlakit._cache``); the first call of each signature creates one and should come before capture.
+``mlakit._cache``); the first call of each signature creates one and should come before capture:
+``capture_graph`` does that warm-up and the capture in one call.
 
 Requires PyTorch 2.4 or newer (``torch.library.custom_op``).
 """
 
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -35,6 +36,7 @@ from ._torch_ops import (  # noqa: E402
 
 __all__ = [
     "decode",
+    "capture_graph",
     "append_kv",
     "append_indexer",
     "indexer_logits",
@@ -467,3 +469,36 @@ def decode(
         0 if max_q_len is None else int(max_q_len),
     )
     return (out, lse) if lse is not None else out
+
+
+def capture_graph(fn: Callable[[], Any], warmups: int = 2) -> "torch.cuda.CUDAGraph":
+    """``fn`` captured in a new ``torch.cuda.CUDAGraph``, after ``warmups`` calls on a side stream.
+
+    The warm-up is the one PyTorch's CUDA graph documentation asks for: what a first call does
+    that capture forbids (mlakit creating a decoder, which may allocate and synchronize; lazy
+    library initialization) happens before the capture, on a side stream that waits for the
+    current one and that the current one then waits for. ``fn`` takes no arguments and reads and
+    writes tensors that stay in place: replay with ``graph.replay()`` after writing new inputs
+    (``seq_lens``, block tables, queries, scale tensors) into them. Needs a CUDA device; the
+    capture runs on the current device.
+
+    Args:
+        fn: the step to capture, called ``warmups + 1`` times (the last call is captured).
+        warmups: calls before the capture; 0 skips the warm-up.
+
+    Returns:
+        The captured graph. The captured call launches no kernels: until the first replay,
+        ``fn``'s outputs hold the last warm-up call's results.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("capture_graph: expected a CUDA device, found none")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph

@@ -269,17 +269,9 @@ def test_torch_compile_fullgraph():
     assert_close(compiled(q, kv, table, lens), want)
 
 
-def _capture(fn, warmups=2):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up: decoders are created outside the capture
-        for _ in range(warmups):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
+# Warm-up calls on a side stream (decoders are created outside the capture), then the capture.
+# test_sparse_gpu.py and test_var_q_gpu.py import it under this name.
+_capture = mlakit.torch.capture_graph
 
 
 @pytest.mark.parametrize("api", ["op", "decoder"])
