@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 tests="$build/tests/mlakit_gpu_tests"
 sanitize='Sm80Sanitize.*:Sm90Sanitize.*'
-hostile='CorruptBlockTable.*:OpsGpu.AppendKvEqualsCpu:OpsGpu.TopkEqualsCpuEdges:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:CpMergeGpu.EqualsTheCpuReference'
+hostile='CorruptBlockTable.*:OpsGpu.AppendKvEqualsCpu:OpsGpu.TopkEqualsCpuEdges:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkSortPathFallsBack:CpMergeGpu.EqualsTheCpuReference'
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [[ ! -x "$tests" ]]; then
   echo "no $tests: build first" >&2

@@ -125,10 +125,11 @@ TEST(OpsGpu, TopkMultiBlockEqualsCpu) {
   }
 }
 
-// Rising values: every kept key of a row in its last slice, so that slice's block has more
-// candidates than it stages in shared memory (it appends the rest itself). 64 rows of up to 128K
-// take the sort path (slices of 16K); 3 rows the slice walk. In scripts/sanitize.sh's memcheck and
-// racecheck sweeps.
+// Rising values: every kept key of a row in its last slice. 64 rows of up to 128K keep the keys
+// above the k-th largest's bin as candidates (slices of 16K); at k 2048 their last slice's block
+// has more candidates than it stages in shared memory (it appends the rest itself), at k 512 not;
+// 3 rows take the slice walk without them. In scripts/sanitize.sh's memcheck and racecheck
+// sweeps.
 TEST(OpsGpu, TopkMultiBlockRising) {
   MLAKIT_SKIP_WITHOUT_GPU();
   Rng rng(108);
@@ -142,6 +143,23 @@ TEST(OpsGpu, TopkMultiBlockRising) {
   }
   expect_topk_equal(make_topk(rng, 2048, 1, 64, {131072, 70000, 16384}, TopkValues::kRising, 4),
                     true);
+}
+
+// Rows whose plan keeps the keys above the k-th largest's bin as candidates (slices of 16K) but
+// whose refine declines the sort path and takes the slice walk: ties from 5 levels (more keys
+// equal to T than one sort holds), crowded values (bin B larger than the buffer: the refine reads
+// the row), and rows of 22000 with ties (a slice stages more than its shared memory holds).
+TEST(OpsGpu, TopkSortPathFallsBack) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(110);
+  ASSERT_TRUE(ops::topk_multi_plan(64, 131072, 2048).keep_above);
+  for (const TopkValues values : {TopkValues::kTies, TopkValues::kCrowded}) {
+    expect_topk_equal(make_topk(rng, 2048, 1, 64, std::vector<int32_t>(64, 131072), values, 4),
+                      true);
+  }
+  std::vector<int32_t> lens(64, 22000);
+  lens[0] = 131072;
+  expect_topk_equal(make_topk(rng, 2048, 1, 64, lens, TopkValues::kTies, 4), true);
 }
 
 // The multi-block kernel captured in a CUDA graph (its workspace cleared inside the graph) and
@@ -163,8 +181,8 @@ TEST(OpsGpu, TopkMultiBlockGraphReplay) {
       {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}});
 }
 
-// The same on the sort path (48 rows of up to 128K: slices of 16K), the lengths changed between
-// replays (rows below k, rows of one slice, full rows).
+// The same on the sort path (48 rows of up to 128K: 11 slices of 12288), the lengths changed
+// between replays (rows below k, rows of two slices, full rows).
 TEST(OpsGpu, TopkSortPathGraphReplay) {
   MLAKIT_SKIP_WITHOUT_GPU();
   Rng rng(109);
