@@ -311,6 +311,12 @@ TEST(OpsTopk, WorkspaceBytesAndPlan) {
   EXPECT_EQ(ops::topk_workspace_bytes(a),
             ops::topk_multi_plan(128, 131072, ops::kTopkSortItems).bytes);
   EXPECT_EQ(ops::topk_multi_plan(128, 131072, ops::kTopkSortItems).cand_cap, ops::kTopkCandidates);
+  // The sort path: k below kTopkSortItems and slices of kTopkSortMinSlice and more.
+  EXPECT_TRUE(ops::topk_multi_plan(64, 131072, 2048).keep_above);  // slices of 16384
+  EXPECT_EQ(ops::topk_multi_plan(64, 131072, 2048).cand_cap, ops::kTopkCandidates + 2048);
+  EXPECT_FALSE(ops::topk_multi_plan(64, 131072, ops::kTopkSortItems).keep_above);
+  EXPECT_FALSE(ops::topk_multi_plan(64, 32768, 2048).keep_above);  // slices of 4096
+  EXPECT_FALSE(ops::topk_multi_plan(1, 131072, 2048).keep_above);  // 32 slices of 4096
   a.k = 2048;
   a.batch = 0;
   EXPECT_EQ(ops::topk_workspace_bytes(a), 0u);
