@@ -23,15 +23,8 @@ def step():
 
 
 if device == "cuda":
-    side = torch.cuda.Stream()  # warm up on a side stream (creates the decoder), then capture
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    run = graph.replay
+    # Warm-up calls on a side stream (they create the decoder), then the capture.
+    run = mt.capture_graph(step).replay
 else:
     run = step
 
