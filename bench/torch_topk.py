@@ -15,10 +15,13 @@ Prints a table (and with --json writes it). Needs PyTorch and a GPU.
 
 import argparse
 import json
-import statistics
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_timing import time_graph  # noqa: E402
 
 
 def ints(text):
@@ -36,17 +39,7 @@ def time_topk(batch, length, k, replays, warmup):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         torch.topk(x, k, dim=1)
-    for _ in range(warmup):
-        graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
-    return statistics.median(times)
+    return time_graph(graph, replays, warmup)
 
 
 def main(argv):

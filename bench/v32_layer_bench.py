@@ -26,13 +26,16 @@ Needs PyTorch and the mlakit package (`python/run_tests.sh` installs it).
 
 import argparse
 import json
-import statistics
+import os
 import sys
 
 import torch
 
 import mlakit
 import mlakit.torch as mt
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under runpy
+from graph_timing import time_graph  # noqa: E402
 
 PAGE = 64
 INDEX_DIM = 128
@@ -99,21 +102,6 @@ def steps(args, layer):
         mt.decode(layer["q"], layer["kv_cache"], indices=layer["indices"], out=layer["out"])
 
     return {"append": append, "indexer": indexer, "topk": topk, "attention": attention}
-
-
-def time_graph(graph, replays, warmup=3):
-    """Median microseconds of a replay."""
-    for _ in range(warmup):
-        graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
-    return statistics.median(times)
 
 
 def main(argv):
