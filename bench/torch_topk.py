@@ -30,6 +30,8 @@ def ints(text):
 
 def time_topk(batch, length, k, replays, warmup):
     x = torch.randn(batch, length, device="cuda", dtype=torch.float32)
+    # mlakit.torch.capture_graph's recipe, written out: this script runs without the mlakit
+    # package (on the GPU machine it may time torch before the package is installed).
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 import mlakit  # noqa: E402
 import mlakit.torch  # noqa: E402
+from mlakit.torch import capture_graph  # noqa: E402
 from mlakit import compat  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -269,11 +270,6 @@ def test_torch_compile_fullgraph():
     assert_close(compiled(q, kv, table, lens), want)
 
 
-# Warm-up calls on a side stream (decoders are created outside the capture), then the capture.
-# test_sparse_gpu.py and test_var_q_gpu.py import it under this name.
-_capture = mlakit.torch.capture_graph
-
-
 @pytest.mark.parametrize("api", ["op", "decoder"])
 def test_cuda_graph_replay_with_changed_inputs(api):
     b, page = 4, 64
@@ -282,9 +278,9 @@ def test_cuda_graph_replay_with_changed_inputs(api):
     out = torch.empty(b, 1, 128, 512, dtype=q.dtype, device=DEVICE)
     decoder = make_decoder(q, kv, table)
     if api == "op":
-        graph = _capture(lambda: mlakit.torch.decode(q, kv, table, lens, out=out))
+        graph = capture_graph(lambda: mlakit.torch.decode(q, kv, table, lens, out=out))
     else:
-        graph = _capture(lambda: decoder.run(q, kv, table, lens, out=out))
+        graph = capture_graph(lambda: decoder.run(q, kv, table, lens, out=out))
 
     graph.replay()
     torch.cuda.synchronize()
@@ -418,12 +414,12 @@ def test_fp8_cuda_graph_follows_scale_tensors(api):
     k_scale = torch.tensor([0.25], device=DEVICE)
     out = torch.empty(b, 1, 128, 512, dtype=torch.bfloat16, device=DEVICE)
     if api == "op":
-        graph = _capture(lambda: mlakit.torch.decode(q, kv8, table, lens, out=out,
-                                                     q_scale=q_scale, k_scale=k_scale))  # fmt: skip
+        graph = capture_graph(lambda: mlakit.torch.decode(
+            q, kv8, table, lens, out=out, q_scale=q_scale, k_scale=k_scale))
     else:
         decoder = make_decoder(q, kv8, table, kv_dtype="fp8_e4m3")
-        graph = _capture(lambda: decoder.run(q, kv8, table, lens, out=out, q_scale=q_scale,
-                                             k_scale=k_scale))  # fmt: skip
+        graph = capture_graph(lambda: decoder.run(q, kv8, table, lens, out=out, q_scale=q_scale,
+                                                  k_scale=k_scale))  # fmt: skip
     for qs, ks in ((0.5, 0.25), (2.0, 0.125), (0.25, 1.5)):
         q_scale.fill_(qs)
         k_scale.fill_(ks)
@@ -456,7 +452,7 @@ def test_flash_mla_with_kvcache_fp8_in_a_graph():
             descale_k=descale_k.reshape(1),
         )  # fmt: skip
 
-    graph = _capture(step)
+    graph = capture_graph(step)
     for qs, ks in ((0.5, 0.25), (1.0, 0.5)):
         descale_q.fill_(qs)
         descale_k.fill_(ks)
@@ -482,7 +478,7 @@ def test_trtllm_fp8_tensor_scales_in_a_graph():
     bmm2 = torch.tensor([0.5], device=DEVICE)
     out = torch.empty(b, h, 512, dtype=torch.bfloat16, device=DEVICE)
     workspace_buffer = torch.zeros(1 << 20, dtype=torch.int8, device=DEVICE)
-    graph = _capture(lambda: compat.trtllm_batch_decode_with_kv_cache_mla(
+    graph = capture_graph(lambda: compat.trtllm_batch_decode_with_kv_cache_mla(
         q, kv8.unsqueeze(1), workspace_buffer, 128, 512, 64, table, lens,
         table.shape[1] * page, out=out, bmm1_scale=bmm1, bmm2_scale=bmm2))  # fmt: skip
     for one, two in ((0.05, 0.5), (0.02, 2.0)):

@@ -12,7 +12,7 @@ import mlakit  # noqa: E402
 import mlakit.torch as mt  # noqa: E402
 from mlakit import compat  # noqa: E402
 from numpy_reference import assert_close_gpu  # noqa: E402
-from test_gpu import DEVICE, _capture  # noqa: E402
+from test_gpu import DEVICE  # noqa: E402
 from test_sparse_cpu import V4Case, values, wrap  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -125,7 +125,7 @@ def test_v4_cuda_graph_replay_with_new_indices():
         out.copy_(o)
         lse.copy_(s)
 
-    graph = _capture(step)
+    graph = mt.capture_graph(step)
     for seed in (52, 53):
         other = V4Case(seed, b=3, s_q=2, h_q=64, page=64, topk=64, extra_page=16, extra_topk=32)
         # The caches stay c's; the new indices select among c's tokens (the same request pages).

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 
 import mlakit  # noqa: E402
 import mlakit.torch  # noqa: E402
+from mlakit.torch import capture_graph  # noqa: E402
 from test_gpu import (  # noqa: E402
     DEVICE,
-    _capture,
     assert_close,
     assert_lse_close,
     make_case,
@@ -109,10 +109,11 @@ def test_var_q_cuda_graph_replay_with_changed_offsets(api):
     out = torch.empty(rows, h, 512, dtype=q.dtype, device=DEVICE)
     decoder = make_decoder(q, kv, table, var_q=True)
     if api == "op":
-        graph = _capture(lambda: mlakit.torch.decode(packed, kv, table, lens, cu_seqlens_q=cu,
-                                                     max_q_len=4, out=out))  # fmt: skip
+        graph = capture_graph(lambda: mlakit.torch.decode(packed, kv, table, lens, cu_seqlens_q=cu,
+                                                          max_q_len=4, out=out))  # fmt: skip
     else:
-        graph = _capture(lambda: decoder.run(packed, kv, table, lens, cu_seqlens_q=cu, out=out))
+        graph = capture_graph(
+            lambda: decoder.run(packed, kv, table, lens, cu_seqlens_q=cu, out=out))
     graph.replay()
     torch.cuda.synchronize()
     assert_close(out, var_q_reference(q, kv, table, lens, q_lens)[0])
