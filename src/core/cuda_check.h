@@ -14,6 +14,19 @@ inline Status cuda_status(cudaError_t err, const char* call, const char* file, i
                         cudaGetErrorString(err), ")"));
 }
 
+// The compute capability (major * 10 + minor) of the code the runtime loads for `kernel` on the
+// current device, or 0 where it has none (the build lacks code for this device; the error is
+// cleared).
+template <typename Kernel>
+int binary_version(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return attr.binaryVersion;
+}
+
 }  // namespace mlakit
 
 #define MLAKIT_CUDA_RETURN(call) \

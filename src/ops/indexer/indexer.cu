@@ -19,10 +19,13 @@
 // on the device.
 //
 // Two kernels with that schedule: on sm_90 the scores are wgmma m64n64k32 e4m3 (both operands
-// in shared memory with the 128-byte swizzle: a warpgroup takes 64 heads x 64 positions of one
-// query row; the CTA's two warpgroups take alternate key tiles, all of the CTA's tiles loaded
-// at once); elsewhere (sm_89 and sm_100+, when the build has their code) mma.sync m16n8k32 e4m3
-// (the keys double-buffered, a warp's unit 16 heads x 16 positions). The epilogue is the same.
+// in shared memory with the 128-byte swizzle: a warpgroup takes 64 positions (the rows of the
+// product) x 64 heads of one query row; the CTA's two warpgroups take alternate key tiles, all of
+// the CTA's tiles loaded at once). There a thread's accumulators are 16 heads of two positions:
+// it sums them (scale, relu, weight) and two shuffles add the quad's other heads, so no
+// shared-memory reduction is needed; the order is fixed, as above. Elsewhere (sm_89 and sm_100+,
+// when the build has their code) mma.sync m16n8k32 e4m3 (the keys double-buffered, a warp's
+// unit 16 heads x 16 positions) with the epilogue above.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -259,9 +262,9 @@ constexpr int kWgHeads = 64;                 // heads per wgmma (M)
 
 // Shared memory of the wgmma kernel past its 1024-byte alignment: [rows][hp][128] heads and
 // [kWgTiles][64][128] keys, both with the 128-byte swizzle (1024-byte atoms of 8 rows), then
-// [kWgTiles][64] scales and ok flags, [rows][hp] weights, [2][8][64] partial sums.
+// [kWgTiles][64] scales and ok flags, [rows][hp] weights.
 struct WgLayout {
-  int q, k, scale, ok, w, red, bytes;
+  int q, k, scale, ok, w, bytes;
 };
 __host__ __device__ inline WgLayout wg_layout_of(int rows, int hp) {
   WgLayout l{};
@@ -270,8 +273,7 @@ __host__ __device__ inline WgLayout wg_layout_of(int rows, int hp) {
   l.scale = l.k + kWgTiles * kTile * kIndexerDim;
   l.ok = l.scale + kWgTiles * kTile * 4;
   l.w = l.ok + kWgTiles * kTile * 4;
-  l.red = l.w + rows * hp * 4;
-  l.bytes = l.red + 2 * 8 * kTile * 4 + 1024;  // + the alignment of the base
+  l.bytes = l.w + rows * hp * 4 + 1024;  // + the alignment of the base
   return l;
 }
 
@@ -319,7 +321,6 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
     float* ss = reinterpret_cast<float*>(smem + l.scale);
     int* oks = reinterpret_cast<int*>(smem + l.ok);
     float* ws = reinterpret_cast<float*>(smem + l.w);
-    float* red = reinterpret_cast<float*>(smem + l.red);
     const int32_t* pages = p.block_table + int64_t{i} * p.block_table_stride;
 
     const uint8_t* q = p.q + (int64_t{i} * p.next_n + t0) * p.heads * kIndexerDim;
@@ -360,17 +361,19 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
 #endif
     __syncthreads();
 
-    float* wred = red + wg * 8 * kTile;  // this warpgroup's [hgroups * 4][64] partial sums
     for (int tile = wg; tile < tiles; tile += 2) {
       const uint8_t* kt = ks + tile * kTile * kIndexerDim;
-      const float* st = ss + tile * kTile;
-      const int* okt = oks + tile * kTile;
       const int64_t jt = j_begin + int64_t{tile} * kTile;
-      const uint64_t desc_b = sm90::smem_desc_sw128(smem_u32(kt), 0, 1024);
+      // The thread's two positions (rows of the products): 16 warp + g and 8 more.
+      const int pos_lo = 16 * warp + g, pos_hi = pos_lo + 8;
+      const float s_lo = ss[tile * kTile + pos_lo], s_hi = ss[tile * kTile + pos_hi];
+      const bool ok_lo = oks[tile * kTile + pos_lo] != 0, ok_hi = oks[tile * kTile + pos_hi] != 0;
+      const uint64_t desc_a = sm90::smem_desc_sw128(smem_u32(kt), 0, 1024);
       for (int r = 0; r < rows; ++r) {
+        float v_lo = 0.f, v_hi = 0.f;
         for (int hg = 0; hg < hgroups; ++hg) {
-          const uint8_t* qa = qs + (r * hp + hg * kWgHeads) * kIndexerDim;
-          const uint64_t desc_a = sm90::smem_desc_sw128(smem_u32(qa), 0, 1024);
+          const uint8_t* qb = qs + (r * hp + hg * kWgHeads) * kIndexerDim;
+          const uint64_t desc_b = sm90::smem_desc_sw128(smem_u32(qb), 0, 1024);
           float d[32];
           sm90::wgmma_fence();
 #pragma unroll
@@ -381,50 +384,34 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
           sm90::wgmma_commit_group();
           sm90::wgmma_wait_group<0>();
           sm90::fence_accumulators(d);
-          // d[i]: head hg * 64 + 16 warp + g + 8 ((i / 2) % 2), position 8 (i / 4) + 2 tg + i % 2.
-          const float* wr = ws + r * hp + hg * kWgHeads + 16 * warp;
-          const float w_lo = wr[g], w_hi = wr[g + 8];
+          // d[i]: position 16 warp + g + 8 ((i / 2) % 2), head hg * 64 + 8 (i / 4) + 2 tg + i % 2:
+          // each thread sums its 16 heads of its two positions; the quad's 4 threads hold the
+          // other heads.
+          const float* wr = ws + r * hp + hg * kWgHeads + 2 * tg;
 #pragma unroll
           for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int col = 8 * nb + 2 * tg + e;
-              const float s = st[col];
-              float v =
-                  w_lo * fmaxf(d[4 * nb + e] * s, 0.f) + w_hi * fmaxf(d[4 * nb + 2 + e] * s, 0.f);
-              v += __shfl_xor_sync(0xffffffffu, v, 4);
-              v += __shfl_xor_sync(0xffffffffu, v, 8);
-              v += __shfl_xor_sync(0xffffffffu, v, 16);
-              if (g == 0) wred[(hg * 4 + warp) * kTile + col] = v;
+              const float w_h = wr[8 * nb + e];
+              v_lo += w_h * fmaxf(d[4 * nb + e] * s_lo, 0.f);
+              v_hi += w_h * fmaxf(d[4 * nb + 2 + e] * s_hi, 0.f);
             }
           }
         }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-        const int64_t vis = visible(t0 + r);
-        if (wt < kTile) {
-          const int64_t j = jt + wt;
-          if (j < j_end) {
-            float sum = 0.f;
-            for (int part = 0; part < hgroups * 4; ++part) sum += wred[part * kTile + wt];
-            out[r * p.ld + j] = j < vis && okt[wt] ? sum : -INFINITY;
-          }
+        v_lo += __shfl_xor_sync(0xffffffffu, v_lo, 1);
+        v_hi += __shfl_xor_sync(0xffffffffu, v_hi, 1);
+        v_lo += __shfl_xor_sync(0xffffffffu, v_lo, 2);
+        v_hi += __shfl_xor_sync(0xffffffffu, v_hi, 2);
+        if (tg == 0) {
+          const int64_t vis = visible(t0 + r);
+          const int64_t j_lo = jt + pos_lo, j_hi = jt + pos_hi;
+          if (j_lo < j_end) out[r * p.ld + j_lo] = j_lo < vis && ok_lo ? v_lo : -INFINITY;
+          if (j_hi < j_end) out[r * p.ld + j_hi] = j_hi < vis && ok_hi ? v_hi : -INFINITY;
         }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // wred is rewritten
       }
     }
   }
   pdl::griddepcontrol_launch_dependents();
-}
-
-// The SASS version of `kernel` that runs on this device (0 when it cannot be had).
-template <typename Kernel>
-int binary_version(Kernel kernel) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return attr.binaryVersion;
 }
 
 }  // namespace
