@@ -3,8 +3,9 @@
 # racecheck, synccheck and initcheck over every GPU backend and tactic (the Sm80Sanitize and
 # Sm90Sanitize tests: dense 16-bit, fp8 cache and fp8 q, sparse with the three layouts, cluster
 # shapes, each tactic), plus memcheck over corrupted block tables (CorruptBlockTable: page ids out
-# of range are never read), the ops kernels (append, the one- and multi-block top-k; racecheck too
-# for the multi-block one) and the context-parallel merge. Sm90Sanitize skips itself off sm_90
+# of range are never read), the ops kernels (append, the indexer, the one-block, multi-block and
+# cluster top-k; racecheck too for the multi-block and cluster ones, synccheck for the cluster
+# one) and the context-parallel merge. Sm90Sanitize skips itself off sm_90
 # devices. Exits non-zero if any tool reports an error. Usage: scripts/sanitize.sh [build-dir]
 # (default build-gpu; build it first, e.g. with
 # scripts/device-build.sh). With SANITIZE_LOGS=dir, each tool's whole log is kept there.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 tests="$build/tests/mlakit_gpu_tests"
 sanitize='Sm80Sanitize.*:Sm90Sanitize.*'
-hostile='CorruptBlockTable.*:OpsGpu.AppendKvEqualsCpu:OpsGpu.TopkEqualsCpuEdges:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkSortPathFallsBack:CpMergeGpu.EqualsTheCpuReference'
+hostile='CorruptBlockTable.*:OpsGpu.AppendKvEqualsCpu:OpsGpu.TopkEqualsCpuEdges:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkSortPathFallsBack:OpsGpu.TopkClusterGraphReplay:OpsGpu.IndexerLogitsEqualsCpu:CpMergeGpu.EqualsTheCpuReference'
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [[ ! -x "$tests" ]]; then
   echo "no $tests: build first" >&2
@@ -35,8 +36,8 @@ while read -r tool filter; do
   rm -f "$log"
 done <<TOOLS
 memcheck $sanitize:$hostile
-racecheck $sanitize:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay
-synccheck $sanitize
+racecheck $sanitize:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkClusterGraphReplay
+synccheck $sanitize:OpsGpu.TopkClusterGraphReplay
 initcheck $sanitize
 TOOLS
 exit $status

@@ -20,6 +20,7 @@
 #include "core/numeric.h"
 #include "harness/timing.h"
 #include "mlakit/ops.h"
+#include "ops/topk/topk.h"
 
 namespace mlakit::tools {
 namespace {
@@ -30,7 +31,7 @@ struct OpFlags {
   std::vector<int> next_n{1};      // tokens per request
   std::string layout = "v32";      // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
   int k = 2048;                    // topk
-  bool one_block = false;          // topk: no workspace (one block a row)
+  std::string kernel = "auto";     // topk on a GPU: auto | cluster | multi-block | one-block
   int heads = ops::kIndexerHeads;  // indexer
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
@@ -92,7 +93,7 @@ std::string fixed(double x) {
 struct OpRow {
   OpCase c;
   std::string device, check = "-", note;
-  std::string kernel;  // topk on the GPU: multi-block or one-block
+  std::string kernel;  // topk on the GPU: cluster, multi-block or one-block
   harness::Timing timing;
   double bytes = 0;  // read + written per call
   bool ok = true;
@@ -238,9 +239,24 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   row->bytes = static_cast<double>(rows) * (int64_t{c.len} + f.k) * sizeof(float);
 
   const ops::TopkArgs shape = {.batch = c.batch, .next_n = c.next_n, .k = f.k, .max_len = c.len};
-  // The multi-block kernel's workspace (none for shapes that run one block a row, or with
-  // --one-block).
-  const size_t ws_bytes = gpu && !f.one_block ? ops::topk_workspace_bytes(shape) : 0;
+  // The kernel: --kernel auto lets the op choose (the cluster kernel on sm_90 where it takes the
+  // shapes, else with the workspace the multi-block kernel, else one block a row); the others run
+  // that kernel by itself. The workspace is allocated for auto and multi-block.
+  std::string kernel = f.kernel;
+  if (gpu && kernel == "auto") {
+    ops::TopkClusterPlan plan;
+    MLAKIT_RETURN_IF_ERROR(ops::topk_cluster_plan_here(shape, &plan));
+    const bool multi = ops::topk_workspace_bytes(shape) > 0;  // auto allocates it then
+    kernel = plan.cluster > 0 && (!multi || ops::topk_cluster_preferred(rows, c.len)) ? "cluster"
+             : multi ? "multi-block"
+                     : "one-block";
+  }
+  const bool with_workspace = f.kernel == "auto" || f.kernel == "multi-block";
+  const size_t ws_bytes = gpu && with_workspace ? ops::topk_workspace_bytes(shape) : 0;
+  if (gpu && f.kernel == "multi-block" && ws_bytes == 0) {
+    return invalid_argument("--kernel", "a shape the multi-block kernel takes (--len >= 8192, > k)",
+                            "multi-block");
+  }
   harness::DeviceBuffer dws;
   if (ws_bytes > 0) {
     dws = harness::DeviceBuffer(ws_bytes);
@@ -249,21 +265,25 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   auto run = [&](ops::Device device, const float* l, const int32_t* n, const int32_t* t,
                  int32_t* out, Stream st) {
     const bool cuda = device == ops::Device::kCuda;
-    return ops::topk_indices(device,
-                             {.batch = c.batch,
-                              .next_n = c.next_n,
-                              .k = f.k,
-                              .logits = l,
-                              .max_len = c.len,
-                              .logits_stride = std::max(c.len, 1),
-                              .seq_lens = n,
-                              .block_table = t,
-                              .block_table_stride = pages_per,
-                              .page_size = ps,
-                              .indices = out,
-                              .workspace = cuda ? dws.get() : nullptr,
-                              .workspace_size = cuda ? ws_bytes : 0},
-                             st);
+    const ops::TopkArgs a = {.batch = c.batch,
+                             .next_n = c.next_n,
+                             .k = f.k,
+                             .logits = l,
+                             .max_len = c.len,
+                             .logits_stride = std::max(c.len, 1),
+                             .seq_lens = n,
+                             .block_table = t,
+                             .block_table_stride = pages_per,
+                             .page_size = ps,
+                             .indices = out,
+                             .workspace = cuda ? dws.get() : nullptr,
+                             .workspace_size = cuda ? ws_bytes : 0};
+    // The kernels by themselves skip the op's checks: the cpu run checked the same arguments.
+    if (!cuda || f.kernel == "auto") return ops::topk_indices(device, a, st);
+    const int64_t ld = a.logits_stride;
+    if (f.kernel == "cluster") return ops::topk_indices_cluster(a, ld, st);
+    if (f.kernel == "multi-block") return ops::topk_indices_multi(a, ld, st);
+    return ops::topk_indices_one_block(a, ld, st);
   };
   std::vector<int32_t> want(rows * f.k);
   MLAKIT_RETURN_IF_ERROR(
@@ -288,7 +308,7 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
     return run(ops::Device::kCuda, dlogits.as<float>(), dlens.as<int32_t>(), dtable.as<int32_t>(),
                dout.as<int32_t>(), st);
   };
-  row->kernel = ws_bytes > 0 ? "multi-block" : "one-block";
+  row->kernel = kernel;
   return verify_exact_then_time(f, launch, dout, want, row);
 }
 
@@ -548,9 +568,10 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--next-n", f->next_n, "tokens per request (MTP), comma list")->delimiter(',');
   cmd->add_option("--layout", f->layout, "append: bf16, fp16, fp8 (dense), v32, v4 or indexer");
   cmd->add_option("--k", f->k, "topk: k");
-  cmd->add_flag("--one-block", f->one_block,
-                "topk: no workspace, so one block a row (without it rows of 8192 and more run "
-                "the multi-block kernel)");
+  cmd->add_option("--kernel", f->kernel,
+                  "topk on a GPU: auto (the op's choice), cluster (sm_90, rows up to 256K), "
+                  "multi-block (rows of 8192 and more, with a workspace) or one-block")
+      ->check(CLI::IsMember({"auto", "cluster", "multi-block", "one-block"}));
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")

@@ -139,12 +139,16 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
 // kCpu refuses a length or a page id out of range; kCuda clamps L_i to [0, max_len] and writes
 // -1 for a position whose page id is negative.
 //
-// kCuda runs one of two kernels, with the same result: without a workspace (null) one block a
-// row; with one (topk_workspace_bytes(args) bytes, 256-byte aligned, device memory), for rows of
-// max_len >= kTopkMultiMinLen, several blocks a row (a histogram of the keys' high bits, the few
-// keys of the k-th largest's bin refined, then each slice of the row written). The workspace
-// holds no state between calls (it is cleared on the stream first); one call at a time may use
-// it. kCpu ignores it but checks it alike.
+// kCuda runs one of three kernels, with the same result: with a workspace
+// (topk_workspace_bytes(args) bytes, 256-byte aligned, device memory) and max_len >=
+// kTopkMultiMinLen, several blocks a row (a histogram of the keys' high bits, the few keys of
+// the k-th largest's bin refined, then each slice of the row written); on sm_90 (Hopper), for
+// max_len up to 262144, a thread-block cluster a row (up to 8 blocks, each holding its slice of
+// the row in shared memory: the row is read once; no workspace needed), which also takes the
+// calls without a workspace and those with few short rows (up to 16 rows of at most 32768);
+// otherwise one block a row (slow on long rows). The workspace holds no state between calls (it
+// is cleared on the stream first); one call at a time may use it. kCpu ignores it but checks it
+// alike.
 // ---------------------------------------------------------------------------------------------
 struct TopkArgs {
   int32_t batch = 0;
@@ -159,8 +163,8 @@ struct TopkArgs {
   int32_t page_size = 64;
   int32_t* indices = nullptr;    // [b * next_n, k]
   int32_t* positions = nullptr;  // [b * next_n, k], optional
-  // Scratch of the multi-block kernel: null = one block a row; else at least
-  // topk_workspace_bytes(*this) bytes, 256-byte aligned.
+  // Scratch of the multi-block kernel (for rows the cluster kernel does not take): null = one
+  // block a row there; else at least topk_workspace_bytes(*this) bytes, 256-byte aligned.
   void* workspace = nullptr;
   size_t workspace_size = 0;
 };

@@ -366,9 +366,11 @@ def topk_indices(
     ``topk = k``. On the host a length or page id out of range raises; on a GPU lengths are
     clamped to [0, max_len] and a negative page id gives -1.
 
-    On a GPU, rows of 8192 positions and more (max_len, above k) run the multi-block kernel with
-    a workspace (``topk_workspace_bytes``), shorter ones and ``one_block=True`` one block a row:
-    the same result bit for bit (docs/ops.md).
+    On a GPU the same result bit for bit comes from one of three kernels (docs/ops.md): on sm_90
+    (Hopper) with rows of up to 262144 positions (max_len), a thread-block cluster a row (no
+    workspace used); otherwise rows of 8192 positions and more (above k) run the multi-block
+    kernel with a workspace (``topk_workspace_bytes``), shorter ones and ``one_block=True`` one
+    block a row.
 
     Arguments:
         logits: [b * next_n, >= max_len] float32 (rows may be strided); give no NaN.
@@ -390,7 +392,8 @@ def topk_indices(
             the caching allocator, from the graph's pool during CUDA graph capture; CuPy, except
             during a capture, where one block a row runs; arrays of other frameworks run one
             block a row).
-        one_block: run the one-block kernel on a GPU (no workspace), e.g. to compare the two.
+        one_block: pass no workspace on a GPU: where the cluster kernel does not take the
+            shapes, one block a row runs (e.g. to compare it with the multi-block kernel).
 
     Returns:
         ``indices``, or ``(indices, positions)`` when positions were given or asked for.

@@ -226,7 +226,7 @@ void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table
     const Array& ws = in.take_workspace(workspace, ops::topk_workspace_bytes(args), Elem::kUInt8,
                                         "mlakit.ops.topk_workspace_bytes");
     // An empty array (enough where these shapes need 0 bytes; its address may be anything) is
-    // no workspace: one block a row.
+    // no workspace.
     if (ws.nbytes() > 0) {
       args.workspace = const_cast<void*>(ws.data());
       args.workspace_size = ws.nbytes();

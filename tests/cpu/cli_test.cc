@@ -290,11 +290,12 @@ TEST_F(Cli, BenchOpRunsOnTheCpu) {
     EXPECT_TRUE(has(r, "append  " + layout)) << r.output;
     EXPECT_TRUE(has(r, "reference")) << r.output;
   }
-  for (const bool one_block : {false, true}) {
+  for (const std::string kernel : {"auto", "cluster", "multi-block", "one-block"}) {
     std::vector<std::string> args = {"bench-op",    "topk", "--batch",   "2",        "--len",
                                      "0,1,300",     "--k",  "64",        "--next-n", "1,3",
                                      "--page-size", "16",   "--replays", "1"};
-    if (one_block) args.push_back("--one-block");  // the GPU's kernel choice: no effect here
+    args.push_back("--kernel");  // the GPU's kernel choice: no effect here
+    args.push_back(kernel);
     const Result r = run_mlakit(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(has(r, "topk    k=64")) << r.output;

@@ -343,6 +343,37 @@ TEST(OpsTopk, WorkspaceBytesAndPlan) {
   }
 }
 
+// The cluster kernel's plan: slices of whole tiles that cover max_len, at most kTopkClusterMax
+// blocks a row (a power of two), more blocks while the grid is small, none where no row needs a
+// selection or a row does not fit.
+TEST(OpsTopk, ClusterPlan) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(ops::topk_cluster_plan(64, 2048, 2048, kSms).cluster, 0);  // every row kept whole
+  EXPECT_EQ(ops::topk_cluster_plan(0, 131072, 2048, kSms).cluster, 0);
+  const int64_t longest = ops::kTopkClusterMax * ops::kTopkClusterMaxSlice;
+  EXPECT_EQ(ops::topk_cluster_plan(1, longest + 1, 2048, kSms).cluster, 0);
+  EXPECT_EQ(ops::topk_cluster_plan(1, longest, 2048, kSms).cluster, ops::kTopkClusterMax);
+  // The measured shapes: 64 rows of 128K and one row of 128K take 8 blocks of 16K; 64 of 16K
+  // take 4 of 4K.
+  EXPECT_EQ(ops::topk_cluster_plan(64, 131072, 2048, kSms).cluster, 8);
+  EXPECT_EQ(ops::topk_cluster_plan(64, 131072, 2048, kSms).slice_len, 16384);
+  EXPECT_EQ(ops::topk_cluster_plan(1, 131072, 2048, kSms).slice_len, 16384);
+  EXPECT_EQ(ops::topk_cluster_plan(64, 16384, 2048, kSms).cluster, 4);
+  EXPECT_EQ(ops::topk_cluster_plan(512, 16384, 2048, kSms).cluster, 1);
+  for (const int64_t rows : {1, 2, 7, 64, 100, 513, 4096}) {
+    for (const int64_t max_len : {2049, 4096, 10000, 16385, 100000, 131072, 200000, 262144}) {
+      const ops::TopkClusterPlan p = ops::topk_cluster_plan(rows, max_len, 2048, kSms);
+      ASSERT_GT(p.cluster, 0) << rows << " " << max_len;
+      EXPECT_LE(p.cluster, ops::kTopkClusterMax);
+      EXPECT_EQ(p.cluster & (p.cluster - 1), 0);
+      EXPECT_EQ(p.slice_len % ops::kTopkClusterGrain, 0);
+      EXPECT_LE(p.slice_len, ops::kTopkClusterMaxSlice);
+      EXPECT_GE(p.cluster * p.slice_len, max_len) << rows << " " << max_len;
+      EXPECT_LT((p.cluster - 1) * p.slice_len, max_len) << rows << " " << max_len;  // none empty
+    }
+  }
+}
+
 // A workspace is checked on either device (kCpu ignores it otherwise): its size and alignment,
 // by name; a big enough one changes nothing of the cpu result.
 TEST(OpsTopk, ChecksTheWorkspace) {

@@ -53,7 +53,10 @@ struct Rng {
 // aligned but the first; a multiple of 4: every one is).
 // kRising: 2^(32 j / n), distinct and increasing along the row, so the largest keys (and their
 // bin) all lie in the row's last slice (the multi-block kernel's candidate staging overflows).
-enum class TopkValues { kNormal, kTies, kCrowded, kRising };
+// kSampleTrap: normal, plus 64 at the positions the cluster kernel samples (j % 16 == j / 16 % 16,
+// 1 in 16): the sample puts its bound above every other key, so with k above n / 16 the row has
+// fewer than k keys at or above it (the kernel's fallback).
+enum class TopkValues { kNormal, kTies, kCrowded, kRising, kSampleTrap };
 
 struct TopkInputs {
   int batch, next_n, k, page_size;
@@ -89,7 +92,8 @@ inline TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vec
           case TopkValues::kCrowded:
             x = 1.0f + static_cast<float>(rng.below(1 << 20)) / (1 << 20);
             break;
-          case TopkValues::kRising: x = std::exp2(32.0f * static_cast<float>(j) / n);
+          case TopkValues::kRising: x = std::exp2(32.0f * static_cast<float>(j) / n); break;
+          case TopkValues::kSampleTrap: x = rng.normal() + (j % 16 == j / 16 % 16 ? 64.0f : 0.0f);
         }
       }
     }

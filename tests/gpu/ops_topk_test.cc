@@ -1,8 +1,9 @@
 // GPU tests of the top-k kernels (src/ops/topk/topk.cu: one block a row; topk_multi.cu: several
-// blocks a row with a workspace) against the cpu reference, bit for bit: k 1..2048, rows from 0 to
-// 256K long (lengths 0, 1, k-1, k, k+1, ties, crowded values, next_n 1..4), NaN-poisoned logits
-// past each row's length and outputs poisoned before each run, the multi-block kernel replayed
-// from a CUDA graph with new lengths. (Both ops in one graph: ops_test.cc.)
+// blocks a row with a workspace; topk_cluster.cu: a thread-block cluster a row, sm_90) against
+// the cpu reference, bit for bit: k 1..65536, rows from 0 to past 256K long (lengths 0, 1, k-1,
+// k, k+1, ties, crowded and rising values, next_n 1..4), NaN-poisoned logits past each row's
+// length and outputs poisoned before each run, the multi-block and cluster kernels replayed from
+// a CUDA graph with new lengths. (Both ops in one graph: ops_test.cc.)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -21,9 +22,31 @@ namespace {
 
 using ops::Device;
 
-// The CUDA op without a workspace (one block a row) and, where the shapes take it, with one (the
-// multi-block kernel; the workspace poisoned first and used twice), each equal to the cpu
-// reference bit for bit. `multi_block`: whether the shapes are expected to take it.
+// Runs `launch` (a CUDA top-k of `a`'s shapes) `runs` times on poisoned outputs, each result
+// equal to the cpu reference bit for bit.
+template <typename Launch>
+void expect_kernel_equal(const char* kernel, const TopkInputs& in, Launch&& launch, int runs,
+                         DeviceVec<int32_t>& d_idx, DeviceVec<int32_t>& d_pos,
+                         const std::vector<int32_t>& cpu_idx, const std::vector<int32_t>& cpu_pos) {
+  for (int run = 0; run < runs; ++run) {
+    d_idx.upload(std::vector<int32_t>(cpu_idx.size(), 0x7eadbeef));
+    d_pos.upload(std::vector<int32_t>(cpu_pos.size(), 0x7eadbeef));
+    MLAKIT_ASSERT_OK(launch());
+    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_idx.download() == cpu_idx)
+        << kernel << " run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
+        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
+    EXPECT_TRUE(d_pos.download() == cpu_pos)
+        << kernel << " run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
+        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
+  }
+}
+
+// Every CUDA kernel that takes the shapes, each equal to the cpu reference bit for bit: the op
+// without a workspace (the cluster kernel on sm_90 where its plan takes the shapes, else one block
+// a row), one block a row by itself, the cluster kernel by itself (twice), and where the shapes
+// take it (`multi_block`, asserted) the op with a workspace and the multi-block kernel by itself
+// (the workspace poisoned first and used twice).
 void expect_topk_equal(const TopkInputs& in, bool multi_block) {
   const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
   std::vector<int32_t> cpu_idx(out), cpu_pos(out);
@@ -32,31 +55,26 @@ void expect_topk_equal(const TopkInputs& in, bool multi_block) {
                                                 in.table.data(), cpu_idx.data(), cpu_pos.data())));
   DeviceVec<float> d_logits(in.logits);
   DeviceVec<int32_t> d_lens(in.lens), d_table(in.table);
-  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, 0x7eadbeef));
-  DeviceVec<int32_t> d_pos(std::vector<int32_t>(out, 0x7eadbeef));
+  DeviceVec<int32_t> d_idx(std::vector<int32_t>(out, 0)), d_pos(std::vector<int32_t>(out, 0));
   ops::TopkArgs a = topk_args(in, d_logits.ptr, d_lens.ptr, d_table.ptr, d_idx.ptr, d_pos.ptr);
-  MLAKIT_ASSERT_OK(ops::topk_indices(Device::kCuda, a));
-  MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
-  EXPECT_TRUE(d_idx.download() == cpu_idx) << "one block: k " << in.k << " max_len " << in.max_len;
-  EXPECT_TRUE(d_pos.download() == cpu_pos) << "one block: k " << in.k << " max_len " << in.max_len;
+  auto check = [&](const char* kernel, int runs, auto&& launch) {
+    expect_kernel_equal(kernel, in, launch, runs, d_idx, d_pos, cpu_idx, cpu_pos);
+  };
+  check("op", 1, [&] { return ops::topk_indices(Device::kCuda, a); });
+  check("one block", 1, [&] { return ops::topk_indices_one_block(a, in.ld, nullptr); });
+  ops::TopkClusterPlan plan;
+  MLAKIT_ASSERT_OK(ops::topk_cluster_plan_here(a, &plan));
+  if (plan.cluster > 0) {
+    check("cluster", 2, [&] { return ops::topk_indices_cluster(a, in.ld, nullptr); });
+  }
   const size_t bytes = ops::topk_workspace_bytes(a);
   ASSERT_EQ(bytes > 0, multi_block) << "max_len " << in.max_len << " k " << in.k;
   if (!multi_block) return;
   DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
   a.workspace = d_ws.ptr;
   a.workspace_size = bytes;
-  for (int run = 0; run < 2; ++run) {
-    d_idx.upload(std::vector<int32_t>(out, 0x7eadbeef));
-    d_pos.upload(std::vector<int32_t>(out, 0x7eadbeef));
-    MLAKIT_ASSERT_OK(ops::topk_indices(Device::kCuda, a));
-    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
-    EXPECT_TRUE(d_idx.download() == cpu_idx)
-        << "multi-block run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
-        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
-    EXPECT_TRUE(d_pos.download() == cpu_pos)
-        << "multi-block run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
-        << in.batch << " next_n " << in.next_n << " ld " << in.ld;
-  }
+  check("op with a workspace", 1, [&] { return ops::topk_indices(Device::kCuda, a); });
+  check("multi-block", 2, [&] { return ops::topk_indices_multi(a, in.ld, nullptr); });
 }
 
 TEST(OpsGpu, TopkEqualsCpuEdges) {
@@ -196,6 +214,97 @@ TEST(OpsGpu, TopkSortPathGraphReplay) {
   DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
   a.workspace = d_ws.ptr;
   a.workspace_size = bytes;
+  std::vector<int32_t> mixed(48);
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    mixed[i] = static_cast<int32_t>(i % 4 == 0 ? rng.below(2049) : 2049 + rng.below(131072 - 2048));
+  }
+  replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
+                               {full, mixed, std::vector<int32_t>(48, 16000), full});
+}
+
+// expect_topk_equal with the multi-block kernel wherever it takes the shapes; asserts that the
+// cluster kernel takes them on an sm_90 device.
+void expect_cluster_equal(const TopkInputs& in) {
+  int device = 0, major = 0;
+  MLAKIT_ASSERT_CUDA(cudaGetDevice(&device));
+  MLAKIT_ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major == 9) {
+    ops::TopkArgs a = topk_args(in, nullptr, nullptr, nullptr, nullptr, nullptr);
+    ops::TopkClusterPlan plan;
+    MLAKIT_ASSERT_OK(ops::topk_cluster_plan_here(a, &plan));
+    ASSERT_GT(plan.cluster, 0) << "max_len " << in.max_len << " k " << in.k;
+  }
+  expect_topk_equal(in, ops::topk_multi_applies(int64_t{in.batch} * in.next_n, in.max_len, in.k));
+}
+
+// The cluster kernel (topk_cluster.cu) at every cluster size (1 to 8 blocks a row: rows of 2049
+// to 256K, batch 1 to 200), k 1 to 65536 (with ties, the kept keys equal to T span blocks),
+// lengths 0, 1, k-1, k, k+1 among long rows (blocks whose slice is empty), normal, tied, crowded
+// and rising values, samples that misjudge the row, rows 16-byte aligned or not, MTP rows, page
+// sizes 1, 16 and 64.
+TEST(OpsGpu, TopkClusterEqualsCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(111);
+  for (const int32_t len : {2049, 6000, 8192, 16384, 16385, 40000, 65536, 131072, 200003, 262144}) {
+    for (const int ld_extra : {4, 5}) {
+      expect_cluster_equal(make_topk(rng, 2048, 1, 64, {len}, TopkValues::kNormal, ld_extra));
+    }
+  }
+  for (const int k : {1, 7, 100, 4096, 20000, 65536}) {
+    for (const TopkValues values : {TopkValues::kNormal, TopkValues::kTies}) {
+      expect_cluster_equal(make_topk(rng, k, 1, 64, {131072, k + 1, 70001}, values, 4));
+    }
+  }
+  for (const TopkValues values : {TopkValues::kTies, TopkValues::kCrowded, TopkValues::kRising}) {
+    std::vector<int32_t> lens(64, 32768);
+    lens[1] = 0, lens[2] = 1, lens[3] = 2047, lens[4] = 2048, lens[5] = 2049, lens[6] = 16385;
+    expect_cluster_equal(make_topk(rng, 2048, 1, 64, lens, values, 5));
+  }
+  expect_cluster_equal(
+      make_topk(rng, 1024, 1, 16, std::vector<int32_t>(200, 16384), TopkValues::kNormal, 4));
+  for (const int k : {512, 2048}) {
+    expect_cluster_equal(
+        make_topk(rng, k, 1, 64, std::vector<int32_t>(64, 131072), TopkValues::kRising, 4));
+  }
+  expect_cluster_equal(make_topk(rng, 1024, 1, 1, {262143}, TopkValues::kCrowded, 5));
+  // A sample that misjudges the row (fewer than k keys at or above its bound: the fallback), and
+  // one that judges it right (k below n / 16).
+  expect_cluster_equal(make_topk(rng, 16384, 1, 64, {131072, 131000}, TopkValues::kSampleTrap, 4));
+  expect_cluster_equal(make_topk(rng, 4096, 2, 16, {40000, 5000}, TopkValues::kSampleTrap, 5));
+  expect_cluster_equal(make_topk(rng, 2048, 1, 64, {131072}, TopkValues::kSampleTrap, 4));
+  for (const int next_n : {2, 3, 4}) {
+    for (const int page_size : {1, 16}) {
+      expect_cluster_equal(
+          make_topk(rng, 512, next_n, page_size, {0, 1, 511, 512, 513, 514, 20000, 131072},
+                    next_n == 3 ? TopkValues::kTies : TopkValues::kNormal, next_n == 2 ? 4 : 5));
+    }
+  }
+}
+
+// Rows longer than the cluster kernel takes (kTopkClusterMax slices of kTopkClusterMaxSlice):
+// the op runs the multi-block kernel with a workspace, one block a row without.
+TEST(OpsGpu, TopkPastTheClusterKernel) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(112);
+  const auto longest = static_cast<int32_t>(ops::kTopkClusterMax * ops::kTopkClusterMaxSlice);
+  TopkInputs in = make_topk(rng, 2048, 1, 64, {longest + 1, 5000}, TopkValues::kNormal, 4);
+  ops::TopkClusterPlan plan;
+  MLAKIT_ASSERT_OK(ops::topk_cluster_plan_here(
+      topk_args(in, nullptr, nullptr, nullptr, nullptr, nullptr), &plan));
+  EXPECT_EQ(plan.cluster, 0);
+  expect_topk_equal(in, true);
+}
+
+// The cluster kernel (the op without a workspace) captured in a CUDA graph and replayed with new
+// lengths: rows below k, rows that leave blocks of the cluster empty, full rows.
+TEST(OpsGpu, TopkClusterGraphReplay) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(113);
+  StreamHolder stream;
+  std::vector<int32_t> full(48, 131072);
+  TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
+  TopkDeviceInputs d(rng, in);
+  const ops::TopkArgs a = d.args(in);
   std::vector<int32_t> mixed(48);
   for (size_t i = 0; i < mixed.size(); ++i) {
     mixed[i] = static_cast<int32_t>(i % 4 == 0 ? rng.below(2049) : 2049 + rng.below(131072 - 2048));

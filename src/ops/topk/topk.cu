@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "ops/topk/topk.h"
+#include "ops/topk/topk_device.cuh"
 
 namespace mlakit::ops {
 namespace {
@@ -37,17 +38,7 @@ struct Shared {
   typename BlockScan::TempStorage scan;
 };
 
-// Writes output m of row r: position p (-1 = none) and its cache slot.
-__device__ __forceinline__ void emit(const TopkRows& p, const int32_t* pages, int64_t r, int64_t m,
-                                     int64_t pos) {
-  int32_t slot = -1;
-  if (pos >= 0) {
-    const int32_t page = pages[pos / p.page_size];
-    if (page >= 0) slot = static_cast<int32_t>(int64_t{page} * p.page_size + pos % p.page_size);
-  }
-  p.indices[r * p.k + m] = slot;
-  if (p.positions != nullptr) p.positions[r * p.k + m] = static_cast<int32_t>(pos);
-}
+using topk_device::emit;
 
 __global__ void __launch_bounds__(kThreads) topk_kernel(const __grid_constant__ TopkRows p) {
   __shared__ Shared s;
@@ -114,17 +105,26 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(const __grid_constant__ 
 
 }  // namespace
 
-Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
+Status topk_indices_one_block(const TopkArgs& a, int64_t ld, Stream stream) {
   const int64_t rows = int64_t{a.batch} * a.next_n;
   if (rows == 0) return Status::Ok();
-  if (a.workspace != nullptr && topk_multi_applies(rows, a.max_len, a.k)) {
-    return topk_indices_multi(a, ld, stream);
-  }
   const TopkRows p = topk_rows(a, ld);
-
   topk_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p);
   MLAKIT_CUDA_RETURN_LAUNCH("topk_kernel");
   return Status::Ok();
+}
+
+Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
+  const int64_t rows = int64_t{a.batch} * a.next_n;
+  if (rows == 0) return Status::Ok();
+  TopkClusterPlan cluster;
+  MLAKIT_RETURN_IF_ERROR(topk_cluster_plan_here(a, &cluster));
+  const bool multi = a.workspace != nullptr && topk_multi_applies(rows, a.max_len, a.k);
+  if (cluster.cluster > 0 && (!multi || topk_cluster_preferred(rows, a.max_len))) {
+    return topk_indices_cluster(a, ld, stream);
+  }
+  if (multi) return topk_indices_multi(a, ld, stream);
+  return topk_indices_one_block(a, ld, stream);
 }
 
 }  // namespace mlakit::ops

@@ -110,6 +110,52 @@ inline TopkMultiPlan topk_multi_plan(int64_t rows, int64_t max_len, int32_t k) {
   return plan;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The cluster kernel's schedule (topk_cluster.cu, sm_90): a row's `cluster` blocks (a thread-block
+// cluster of up to kTopkClusterMax) each hold a slice of `slice_len` keys in shared memory; the
+// row is read from global memory once. Rows up to kTopkClusterMax * kTopkClusterMaxSlice.
+// ---------------------------------------------------------------------------------------------
+inline constexpr int kTopkClusterThreads = 512;
+inline constexpr int kTopkClusterMax = 8;               // the portable cluster size
+inline constexpr int64_t kTopkClusterSlice = 16384;     // keys a block, preferred (64 KB)
+inline constexpr int64_t kTopkClusterMaxSlice = 32768;  // keys a block, at most (128 KB)
+// Slices are whole multiples of this (a ballot of 32 keys in each of the 16 warps' segments).
+inline constexpr int64_t kTopkClusterGrain = kTopkClusterThreads;
+
+struct TopkClusterPlan {
+  int32_t cluster = 0;    // blocks a row; 0: the shapes do not take the cluster kernel
+  int64_t slice_len = 0;  // a multiple of kTopkClusterGrain
+};
+
+// Blocks a row: enough for slices of kTopkClusterSlice keys, then more while the grid has fewer
+// than two blocks an SM (`sms`) and the slices stay at least 2 * kTopkTile long. Rows of max_len
+// <= k need no selection (the other kernels write them); rows longer than kTopkClusterMax
+// slices of kTopkClusterMaxSlice do not fit.
+inline TopkClusterPlan topk_cluster_plan(int64_t rows, int64_t max_len, int32_t k, int sms) {
+  TopkClusterPlan plan;
+  if (rows <= 0 || max_len <= k) return plan;
+  int64_t cluster = 1;
+  while (cluster < kTopkClusterMax && cluster * kTopkClusterSlice < max_len) cluster *= 2;
+  while (cluster < kTopkClusterMax && rows * cluster < int64_t{2} * sms &&
+         max_len >= cluster * 4 * kTopkTile) {
+    cluster *= 2;
+  }
+  const int64_t slice = (max_len + cluster - 1) / cluster;
+  plan.slice_len = (slice + kTopkClusterGrain - 1) / kTopkClusterGrain * kTopkClusterGrain;
+  if (plan.slice_len > kTopkClusterMaxSlice) return {};
+  plan.cluster = static_cast<int32_t>(cluster);
+  return plan;
+}
+
+// Where both take the shapes, the cluster kernel over the multi-block one: few rows, not long
+// (measured on an H200, k 2048, bench/results/2026-11-28-h200-topk-cluster: rows of 16K and 32K
+// at batch 1 and 8 in 14-16 us against 20-23; at 64 rows or rows of 128K and more the multi-block
+// kernel is faster: the cluster kernel issues about five instructions a key, most of them in
+// the passes over each slice in shared memory).
+inline bool topk_cluster_preferred(int64_t rows, int64_t max_len) {
+  return rows <= 16 && max_len <= 32768;
+}
+
 // The rows both CUDA kernels read and the outputs they write (kernel parameters): TopkArgs's
 // device pointers and sizes, with the logits' row stride.
 struct TopkRows {
@@ -142,9 +188,19 @@ inline TopkRows topk_rows(const TopkArgs& a, int64_t ld) {
 
 // cpu reference: checks lengths and page ids first.
 Status topk_indices_cpu(const TopkArgs& args, int64_t ld);
-// CUDA (topk.cu): one block per row, radix select; with a workspace and long rows, the
-// multi-block kernel (topk_multi.cu), which topk_indices_multi launches.
+// CUDA (topk.cu): on sm_90 the cluster kernel where its plan takes the shapes and either no
+// multi-block kernel can run (no workspace, or rows below kTopkMultiMinLen) or
+// topk_cluster_preferred; else with a workspace and long rows the multi-block kernel; else one
+// block a row. Each kernel can also be
+// launched by itself (the tests run all three): topk_indices_one_block (topk.cu),
+// topk_indices_multi (topk_multi.cu; needs the workspace), topk_indices_cluster (topk_cluster.cu;
+// refuses shapes its plan does not take, and devices without clusters).
 Status topk_indices_cuda(const TopkArgs& args, int64_t ld, Stream stream);
+Status topk_indices_one_block(const TopkArgs& args, int64_t ld, Stream stream);
 Status topk_indices_multi(const TopkArgs& args, int64_t ld, Stream stream);
+Status topk_indices_cluster(const TopkArgs& args, int64_t ld, Stream stream);
+// The cluster plan on the current device (cluster 0 where it has no clusters or the build no
+// sm_90 code for the kernel).
+Status topk_cluster_plan_here(const TopkArgs& args, TopkClusterPlan* plan);
 
 }  // namespace mlakit::ops

@@ -43,6 +43,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "ops/topk/topk.h"
+#include "ops/topk/topk_device.cuh"
 
 namespace mlakit::ops {
 namespace {
@@ -52,7 +53,6 @@ constexpr int kTopShift = 32 - kTopkTopBits;  // a key's top bits: key >> kTopSh
 constexpr int kRefineBits = 10;
 constexpr int kRefineBins = 1 << kRefineBits;
 static_assert(kTopShift % kRefineBits == 0, "the refine passes cover the bits below the top ones");
-static_assert(kRefineBins % kThreads == 0, "the bin search gives each thread a run");
 
 // The rows (TopkRows) and the multi-block schedule's slices and workspace.
 struct MultiParams : TopkRows {
@@ -97,16 +97,10 @@ __device__ __forceinline__ RowView row_view(const MultiParams& p) {
           .pages = p.block_table + i * p.block_table_stride};
 }
 
-// Writes output m of row r: position pos (-1 = none) and its cache slot.
+// Writes output m of the block's row: position pos (-1 = none) and its cache slot.
 __device__ __forceinline__ void emit(const MultiParams& p, const RowView& v, int64_t m,
                                      int64_t pos) {
-  int32_t slot = -1;
-  if (pos >= 0) {
-    const int32_t page = v.pages[pos / p.page_size];
-    if (page >= 0) slot = static_cast<int32_t>(int64_t{page} * p.page_size + pos % p.page_size);
-  }
-  p.indices[v.r * p.k + m] = slot;
-  if (p.positions != nullptr) p.positions[v.r * p.k + m] = static_cast<int32_t>(pos);
+  topk_device::emit(p, v.pages, v.r, m, pos);
 }
 
 // The keys of row[j .. j + 3] (0 past end). j is a multiple of 4 from the row's start.
@@ -156,34 +150,12 @@ __device__ __forceinline__ bool last_block(int32_t* counter, int blocks, int* s_
   return last;
 }
 
-struct BinPick {
-  uint32_t bin;  // the bin holding the remaining-th largest key
-  int above;     // keys in higher bins
-};
+using topk_device::BinPick;
 
-// Over a histogram of kBins bins, the bin d with (keys above d) < remaining <= (keys at or above
-// d); exactly one thread finds it. Ends with a barrier: *out is then visible to every thread.
 template <int kBins>
 __device__ __forceinline__ void pick_bin(const int* s_hist, int remaining,
                                          typename BlockScan::TempStorage& scan, BinPick* out) {
-  constexpr int kRun = kBins / kThreads;  // thread t: bins kBins-1-t*kRun downwards
-  int count[kRun];
-  int sum = 0;
-#pragma unroll
-  for (int e = 0; e < kRun; ++e) {
-    count[e] = s_hist[kBins - 1 - (threadIdx.x * kRun + e)];
-    sum += count[e];
-  }
-  int above;
-  BlockScan(scan).ExclusiveSum(sum, above);
-#pragma unroll
-  for (int e = 0; e < kRun; ++e) {
-    if (above < remaining && above + count[e] >= remaining) {
-      *out = {.bin = static_cast<uint32_t>(kBins - 1 - (threadIdx.x * kRun + e)), .above = above};
-    }
-    above += count[e];
-  }
-  __syncthreads();
+  topk_device::pick_bin<kBins, kThreads>(s_hist, remaining, scan, out);
 }
 
 // Pass 1: the row's histogram of the keys' top bits; its last block picks the bin B.
