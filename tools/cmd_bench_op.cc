@@ -247,9 +247,9 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
     ops::TopkClusterPlan plan;
     MLAKIT_RETURN_IF_ERROR(ops::topk_cluster_plan_here(shape, &plan));
     const bool multi = ops::topk_workspace_bytes(shape) > 0;  // auto allocates it then
-    kernel = plan.cluster > 0 && (!multi || ops::topk_cluster_preferred(rows, c.len)) ? "cluster"
-             : multi ? "multi-block"
-                     : "one-block";
+    kernel = plan.cluster > 0 && (!multi || ops::topk_cluster_preferred(rows, plan)) ? "cluster"
+             : multi                                                                 ? "multi-block"
+                                                                                     : "one-block";
   }
   const bool with_workspace = f.kernel == "auto" || f.kernel == "multi-block";
   const size_t ws_bytes = gpu && with_workspace ? ops::topk_workspace_bytes(shape) : 0;

@@ -128,7 +128,7 @@ struct TopkClusterPlan {
 };
 
 // Blocks a row: enough for slices of kTopkClusterSlice keys, then more while the grid has fewer
-// than two blocks an SM (`sms`) and the slices stay at least 2 * kTopkTile long. Rows of max_len
+// blocks than SMs (`sms`) and the slices stay at least 2 * kTopkTile long. Rows of max_len
 // <= k need no selection (the other kernels write them); rows longer than kTopkClusterMax
 // slices of kTopkClusterMaxSlice do not fit.
 inline TopkClusterPlan topk_cluster_plan(int64_t rows, int64_t max_len, int32_t k, int sms) {
@@ -136,8 +136,7 @@ inline TopkClusterPlan topk_cluster_plan(int64_t rows, int64_t max_len, int32_t 
   if (rows <= 0 || max_len <= k) return plan;
   int64_t cluster = 1;
   while (cluster < kTopkClusterMax && cluster * kTopkClusterSlice < max_len) cluster *= 2;
-  while (cluster < kTopkClusterMax && rows * cluster < int64_t{2} * sms &&
-         max_len >= cluster * 4 * kTopkTile) {
+  while (cluster < kTopkClusterMax && rows * cluster < sms && max_len >= cluster * 4 * kTopkTile) {
     cluster *= 2;
   }
   const int64_t slice = (max_len + cluster - 1) / cluster;
@@ -147,13 +146,13 @@ inline TopkClusterPlan topk_cluster_plan(int64_t rows, int64_t max_len, int32_t 
   return plan;
 }
 
-// Where both take the shapes, the cluster kernel over the multi-block one: few rows, not long
-// (measured on an H200, k 2048, bench/results/2026-11-28-h200-topk-cluster: rows of 16K and 32K
-// at batch 1 and 8 in 14-16 us against 20-23; at 64 rows or rows of 128K and more the multi-block
-// kernel is faster: the cluster kernel issues about five instructions a key, most of them in
-// the passes over each slice in shared memory).
-inline bool topk_cluster_preferred(int64_t rows, int64_t max_len) {
-  return rows <= 16 && max_len <= 32768;
+// Where both take the shapes, the cluster kernel over the multi-block one: up to 16 rows, or
+// slices of 8K-16K keys (two blocks an SM) and at most 512 blocks (measured on an H200, k 2048,
+// bench/results/2026-11-28-h100-h200-topk-cluster-indexer, call 6: faster there by 1.2-1.8x;
+// slices of 4K, slices of 32K (one block an SM) and grids of more blocks were slower).
+inline bool topk_cluster_preferred(int64_t rows, const TopkClusterPlan& plan) {
+  return rows <= 16 ||
+         (plan.slice_len >= 8192 && plan.slice_len <= 16384 && rows * plan.cluster <= 512);
 }
 
 // The rows both CUDA kernels read and the outputs they write (kernel parameters): TopkArgs's

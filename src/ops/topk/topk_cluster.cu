@@ -11,13 +11,15 @@
 // row histogram of every block of the cluster (atomics on distributed shared memory); after one
 // cluster barrier every block picks the same digit from its copy.
 //
-// Shared-memory atomics are the costly part (about one key a clock an SM), so the first round
-// counts only the keys at or above a bound L taken from a sample of the row (every 16th key, its
-// own histogram exchanged the same way): L is the bin where the sample's count from the top
-// reaches about 1.5 k / 16. The first round is exact above L; when the row has fewer than k keys
-// >= L (a sample that misjudged the row), every block also counts the keys below L.
+// Passes over the whole slice in shared memory cost more instructions than the read, so the
+// rounds run over candidates: a sample of the row (every 16th key, its histogram exchanged the
+// same way) gives a bound L, the bin where the sample's count from the top reaches about
+// 1.5 k / 16; each warp compacts the positions of its segment's keys >= L, in order, into shared
+// memory (up to kCandPerWarp; past it the block walks its whole slice in every later pass). The
+// first round is exact above L; when the row has fewer than k keys >= L (a sample that misjudged
+// the row), every block also counts the keys below L and walks its whole slice from then on.
 //
-// Then each warp counts the keys above T and equal to T in its segment of the slice; the blocks
+// Then each warp counts the keys above T and equal to T among its candidates; the blocks
 // exchange their totals (one more barrier), so each knows its output offset and how many of its
 // keys equal to T it keeps (the row's first ones by position: ties by the lower position), and
 // each warp finds its kept keys in position order (ballots) and stages their positions in shared
@@ -68,6 +70,9 @@ constexpr int kSampleBins = 1 << kSampleBits;
 // Outputs a block stages in shared memory (their positions) before writing them; past it a
 // block writes them as it finds them (k above 8192 with few blocks a row).
 [[maybe_unused]] constexpr int kStage = 2 * kBins0;
+// Candidates (keys at or above the sample's bound) a warp keeps, their slice positions in order.
+[[maybe_unused]] constexpr int kCandPerWarp = 2 * kSampleBins / kWarps;
+static_assert(kTopkClusterMaxSlice <= 65536, "slice positions fit 16 bits");
 
 struct Shared {
   // [0]: this block's histogram of the round; [1]: the row's first-round histogram (every block
@@ -75,7 +80,10 @@ struct Shared {
   int hist[2][kBins0];
   int row1[kBins1];  // the row's second- and third-round histograms
   int row2[kBins1];
-  int row_sample[kSampleBins];       // the row's sample histogram
+  // The row's sample histogram; once the bound is picked, the warps' candidates (uint16
+  // positions, kCandPerWarp a warp).
+  int row_sample[kSampleBins];
+  int warp_cand[kWarps];             // candidates each warp found (may exceed kCandPerWarp)
   int warp_above[kWarps];            // keys > T in each warp's segment
   int warp_equal[kWarps];            // keys == T
   int block_above[kTopkClusterMax];  // each block's totals, written by that block
@@ -86,24 +94,23 @@ struct Shared {
 
 // The kernel's code is built for sm_90 only (clusters); elsewhere its body is empty.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ float4 load4(const float* src, int64_t j, int64_t len, bool vec) {
+__device__ __forceinline__ float4 load4(const float* src, int j, int len, bool vec) {
   if (vec && j + 3 < len) return *reinterpret_cast<const float4*>(src + j);
   return make_float4(j < len ? src[j] : 0.0f, j + 1 < len ? src[j + 1] : 0.0f,
                      j + 2 < len ? src[j + 2] : 0.0f, j + 3 < len ? src[j + 3] : 0.0f);
 }
 
 // Reads src[0, len) as keys into keys[0, len).
-__device__ __forceinline__ void load_slice(const float* src, int64_t len, bool vec,
-                                           uint32_t* keys) {
-  for (int64_t base = 0; base < len; base += int64_t{kUnroll} * kTopkTile) {
+__device__ __forceinline__ void load_slice(const float* src, int len, bool vec, uint32_t* keys) {
+  for (int base = 0; base < len; base += kUnroll * kTopkTile) {
     float4 x[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      x[u] = load4(src, base + u * kTopkTile + 4 * int64_t{threadIdx.x}, len, vec);
+      x[u] = load4(src, base + u * kTopkTile + 4 * static_cast<int>(threadIdx.x), len, vec);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = base + u * kTopkTile + 4 * int64_t{threadIdx.x};
+      const int j = base + u * kTopkTile + 4 * static_cast<int>(threadIdx.x);
       // Keys past len in this group of 4 are stored too (the slice's buffer holds them) and
       // never read.
       if (j < len) {
@@ -114,17 +121,25 @@ __device__ __forceinline__ void load_slice(const float* src, int64_t len, bool v
   }
 }
 
-// Counts in `hist` the keys of keys[0, len) that `take` accepts, by bits [shift, shift + log2
-// kBins) (the caller's mask of the higher bits).
-template <int kBins, typename Take>
-__device__ __forceinline__ void count_keys(const uint32_t* keys, int64_t len, int shift, int* hist,
-                                           Take&& take) {
-  for (int64_t j = 4 * int64_t{threadIdx.x}; j < len; j += kTopkTile) {
-    const uint4 v = *reinterpret_cast<const uint4*>(keys + j);
-    const uint32_t key[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (j + e < len && take(key[e])) atomicAdd(&hist[(key[e] >> shift) & (kBins - 1)], 1);
+// This warp's keys in position order, 32 at a time: its candidates (`cand`, `n` of them) or, when
+// cand is null, its whole segment [seg_begin, seg_end) of the slice. f(valid, j, key) runs in
+// every lane of the warp the same number of times (ballots may be taken in it); j is the slice
+// position.
+template <typename F>
+__device__ __forceinline__ void walk(const uint16_t* cand, int n, int seg_begin, int seg_end,
+                                     const uint32_t* keys, F&& f) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (cand != nullptr) {
+    for (int base = 0; base < n; base += 32) {
+      const bool valid = base + lane < n;
+      const int j = valid ? cand[base + lane] : 0;
+      f(valid, j, valid ? keys[j] : 0u);
+    }
+  } else {
+    for (int base = seg_begin; base < seg_end; base += 32) {
+      const int j = base + lane;
+      const bool valid = j < seg_end;
+      f(valid, j, valid ? keys[j] : 0u);
     }
   }
 }
@@ -142,7 +157,6 @@ __device__ __forceinline__ void push(const cg::cluster_group& cluster, int block
     }
   }
 }
-
 #endif
 
 __global__ void __launch_bounds__(kThreads, 2)
@@ -167,7 +181,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     return;
   }
   const int64_t begin = int64_t{rank} * p.slice_len;
-  const int64_t len = max(min(begin + p.slice_len, n) - begin, int64_t{0});
+  const int len = static_cast<int>(max(min(begin + p.slice_len, n) - begin, int64_t{0}));
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const unsigned lower = (1u << lane) - 1u;
+  const int seg = static_cast<int>(p.slice_len) / kWarps;  // each warp's segment of the slice
+  const int seg_begin = warp * seg;
+  const int seg_end = min(seg_begin + seg, len);
 
   int* const local = s.hist[0];
   int* const row0 = s.hist[1];
@@ -179,14 +198,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto cleared = cluster.barrier_arrive();
   load_slice(p.logits + r * p.ld + begin, len, p.vec, keys);
   __syncthreads();
-  // A sample of the row (1/kSampleStride of it) gives a lower bound L for the first round: its
-  // histogram counts only the keys >= L (shared-memory atomics are the costly part), and it is
-  // exact above L. When fewer than k keys of the row are >= L (a sample that misjudged the row),
-  // the keys below L are counted too.
-  for (int64_t c = threadIdx.x; c * kSampleStride < len; c += kThreads) {
-    const uint32_t key = keys[c * kSampleStride + c % kSampleStride];
-    if (c * kSampleStride + c % kSampleStride < len)
-      atomicAdd(&local[key >> (32 - kSampleBits)], 1);
+  // A sample of the row (1/kSampleStride of it) gives a lower bound L: the rounds count only the
+  // keys >= L (shared-memory atomics and passes over the whole slice are the costly part).
+  for (int c = threadIdx.x; c * kSampleStride < len; c += kThreads) {
+    const int j = c * kSampleStride + c % kSampleStride;
+    if (j < len) atomicAdd(&local[keys[j] >> (32 - kSampleBits)], 1);
   }
   __syncthreads();
   cluster.barrier_wait(std::move(cleared));
@@ -200,16 +216,44 @@ __global__ void __launch_bounds__(kThreads, 2)
   topk_device::pick_bin<kSampleBins, kThreads>(s.row_sample, (3 * p.k / 2) / kSampleStride + 16,
                                                s.scan, &s.pick);
   const uint32_t bound = s.pick.bin << (32 - kSampleBits);
-  count_keys<kBins0>(keys, len, 32 - kBits0, local, [&](uint32_t key) { return key >= bound; });
+
+  // Each warp's keys >= L in position order (their slice positions); a warp with more than
+  // kCandPerWarp of them, and then the whole block, walks the slice instead.
+  uint16_t* const mine = reinterpret_cast<uint16_t*>(s.row_sample) + warp * kCandPerWarp;
+  int found = 0;
+  for (int base = seg_begin; base < seg_end; base += 32) {
+    const int j = base + lane;
+    const bool take = j < seg_end && keys[j] >= bound;
+    const unsigned m = __ballot_sync(0xffffffffu, take);
+    const int at = found + __popc(m & lower);
+    if (take && at < kCandPerWarp) mine[at] = static_cast<uint16_t>(j);
+    found += __popc(m);
+  }
+  if (lane == 0) s.warp_cand[warp] = found;
+  __syncthreads();
+  bool use_cand = true;
+  for (int w = 0; w < kWarps; ++w) use_cand = use_cand && s.warp_cand[w] <= kCandPerWarp;
+  // This warp's keys to walk: its candidates, or (cand null) its segment.
+  const uint16_t* walk_cand = use_cand ? mine : nullptr;
+  const int n_cand = found;
+
+  // First round: the keys >= L by their top bits (exact above L).
+  walk(walk_cand, n_cand, seg_begin, seg_end, keys, [&](bool valid, int, uint32_t key) {
+    if (valid && key >= bound) atomicAdd(&local[key >> (32 - kBits0)], 1);
+  });
   __syncthreads();
   push<kBins0>(cluster, blocks, rank, local, row0);
   if (threadIdx.x == 0) s.pick = {.bin = ~0u, .above = 0};
   cluster.sync();
   topk_device::pick_bin<kBins0, kThreads>(row0, p.k, s.scan, &s.pick);
-  if (s.pick.bin == ~0u) {  // fewer than k keys >= L: count the rest (every block alike)
+  const bool below = s.pick.bin == ~0u;  // fewer than k keys >= L (every block alike)
+  if (below) {  // count the rest; the candidates no longer hold every key the rounds need
+    walk_cand = nullptr;
     for (int b = threadIdx.x; b < kBins0; b += kThreads) local[b] = 0;
     __syncthreads();
-    count_keys<kBins0>(keys, len, 32 - kBits0, local, [&](uint32_t key) { return key < bound; });
+    walk(nullptr, 0, seg_begin, seg_end, keys, [&](bool valid, int, uint32_t key) {
+      if (valid && key < bound) atomicAdd(&local[key >> (32 - kBits0)], 1);
+    });
     __syncthreads();
     cluster.sync();  // every block has picked from row0 before any adds to it again
     push<kBins0>(cluster, blocks, rank, local, row0);
@@ -226,8 +270,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int shift = kBits1 * (1 - round);
     for (int b = threadIdx.x; b < kBins1; b += kThreads) local[b] = 0;
     __syncthreads();
-    count_keys<kBins1>(keys, len, shift, local,
-                       [&](uint32_t key) { return (key & mask) == prefix; });
+    walk(walk_cand, n_cand, seg_begin, seg_end, keys, [&](bool valid, int, uint32_t key) {
+      if (valid && (key & mask) == prefix) atomicAdd(&local[(key >> shift) & (kBins1 - 1)], 1);
+    });
     __syncthreads();
     push<kBins1>(cluster, blocks, rank, local, row_hist[round]);
     cluster.sync();
@@ -238,18 +283,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   const uint32_t threshold = prefix;  // T: keep every key > T and the row's first `remaining` == T
 
-  // Each warp's segment of the slice: its keys above and equal to T.
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t seg = p.slice_len / kWarps;
-  const int64_t seg_begin = warp * seg;
-  const int64_t seg_end = min(seg_begin + seg, len);
+  // Each warp's keys above and equal to T (all of them >= L unless `below`).
   int above = 0, equal = 0;
-  for (int64_t base = seg_begin; base < seg_end; base += 32) {
-    const int64_t j = base + lane;
-    const uint32_t key = j < seg_end ? keys[j] : 0u;
-    above += __popc(__ballot_sync(0xffffffffu, j < seg_end && key > threshold));
-    equal += __popc(__ballot_sync(0xffffffffu, j < seg_end && key == threshold));
-  }
+  walk(walk_cand, n_cand, seg_begin, seg_end, keys, [&](bool valid, int, uint32_t key) {
+    above += __popc(__ballot_sync(0xffffffffu, valid && key > threshold));
+    equal += __popc(__ballot_sync(0xffffffffu, valid && key == threshold));
+  });
   if (lane == 0) {
     s.warp_above[warp] = above;
     s.warp_equal[warp] = equal;
@@ -278,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     offset += s.block_above[c] + t;
     equal_before += e;
   }
-  int above_seen = 0, equal_seen = 0;  // in the block's earlier warps' segments
+  int above_seen = 0, equal_seen = 0;  // in the block's earlier warps
   for (int w = 0; w < warp; ++w) {
     above_seen += s.warp_above[w];
     equal_seen += s.warp_equal[w];
@@ -288,25 +327,23 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int kept = s.block_above[rank] + take;
   const bool staged = kept <= kStage;
   int* const stage = &s.hist[0][0];  // no block reads this one's histograms any more
-  const bool busy = s.warp_above[warp] > 0 || (s.warp_equal[warp] > 0 && equal_seen < take);
-  const unsigned lower = (1u << lane) - 1u;
-  for (int64_t base = seg_begin; busy && base < seg_end; base += 32) {
-    const int64_t j = base + lane;
-    const uint32_t key = j < seg_end ? keys[j] : 0u;
-    const unsigned a = __ballot_sync(0xffffffffu, j < seg_end && key > threshold);
-    const unsigned e = __ballot_sync(0xffffffffu, j < seg_end && key == threshold);
-    const int a_before = above_seen + __popc(a & lower);
-    const int e_before = equal_seen + __popc(e & lower);
-    if (j < seg_end && (key > threshold || (key == threshold && e_before < take))) {
-      const int m = a_before + min(e_before, take);
-      if (staged) {
-        stage[m] = static_cast<int>(j);
-      } else {
-        topk_device::emit(p, pages, r, offset + m, begin + j);
+  if (s.warp_above[warp] > 0 || (s.warp_equal[warp] > 0 && equal_seen < take)) {
+    walk(walk_cand, n_cand, seg_begin, seg_end, keys, [&](bool valid, int j, uint32_t key) {
+      const unsigned a = __ballot_sync(0xffffffffu, valid && key > threshold);
+      const unsigned e = __ballot_sync(0xffffffffu, valid && key == threshold);
+      const int a_before = above_seen + __popc(a & lower);
+      const int e_before = equal_seen + __popc(e & lower);
+      if (valid && (key > threshold || (key == threshold && e_before < take))) {
+        const int m = a_before + min(e_before, take);
+        if (staged) {
+          stage[m] = j;
+        } else {
+          topk_device::emit(p, pages, r, offset + m, begin + j);
+        }
       }
-    }
-    above_seen += __popc(a);
-    equal_seen += __popc(e);
+      above_seen += __popc(a);
+      equal_seen += __popc(e);
+    });
   }
   if (!staged) return;
   __syncthreads();
