@@ -59,6 +59,7 @@ struct IndexerParams {
   int64_t page_bytes;    // page_size * 132
   int64_t num_pages;
   int32_t page_size;
+  int32_t page_shift;  // log2(page_size) when it is a power of two, else -1
   const int32_t* block_table;
   int64_t block_table_stride;
   const int32_t* seq_lens;
@@ -93,6 +94,20 @@ __host__ __device__ inline Layout layout_of(int rows, int groups) {
 
 using ptx::smem_u32;
 
+// The page (index into the request's block table) and the offset in it of position j: shifts
+// for a power-of-two page size (the copy loops run this per 16-byte piece; a division by a
+// run-time value costs tens of instructions), else a division.
+__device__ __forceinline__ void page_of(const IndexerParams& p, int64_t j, int64_t* index,
+                                        int64_t* offset) {
+  if (p.page_shift >= 0) {
+    *index = j >> p.page_shift;
+    *offset = j & (p.page_size - 1);
+  } else {
+    *index = j / p.page_size;
+    *offset = j - *index * p.page_size;
+  }
+}
+
 // A cp.async of 16 or 4 bytes; `valid` false zero-fills and reads nothing.
 template <int kBytes>
 __device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
@@ -112,18 +127,18 @@ __device__ __forceinline__ void load_tile(const IndexerParams& p, const int32_t*
   for (int c = threadIdx.x; c < kTile * kPieces; c += kThreads) {
     const int t = c / kPieces, piece = c % kPieces;
     const int64_t j = j0 + t;
-    int64_t page = -1;
-    if (j < len) page = pages[j / p.page_size];
+    int64_t page = -1, index, off;
+    page_of(p, j, &index, &off);
+    if (j < len) page = pages[index];
     const bool valid = page >= 0 && page < p.num_pages;
     const uint8_t* src =
-        valid ? p.cache + page * p.page_bytes + (j % p.page_size) * kIndexerDim + piece * kVec
-              : p.cache;
+        valid ? p.cache + page * p.page_bytes + off * kIndexerDim + piece * kVec : p.cache;
     cp_async<kVec>(keys + t * kRowBytes + piece * kVec, src, valid);
     if (piece == 0) {
       // The scale through the same copy path (4 bytes), so one wait covers both.
-      const uint8_t* s = valid ? p.cache + page * p.page_bytes +
-                                     int64_t{p.page_size} * kIndexerDim + (j % p.page_size) * 4
-                               : p.cache;
+      const uint8_t* s =
+          valid ? p.cache + page * p.page_bytes + int64_t{p.page_size} * kIndexerDim + off * 4
+                : p.cache;
       cp_async<4>(scales + t, s, valid);
       ok[t] = valid ? 1 : 0;
     }
@@ -341,11 +356,11 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
     for (int c = threadIdx.x; c < tiles * kTile * kPieces; c += kThreads) {
       const int tt = c / kPieces, piece = c % kPieces;  // tt: tile * 64 + token
       const int64_t j = j_begin + tt;
-      int64_t page = -1;
-      if (j < len) page = pages[j / p.page_size];
+      int64_t page = -1, index, off;
+      page_of(p, j, &index, &off);
+      if (j < len) page = pages[index];
       const bool valid = page >= 0 && page < p.num_pages;
       const uint8_t* row = p.cache + (valid ? page * p.page_bytes : 0);
-      const int64_t off = j % p.page_size;
       cp_async<kVec>(ks + swizzled(tt, piece * kVec),
                      valid ? row + off * kIndexerDim + piece * kVec : p.cache, valid);
       if (piece == 0) {
@@ -458,6 +473,7 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   p.page_bytes = page_bytes;
   p.num_pages = a.num_pages;
   p.page_size = a.page_size;
+  p.page_shift = (a.page_size & (a.page_size - 1)) == 0 ? __builtin_ctz(a.page_size) : -1;
   p.block_table = a.block_table;
   p.block_table_stride = a.block_table_stride;
   p.seq_lens = a.seq_lens;
