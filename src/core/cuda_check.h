@@ -14,9 +14,11 @@ inline Status cuda_status(cudaError_t err, const char* call, const char* file, i
                         cudaGetErrorString(err), ")"));
 }
 
+#ifndef MLAKIT_NO_CUDA
 // The compute capability (major * 10 + minor) of the code the runtime loads for `kernel` on the
 // current device, or 0 where it has none (the build lacks code for this device; the error is
-// cleared).
+// cleared). Only for the CUDA sources (the stand-in runtime of a build without CUDA has no
+// kernels).
 template <typename Kernel>
 int binary_version(Kernel kernel) {
   cudaFuncAttributes attr{};
@@ -26,6 +28,7 @@ int binary_version(Kernel kernel) {
   }
   return attr.binaryVersion;
 }
+#endif
 
 }  // namespace mlakit
 
