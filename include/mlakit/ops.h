@@ -146,9 +146,9 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
 // max_len up to 262144, a thread-block cluster a row (up to 8 blocks, each holding its slice of
 // the row in shared memory: the row is read once; no workspace needed), which also takes the
 // calls without a workspace and, measured faster there, those of up to 16 rows or of slices of
-// 8K-16K keys over at most 512 blocks; otherwise one block a row (slow on long rows). The workspace holds no state between calls (it
-// is cleared on the stream first); one call at a time may use it. kCpu ignores it but checks it
-// alike.
+// 8K-16K keys over at most 512 blocks; otherwise one block a row (slow on long rows). The workspace
+// holds no state between calls (it is cleared on the stream first); one call at a time may use it.
+// kCpu ignores it but checks it alike.
 // ---------------------------------------------------------------------------------------------
 struct TopkArgs {
   int32_t batch = 0;
