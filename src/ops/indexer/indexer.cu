@@ -352,18 +352,27 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
       ws[c] = h < p.heads ? w[int64_t{r} * p.heads + h] : 0.f;
     }
     const int tiles = static_cast<int>((computed_end - j_begin + kTile - 1) / kTile);
-    constexpr int kPieces = kIndexerDim / kVec;
-    for (int c = threadIdx.x; c < tiles * kTile * kPieces; c += kThreads) {
-      const int tt = c / kPieces, piece = c % kPieces;  // tt: tile * 64 + token
+    // A key's copies: with 16-byte copies, two threads a key, each 4 of its 8 pieces (the pair
+    // reads 32 contiguous bytes an instruction), so the key's address is worked out twice, not
+    // per piece (the kernel is bound by instruction issue); with 4-byte copies, one a thread.
+    constexpr int kThreadsPerKey = kVec == 16 ? 2 : kIndexerDim / kVec;
+    constexpr int kCopies = kIndexerDim / kVec / kThreadsPerKey;  // a thread's copies of a key
+    for (int c = threadIdx.x; c < tiles * kTile * kThreadsPerKey; c += kThreads) {
+      const int tt = c / kThreadsPerKey, part = c % kThreadsPerKey;  // tt: tile * 64 + token
       const int64_t j = j_begin + tt;
       int64_t page = -1, index, off;
       page_of(p, j, &index, &off);
       if (j < len) page = pages[index];
       const bool valid = page >= 0 && page < p.num_pages;
       const uint8_t* row = p.cache + (valid ? page * p.page_bytes : 0);
-      cp_async<kVec>(ks + swizzled(tt, piece * kVec),
-                     valid ? row + off * kIndexerDim + piece * kVec : p.cache, valid);
-      if (piece == 0) {
+      const uint8_t* key = valid ? row + off * kIndexerDim : p.cache;
+#pragma unroll
+      for (int e = 0; e < kCopies; ++e) {
+        const int piece = e * kThreadsPerKey + part;
+        cp_async<kVec>(ks + swizzled(tt, piece * kVec), valid ? key + piece * kVec : p.cache,
+                       valid);
+      }
+      if (part == 0) {
         cp_async<4>(ss + tt, valid ? row + int64_t{p.page_size} * kIndexerDim + off * 4 : p.cache,
                     valid);
         oks[tt] = valid ? 1 : 0;
