@@ -199,6 +199,16 @@ TEST(OpsGpu, TopkMultiBlockGraphReplay) {
       {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}});
 }
 
+// The lengths of the replays of `full` (rows of 128K): full rows; a quarter of the rows below
+// k + 1 and the rest long; rows of 16000; full rows again.
+std::vector<std::vector<int32_t>> lengths_of_replays(Rng& rng, const std::vector<int32_t>& full) {
+  std::vector<int32_t> mixed(full.size());
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    mixed[i] = static_cast<int32_t>(i % 4 == 0 ? rng.below(2049) : 2049 + rng.below(131072 - 2048));
+  }
+  return {full, mixed, std::vector<int32_t>(full.size(), 16000), full};
+}
+
 // The same on the sort path (48 rows of up to 128K: 11 slices of 12288), the lengths changed
 // between replays (rows below k, rows of two slices, full rows).
 TEST(OpsGpu, TopkSortPathGraphReplay) {
@@ -214,12 +224,8 @@ TEST(OpsGpu, TopkSortPathGraphReplay) {
   DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
   a.workspace = d_ws.ptr;
   a.workspace_size = bytes;
-  std::vector<int32_t> mixed(48);
-  for (size_t i = 0; i < mixed.size(); ++i) {
-    mixed[i] = static_cast<int32_t>(i % 4 == 0 ? rng.below(2049) : 2049 + rng.below(131072 - 2048));
-  }
   replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
-                               {full, mixed, std::vector<int32_t>(48, 16000), full});
+                               lengths_of_replays(rng, full));
 }
 
 // expect_topk_equal with the multi-block kernel wherever it takes the shapes; asserts that the
@@ -305,12 +311,8 @@ TEST(OpsGpu, TopkClusterGraphReplay) {
   TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
   TopkDeviceInputs d(rng, in);
   const ops::TopkArgs a = d.args(in);
-  std::vector<int32_t> mixed(48);
-  for (size_t i = 0; i < mixed.size(); ++i) {
-    mixed[i] = static_cast<int32_t>(i % 4 == 0 ? rng.below(2049) : 2049 + rng.below(131072 - 2048));
-  }
   replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
-                               {full, mixed, std::vector<int32_t>(48, 16000), full});
+                               lengths_of_replays(rng, full));
 }
 
 }  // namespace
