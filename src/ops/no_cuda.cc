@@ -23,6 +23,13 @@ Status indexer_logits_cuda(const IndexerLogitsArgs&, int64_t, Stream) {
   return no_cuda("indexer_logits");
 }
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+Status topk_indices_one_block(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+Status topk_indices_multi(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+Status topk_indices_cluster(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+Status topk_cluster_plan_here(const TopkArgs&, TopkClusterPlan* plan) {
+  *plan = {};  // no device: no cluster kernel
+  return Status::Ok();
+}
 
 }  // namespace mlakit::ops
 
