@@ -51,8 +51,8 @@ constexpr int kBits1 = 10;  // the second and third rounds' digits
 constexpr int kBins1 = 1 << kBits1;
 static_assert(kBits0 + 2 * kBits1 == 32, "three rounds cover a key");
 static_assert(kTopkClusterGrain == kWarps * 32, "warp segments are whole ballots");
-[[maybe_unused]] constexpr int kUnroll =
-    4;  // tiles of kTopkTile keys in flight a thread while a slice loads
+// Tiles of kTopkTile keys in flight a thread while a slice loads.
+[[maybe_unused]] constexpr int kUnroll = 4;
 
 using BlockScan = cub::BlockScan<int, kThreads>;
 
