@@ -26,6 +26,9 @@ Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("top
 Status topk_indices_one_block(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
 Status topk_indices_multi(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
 Status topk_indices_cluster(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+Status topk_launch_cluster(const TopkArgs&, int64_t, const TopkClusterPlan&, Stream) {
+  return no_cuda("topk_indices");
+}
 Status topk_cluster_plan_here(const TopkArgs&, TopkClusterPlan* plan) {
   *plan = {};  // no device: no cluster kernel
   return Status::Ok();

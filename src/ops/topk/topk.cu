@@ -121,7 +121,7 @@ Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
   MLAKIT_RETURN_IF_ERROR(topk_cluster_plan_here(a, &cluster));
   const bool multi = a.workspace != nullptr && topk_multi_applies(rows, a.max_len, a.k);
   if (cluster.cluster > 0 && (!multi || topk_cluster_preferred(rows, cluster))) {
-    return topk_indices_cluster(a, ld, stream);
+    return topk_launch_cluster(a, ld, cluster, stream);
   }
   if (multi) return topk_indices_multi(a, ld, stream);
   return topk_indices_one_block(a, ld, stream);

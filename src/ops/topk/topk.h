@@ -198,6 +198,9 @@ Status topk_indices_cuda(const TopkArgs& args, int64_t ld, Stream stream);
 Status topk_indices_one_block(const TopkArgs& args, int64_t ld, Stream stream);
 Status topk_indices_multi(const TopkArgs& args, int64_t ld, Stream stream);
 Status topk_indices_cluster(const TopkArgs& args, int64_t ld, Stream stream);
+// The cluster kernel with a plan that topk_cluster_plan_here gave (cluster > 0) for these args.
+Status topk_launch_cluster(const TopkArgs& args, int64_t ld, const TopkClusterPlan& plan,
+                           Stream stream);
 // The cluster plan on the current device (cluster 0 where it has no clusters or the build no
 // sm_90 code for the kernel).
 Status topk_cluster_plan_here(const TopkArgs& args, TopkClusterPlan* plan);

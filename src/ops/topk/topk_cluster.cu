@@ -35,6 +35,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "kernels/common/pdl.h"
 #include "ops/topk/topk.h"
 #include "ops/topk/topk_device.cuh"
 
@@ -367,8 +368,7 @@ Status topk_cluster_plan_here(const TopkArgs& a, TopkClusterPlan* plan) {
 }
 
 Status topk_indices_cluster(const TopkArgs& a, int64_t ld, Stream stream) {
-  const int64_t rows = int64_t{a.batch} * a.next_n;
-  if (rows == 0) return Status::Ok();
+  if (int64_t{a.batch} * a.next_n == 0) return Status::Ok();
   TopkClusterPlan plan;
   MLAKIT_RETURN_IF_ERROR(topk_cluster_plan_here(a, &plan));
   if (plan.cluster == 0) {
@@ -377,6 +377,12 @@ Status topk_indices_cluster(const TopkArgs& a, int64_t ld, Stream stream) {
                        ": it needs sm_90 code on the device and rows of k + 1 to ",
                        kTopkClusterMax * kTopkClusterMaxSlice, " positions");
   }
+  return topk_launch_cluster(a, ld, plan, stream);
+}
+
+Status topk_launch_cluster(const TopkArgs& a, int64_t ld, const TopkClusterPlan& plan,
+                           Stream stream) {
+  const int64_t rows = int64_t{a.batch} * a.next_n;
   ClusterParams p;
   static_cast<TopkRows&>(p) = topk_rows(a, ld);
   p.cluster = plan.cluster;
@@ -385,11 +391,8 @@ Status topk_indices_cluster(const TopkArgs& a, int64_t ld, Stream stream) {
   const auto smem = static_cast<size_t>(plan.slice_len) * sizeof(uint32_t);
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
       topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
+  // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
+  cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
   config.blockDim = dim3(kThreads);
