@@ -16,6 +16,7 @@
 #include "core/cuda_check.h"
 #include "core/views.h"
 #include "kernels/common/combine.h"
+#include "kernels/common/tensor_map.h"
 #include "plan/compact.h"
 #include "plan/cp_lengths.h"
 
@@ -74,28 +75,6 @@ ClusterShape cluster_shape(const Setup& setup, int32_t batch, int64_t slots) {
   return best;
 }
 
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda).
-Status encode_fn(PFN_cuTensorMapEncodeTiled_v12000* fn) {
-  static PFN_cuTensorMapEncodeTiled_v12000 cached = nullptr;
-  static cudaError_t error = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult query{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                           cudaEnableDefault, &query);
-    if (e == cudaSuccess && query == cudaDriverEntryPointSuccess) {
-      cached = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }
-    return e;
-  }();
-  if (cached == nullptr) {
-    return Status(StatusCode::kInternal,
-                  str_cat("backend sm90: the driver has no cuTensorMapEncodeTiled (",
-                          cudaGetErrorString(error), ")"));
-  }
-  *fn = cached;
-  return Status::Ok();
-}
-
 // A map over rows of `cols` (576, or V4's q 512) elements of `dtype`, boxes of 64 columns x
 // box_rows rows in the swizzle of their 128 or 64 bytes, zeros outside (V4's q: its ninth column
 // chunk is all zeros). 2-D: `rows` rows, `row_stride` elements apart (576 when
@@ -106,7 +85,7 @@ Status encode_rows(const void* base, DType dtype, uint64_t rows, int64_t row_str
                    uint64_t planes, int64_t plane_stride, uint32_t box_rows, const char* what,
                    CUtensorMapL2promotion promotion, CUtensorMap* map, int cols = kDqk) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  MLAKIT_RETURN_IF_ERROR(encode_fn(&encode));
+  MLAKIT_RETURN_IF_ERROR(tensor_map_encoder(&encode));
   const bool fp8 = dtype == DType::kFP8E4M3;
   const cuuint32_t rank = planes > 0 ? 3 : 2;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
