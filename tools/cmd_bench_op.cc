@@ -20,6 +20,7 @@
 #include "core/numeric.h"
 #include "harness/timing.h"
 #include "mlakit/ops.h"
+#include "ops/indexer/indexer.h"
 #include "ops/topk/topk.h"
 
 namespace mlakit::tools {
@@ -31,7 +32,8 @@ struct OpFlags {
   std::vector<int> next_n{1};      // tokens per request
   std::string layout = "v32";      // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
   int k = 2048;                    // topk
-  std::string kernel = "auto";     // topk on a GPU: auto | cluster | multi-block | one-block
+  std::string kernel = "auto";     // on a GPU: auto; topk: cluster | multi-block | one-block;
+                                   // indexer: tma | copy
   int heads = ops::kIndexerHeads;  // indexer
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
@@ -345,23 +347,34 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
   row->bytes = static_cast<double>(c.batch) * c.len * (ops::kIndexerDim + 4) +
                static_cast<double>(q.size() + weights.size() * 4) +
                static_cast<double>(rows) * c.len * 4;
+  // The kernel: --kernel auto lets the op choose (the pipelined kernel on sm_90 for the page sizes
+  // it takes, else the copy kernel); tma and copy run that kernel by itself.
+  if (gpu) {
+    const bool sm90 = current_device().sm_major == 9;
+    row->kernel = f.kernel != "auto"                             ? f.kernel
+                  : sm90 && ops::indexer_tma_takes_page_size(ps) ? "tma"
+                                                                 : "copy";
+  }
   auto run = [&](ops::Device device, int batch, const uint8_t* qp, const float* wp, const void* cp,
                  const int32_t* tp, const int32_t* np, float* out, Stream st) {
-    return ops::indexer_logits(device,
-                               {.batch = batch,
-                                .next_n = c.next_n,
-                                .heads = f.heads,
-                                .q = qp,
-                                .weights = wp,
-                                .index_cache = cp,
-                                .num_pages = c.batch * pages_per,
-                                .page_size = ps,
-                                .block_table = tp,
-                                .block_table_stride = pages_per,
-                                .seq_lens = np,
-                                .logits = out,
-                                .max_len = len},
-                               st);
+    const ops::IndexerLogitsArgs a = {.batch = batch,
+                                      .next_n = c.next_n,
+                                      .heads = f.heads,
+                                      .q = qp,
+                                      .weights = wp,
+                                      .index_cache = cp,
+                                      .num_pages = c.batch * pages_per,
+                                      .page_size = ps,
+                                      .block_table = tp,
+                                      .block_table_stride = pages_per,
+                                      .seq_lens = np,
+                                      .logits = out,
+                                      .max_len = len};
+    // The kernels by themselves skip the op's checks: the cpu run checked the same arguments.
+    if (device == ops::Device::kCpu || f.kernel == "auto")
+      return ops::indexer_logits(device, a, st);
+    return ops::indexer_logits_cuda(
+        a, len, st, f.kernel == "tma" ? ops::IndexerKernel::kTma : ops::IndexerKernel::kCopy);
   };
   std::vector<float> want(int64_t{c.next_n} * len);  // request 0
   MLAKIT_RETURN_IF_ERROR(run(ops::Device::kCpu, 1, q.data(), weights.data(), cache.data(),
@@ -436,6 +449,17 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
   }
   if (f.heads < 1 || f.heads > ops::kIndexerMaxHeads) {
     return invalid_argument("--heads", str_cat("1..", ops::kIndexerMaxHeads), f.heads);
+  }
+  // --kernel: the op's own kernels (CLI11 takes any of them for any op).
+  if (f.op == "topk" && (f.kernel == "tma" || f.kernel == "copy")) {
+    return invalid_argument("--kernel", "auto, cluster, multi-block or one-block for topk",
+                            f.kernel);
+  }
+  if (f.op == "indexer" && f.kernel != "auto" && f.kernel != "tma" && f.kernel != "copy") {
+    return invalid_argument("--kernel", "auto, tma or copy for the indexer", f.kernel);
+  }
+  if (f.op == "append" && f.kernel != "auto") {
+    return invalid_argument("--kernel", "auto for append (it has one kernel)", f.kernel);
   }
   const uint64_t host = host_memory_bytes();
   for (int b : f.batch) {
@@ -569,9 +593,11 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--layout", f->layout, "append: bf16, fp16, fp8 (dense), v32, v4 or indexer");
   cmd->add_option("--k", f->k, "topk: k");
   cmd->add_option("--kernel", f->kernel,
-                  "topk on a GPU: auto (the op's choice), cluster (sm_90, rows up to 256K), "
-                  "multi-block (rows of 8192 and more, with a workspace) or one-block")
-      ->check(CLI::IsMember({"auto", "cluster", "multi-block", "one-block"}));
+                  "on a GPU, auto (the op's choice) or one kernel by itself: topk: cluster "
+                  "(sm_90, rows up to 256K), multi-block (rows of 8192 and more, with a "
+                  "workspace) or one-block; indexer: tma (sm_90, page sizes 8, 16, 32 and "
+                  "multiples of 64) or copy")
+      ->check(CLI::IsMember({"auto", "cluster", "multi-block", "one-block", "tma", "copy"}));
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")

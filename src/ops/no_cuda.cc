@@ -19,7 +19,11 @@ Status append_kv_cuda(const AppendKvArgs&, int64_t, Stream) { return no_cuda("ap
 Status append_indexer_cuda(const AppendIndexerArgs&, int64_t, Stream) {
   return no_cuda("append_indexer");
 }
-Status indexer_logits_cuda(const IndexerLogitsArgs&, int64_t, Stream) {
+Status indexer_logits_cuda(const IndexerLogitsArgs&, int64_t, Stream, IndexerKernel) {
+  return no_cuda("indexer_logits");
+}
+bool indexer_tma_takes_page_size(int32_t) { return false; }
+Status indexer_logits_tma(const IndexerLogitsArgs&, int64_t, Stream) {
   return no_cuda("indexer_logits");
 }
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }

@@ -280,7 +280,8 @@ TEST_F(Cli, CheckCorrupt) {
 }
 
 // bench-op times an op on the cpu device without a GPU (the reference itself: check
-// "reference"); every append layout and top-k with MTP rows run.
+// "reference"); every append layout, top-k and the indexer with MTP rows run, with each --kernel
+// (the GPU's kernel choice: no effect here).
 TEST_F(Cli, BenchOpRunsOnTheCpu) {
   if (mlakit::current_device().present) GTEST_SKIP() << "a GPU is present: the cuda path runs";
   for (const std::string layout : {"bf16", "fp16", "fp8", "v32", "v4", "indexer"}) {
@@ -299,6 +300,14 @@ TEST_F(Cli, BenchOpRunsOnTheCpu) {
     const Result r = run_mlakit(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(has(r, "topk    k=64")) << r.output;
+    EXPECT_FALSE(has(r, "ERROR")) << r.output;
+  }
+  for (const std::string kernel : {"auto", "tma", "copy"}) {
+    const Result r =
+        run_mlakit({"bench-op", "indexer", "--batch", "2", "--len", "0,70", "--next-n", "1,2",
+                    "--heads", "8", "--page-size", "16", "--replays", "1", "--kernel", kernel});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r, "indexer h=8")) << r.output;
     EXPECT_FALSE(has(r, "ERROR")) << r.output;
   }
 }
@@ -342,6 +351,11 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
   refused({"topk", "--json", "/nonexistent-dir/x.json"}, "--json");
   refused({"indexer", "--heads", "129"}, "--heads: expected 1..128, given 129");
   refused({"indexer", "--batch", "100000", "--len", "16000000"}, "bytes of host memory");
+  refused({"topk", "--kernel", "tma"},
+          "--kernel: expected auto, cluster, multi-block or one-block for topk, given tma");
+  refused({"indexer", "--kernel", "cluster"},
+          "--kernel: expected auto, tma or copy for the indexer, given cluster");
+  refused({"append", "--kernel", "copy"}, "--kernel: expected auto for append");
   const Result r = run_mlakit({"bench-op", "sort"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "append,indexer,topk")) << r.output;

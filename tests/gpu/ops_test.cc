@@ -21,6 +21,7 @@
 
 #include "core/check.h"
 #include "core/numeric.h"
+#include "ops/indexer/indexer.h"
 #include "ops_test_util.h"
 #include "sm80_test_util.h"
 
@@ -168,11 +169,56 @@ TEST(OpsGpu, AppendIndexerEqualsCpu) {
   }
 }
 
-// The indexer's logits on the GPU (fp8 mma) against the cpu reference (double) on the same codes:
-// heads 1..128 (16-head groups padded), next_n 1..16 (row groups per CTA), page sizes 1 and 64
-// (4-byte and 16-byte copies), lengths around the 64-position tiles, unused pages NaN-poisoned
-// (0xff keys and scales), logits poisoned and wider than max_len (the columns past it untouched),
-// and page ids out of range in the GPU's table: -inf there, nothing read.
+// The indexer's GPU logits `got` against the cpu reference `want` (rows b * next_n, ld columns):
+// -inf where want has it and on pages 1 and 3 of request `longest` (out of range in the GPU's
+// table), NaN past max_len (untouched), else within the tensor cores' accumulation error.
+void check_indexer_logits(int heads, int next_n, int page_size, const char* kernel,
+                          const std::vector<float>& got, const std::vector<float>& want, int b,
+                          int64_t max_len, int64_t ld, int longest) {
+  const int64_t rows = int64_t{b} * next_n;
+  int64_t bad = 0;
+  float worst = 0;  // largest |got - want| / the row's largest |logit|
+  for (int64_t r = 0; r < rows && bad < 10; ++r) {
+    const int i = static_cast<int>(r / next_n);
+    float row_max = 0;
+    for (int64_t j = 0; j < max_len; ++j) {
+      if (std::isfinite(want[r * ld + j])) row_max = std::max(row_max, std::abs(want[r * ld + j]));
+    }
+    for (int64_t j = 0; j < ld && bad < 10; ++j) {
+      const float g = got[r * ld + j];
+      float w = want[r * ld + j];
+      const int64_t pg = j / page_size;
+      if (i == longest && (pg == 1 || pg == 3) && j < max_len) w = -INFINITY;
+      bool ok;
+      if (j >= max_len) {
+        ok = std::isnan(g);  // past max_len: untouched
+      } else if (!std::isfinite(w)) {
+        ok = g == w;
+      } else {
+        // fp8 tensor cores accumulate a 128-value dot product with less than fp32's precision
+        // (sm_90's wgmma: about 2e-4 of a row's largest logit measured here; DeepGEMM's
+        // indexer alike); the heads' sums are float.
+        ok = std::isfinite(g) && std::abs(g - w) <= 2e-3f * row_max + 1e-6f;
+        if (ok && row_max > 0) worst = std::max(worst, std::abs(g - w) / row_max);
+      }
+      if (!ok) {
+        ++bad;
+        ADD_FAILURE() << kernel << ": heads " << heads << " next_n " << next_n << " page "
+                      << page_size << " row " << r << " position " << j << ": got " << g
+                      << ", want " << w;
+      }
+    }
+  }
+  std::printf("  %s: heads %d next_n %d page %d: largest error %.2e of a row's largest logit\n",
+              kernel, heads, next_n, page_size, worst);
+}
+
+// The indexer's logits on the GPU (fp8 mma) against the cpu reference (double) on the same codes,
+// each kernel by itself and the op's choice: heads 1..128 (16- and 64-head groups padded), next_n
+// 1..16 (row groups per CTA), page sizes 1 (4-byte copies), 8, 16 and 32 (the pipelined kernel:
+// a box per page), 64, 128 and 192, lengths around the 64-position tiles, unused pages
+// NaN-poisoned (0xff keys and scales), logits poisoned and wider than max_len (the columns past
+// it untouched), and page ids out of range in the GPU's table: -inf there, nothing read.
 TEST(OpsGpu, IndexerLogitsEqualsCpu) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const DeviceInfo dev = current_device();
@@ -182,7 +228,8 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
     int heads, next_n, page_size;
   };
   for (const Case c : {Case{64, 1, 64}, Case{64, 2, 64}, Case{1, 1, 64}, Case{20, 3, 1},
-                       Case{128, 1, 64}, Case{128, 16, 16}, Case{96, 4, 64}}) {
+                       Case{128, 1, 64}, Case{128, 16, 16}, Case{96, 4, 64}, Case{64, 2, 8},
+                       Case{64, 1, 32}, Case{64, 3, 128}, Case{20, 2, 192}}) {
     const std::vector<int32_t> lens = {0, 1, 63, 64, 65, 300, 2049, 5000};
     const int b = static_cast<int>(lens.size());
     const int64_t max_len = 5000 + 7;
@@ -256,44 +303,23 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
     a.block_table = d_table.ptr;
     a.seq_lens = d_lens.ptr;
     a.logits = d_logits.ptr;
-    MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCuda, a));
-    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
-    const std::vector<float> got = d_logits.download();
-    int64_t bad = 0;
-    float worst = 0;  // largest |got - want| / the row's largest |logit|
-    for (int64_t r = 0; r < rows && bad < 10; ++r) {
-      const int i = static_cast<int>(r / c.next_n);
-      float row_max = 0;
-      for (int64_t j = 0; j < max_len; ++j) {
-        if (std::isfinite(want[r * ld + j]))
-          row_max = std::max(row_max, std::abs(want[r * ld + j]));
+    // The pipelined kernel runs on sm_90 for the page sizes it takes; the copy kernel everywhere.
+    const bool tma = dev.sm_major == 9 && ops::indexer_tma_takes_page_size(c.page_size);
+    for (const char* kernel : {"auto", "tma", "copy"}) {
+      if (std::strcmp(kernel, "tma") == 0 && !tma) continue;
+      MLAKIT_ASSERT_CUDA(cudaMemset(d_logits.ptr, 0xff, rows * ld * sizeof(float)));  // NaN
+      if (std::strcmp(kernel, "auto") == 0) {
+        MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCuda, a));
+      } else {
+        MLAKIT_ASSERT_OK(ops::indexer_logits_cuda(a, ld, nullptr,
+                                                  std::strcmp(kernel, "tma") == 0
+                                                      ? ops::IndexerKernel::kTma
+                                                      : ops::IndexerKernel::kCopy));
       }
-      for (int64_t j = 0; j < ld && bad < 10; ++j) {
-        const float g = got[r * ld + j];
-        float w = want[r * ld + j];
-        const int64_t pg = j / c.page_size;
-        if (i == longest && (pg == 1 || pg == 3) && j < max_len) w = -INFINITY;
-        bool ok;
-        if (j >= max_len) {
-          ok = std::isnan(g);  // past max_len: untouched
-        } else if (!std::isfinite(w)) {
-          ok = g == w;
-        } else {
-          // fp8 tensor cores accumulate a 128-value dot product with less than fp32's precision
-          // (sm_90's wgmma: about 2e-4 of a row's largest logit measured here; DeepGEMM's
-          // indexer alike); the heads' sums are float.
-          ok = std::isfinite(g) && std::abs(g - w) <= 2e-3f * row_max + 1e-6f;
-          if (ok && row_max > 0) worst = std::max(worst, std::abs(g - w) / row_max);
-        }
-        if (!ok) {
-          ++bad;
-          ADD_FAILURE() << "heads " << c.heads << " next_n " << c.next_n << " page " << c.page_size
-                        << " row " << r << " position " << j << ": got " << g << ", want " << w;
-        }
-      }
+      MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+      check_indexer_logits(c.heads, c.next_n, c.page_size, kernel, d_logits.download(), want, b,
+                           max_len, ld, longest);
     }
-    std::printf("  heads %d next_n %d page %d: largest error %.2e of a row's largest logit\n",
-                c.heads, c.next_n, c.page_size, worst);
   }
 }
 

@@ -39,13 +39,14 @@
 #include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
 #include "ops/indexer/indexer.h"
+#include "ops/indexer/indexer_device.cuh"
 
 namespace mlakit::ops {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 64;                          // positions per key tile
+using indexer_device::kTile;                       // positions per key tile
 constexpr int kMaxChunk = 256;                     // positions per CTA, at most
 constexpr int kRowBytes = kIndexerDim + 16;        // a key or head row in shared memory (padded)
 constexpr int kMaxGroups = kIndexerMaxHeads / 16;  // 16-head groups
@@ -158,10 +159,9 @@ __global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p
 
   pdl::griddepcontrol_wait();  // q, weights, the cache or the lengths may come from the previous
                                // kernel (the appends)
-  int64_t len = p.seq_lens[i];
-  len = max(int64_t{0}, min(len, min(p.max_len, p.block_table_stride * p.page_size)));
-  // Visible length of query row t: clamp(len - next_n + 1 + t, 0, len) (topk_row_length).
-  auto visible = [&](int t) { return max(int64_t{0}, min(len, len - p.next_n + 1 + t)); };
+  const int64_t len =
+      indexer_device::request_length(p.seq_lens, i, p.max_len, p.block_table_stride * p.page_size);
+  auto visible = [&](int t) { return indexer_device::visible_length(len, p.next_n, t); };
   const int64_t vis_max = visible(t0 + rows - 1);
   const int64_t computed_end = min(j_end, max(j_begin, vis_max));  // positions with keys to read
   float* out = p.logits + (int64_t{i} * p.next_n + t0) * p.ld;
@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(kThreads) indexer_kernel(const IndexerParams p
 // ---- sm_90: wgmma ---------------------------------------------------------------------------
 
 constexpr int kWgTiles = kMaxChunk / kTile;  // key tiles per CTA, all resident
-constexpr int kWgHeads = 64;                 // heads per wgmma (M)
+using indexer_device::kWgHeads;
+using indexer_device::swizzled;
 
 // Shared memory of the wgmma kernel past its 1024-byte alignment: [rows][hp][128] heads and
 // [kWgTiles][64][128] keys, both with the 128-byte swizzle (1024-byte atoms of 8 rows), then
@@ -290,11 +291,6 @@ __host__ __device__ inline WgLayout wg_layout_of(int rows, int hp) {
   l.w = l.ok + kWgTiles * kTile * 4;
   l.bytes = l.w + rows * hp * 4 + 1024;  // + the alignment of the base
   return l;
-}
-
-// Byte `byte` (a multiple of kVec) of row `row` of a 128-byte-swizzled tile.
-__device__ __forceinline__ int swizzled(int row, int byte) {
-  return row * kIndexerDim + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 template <int kVec>
@@ -316,9 +312,9 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
   const int g = lane / 4, tg = lane % 4;
 
   pdl::griddepcontrol_wait();
-  int64_t len = p.seq_lens[i];
-  len = max(int64_t{0}, min(len, min(p.max_len, p.block_table_stride * p.page_size)));
-  auto visible = [&](int t) { return max(int64_t{0}, min(len, len - p.next_n + 1 + t)); };
+  const int64_t len =
+      indexer_device::request_length(p.seq_lens, i, p.max_len, p.block_table_stride * p.page_size);
+  auto visible = [&](int t) { return indexer_device::visible_length(len, p.next_n, t); };
   const int64_t vis_max = visible(t0 + rows - 1);
   const int64_t computed_end = min(j_end, max(j_begin, vis_max));
   float* out = p.logits + (int64_t{i} * p.next_n + t0) * p.ld;
@@ -338,19 +334,10 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
     float* ws = reinterpret_cast<float*>(smem + l.w);
     const int32_t* pages = p.block_table + int64_t{i} * p.block_table_stride;
 
-    const uint8_t* q = p.q + (int64_t{i} * p.next_n + t0) * p.heads * kIndexerDim;
-    for (int c = threadIdx.x; c < rows * hp * (kIndexerDim / 16); c += kThreads) {
-      const int row = c / (kIndexerDim / 16), piece = c % (kIndexerDim / 16);
-      const int r = row / hp, h = row % hp;
-      const bool valid = h < p.heads;
-      cp_async<16>(qs + swizzled(row, piece * 16),
-                   valid ? q + (int64_t{r} * p.heads + h) * kIndexerDim + piece * 16 : p.q, valid);
-    }
-    const float* w = p.weights + (int64_t{i} * p.next_n + t0) * p.heads;
-    for (int c = threadIdx.x; c < rows * hp; c += kThreads) {
-      const int r = c / hp, h = c % hp;
-      ws[c] = h < p.heads ? w[int64_t{r} * p.heads + h] : 0.f;
-    }
+    const int64_t row0 = int64_t{i} * p.next_n + t0;
+    indexer_device::load_heads(qs, ws, p.q + row0 * p.heads * kIndexerDim,
+                               p.weights + row0 * p.heads, rows, p.heads, hp, threadIdx.x,
+                               kThreads);
     const int tiles = static_cast<int>((computed_end - j_begin + kTile - 1) / kTile);
     // A key's copies: with 16-byte copies, two threads a key, each 4 of its 8 pieces (the pair
     // reads 32 contiguous bytes an instruction), so the key's address is worked out twice, not
@@ -394,38 +381,10 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
       const bool ok_lo = oks[tile * kTile + pos_lo] != 0, ok_hi = oks[tile * kTile + pos_hi] != 0;
       const uint64_t desc_a = sm90::smem_desc_sw128(smem_u32(kt), 0, 1024);
       for (int r = 0; r < rows; ++r) {
-        float v_lo = 0.f, v_hi = 0.f;
-        for (int hg = 0; hg < hgroups; ++hg) {
-          const uint8_t* qb = qs + (r * hp + hg * kWgHeads) * kIndexerDim;
-          const uint64_t desc_b = sm90::smem_desc_sw128(smem_u32(qb), 0, 1024);
-          float d[32];
-          sm90::wgmma_fence();
-#pragma unroll
-          for (int k = 0; k < kIndexerDim / 32; ++k) {
-            sm90::wgmma_m64n64k32_e4m3(d, sm90::desc_advance(desc_a, 32 * k),
-                                       sm90::desc_advance(desc_b, 32 * k), k > 0);
-          }
-          sm90::wgmma_commit_group();
-          sm90::wgmma_wait_group<0>();
-          sm90::fence_accumulators(d);
-          // d[i]: position 16 warp + g + 8 ((i / 2) % 2), head hg * 64 + 8 (i / 4) + 2 tg + i % 2:
-          // each thread sums its 16 heads of its two positions; the quad's 4 threads hold the
-          // other heads.
-          const float* wr = ws + r * hp + hg * kWgHeads + 2 * tg;
-#pragma unroll
-          for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float w_h = wr[8 * nb + e];
-              v_lo += w_h * fmaxf(d[4 * nb + e] * s_lo, 0.f);
-              v_hi += w_h * fmaxf(d[4 * nb + 2 + e] * s_hi, 0.f);
-            }
-          }
-        }
-        v_lo += __shfl_xor_sync(0xffffffffu, v_lo, 1);
-        v_hi += __shfl_xor_sync(0xffffffffu, v_hi, 1);
-        v_lo += __shfl_xor_sync(0xffffffffu, v_lo, 2);
-        v_hi += __shfl_xor_sync(0xffffffffu, v_hi, 2);
+        float v_lo, v_hi;
+        indexer_device::row_logits(
+            desc_a, sm90::smem_desc_sw128(smem_u32(qs + r * hp * kIndexerDim), 0, 1024),
+            ws + r * hp, hgroups, s_lo, s_hi, &v_lo, &v_hi);
         if (tg == 0) {
           const int64_t vis = visible(t0 + r);
           const int64_t j_lo = jt + pos_lo, j_hi = jt + pos_hi;
@@ -440,11 +399,19 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
 
 }  // namespace
 
-Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
+Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream,
+                           IndexerKernel kernel) {
+  if (kernel == IndexerKernel::kTma) return indexer_logits_tma(a, ld, stream);
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
   int device = 0, major = 0, minor = 0, sms = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // sm_90: the pipelined kernel where it takes the page size and the cache's alignment.
+  if (kernel == IndexerKernel::kAuto && major == 9 && indexer_tma_takes_page_size(a.page_size) &&
+      reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0) {
+    const Status s = indexer_logits_tma(a, ld, stream);
+    if (s.code() != StatusCode::kUnsupported) return s;  // else the copy kernel
+  }
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.

@@ -9,8 +9,18 @@ namespace mlakit::ops {
 
 // Checks lengths and page ids first; accumulates in double.
 Status indexer_logits_cpu(const IndexerLogitsArgs& args, int64_t ld);
-// The GPU kernels (indexer.cu): fp8 wgmma on sm_90, mma.sync on sm_89 and sm_100+ (kUnsupported
-// below sm_89 or without code for the device).
-Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream stream);
+// The GPU kernels: on sm_90 the pipelined one (indexer_tma.cu: TMA into a ring of key tiles, fp8
+// wgmma) for the page sizes it takes, else the copy kernel (indexer.cu: cp.async, fp8 wgmma on
+// sm_90, mma.sync on sm_89 and sm_100+). kAuto picks; the others run that kernel by itself
+// (tests, `mlakit bench-op indexer --kernel`). kUnsupported below sm_89, without code for the
+// device, or (kTma) for a shape the kernel does not take.
+enum class IndexerKernel { kAuto, kTma, kCopy };
+Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream stream,
+                           IndexerKernel kernel = IndexerKernel::kAuto);
+
+// The pipelined kernel (indexer_tma.cu): the page sizes it takes (multiples of 64, or 8, 16 and
+// 32), and the kernel itself (kUnsupported off sm_90 or for other shapes, naming the reason).
+bool indexer_tma_takes_page_size(int32_t page_size);
+Status indexer_logits_tma(const IndexerLogitsArgs& args, int64_t ld, Stream stream);
 
 }  // namespace mlakit::ops

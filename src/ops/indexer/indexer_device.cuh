@@ -1,0 +1,142 @@
+// Device pieces both sm_90 indexer kernels share (indexer.cu's copy kernel, indexer_tma.cu's
+// pipelined one): a request's clamped length and its rows' visible lengths, the query heads and
+// weights into shared memory in wgmma's 128-byte swizzle, and one key tile's logits for one query
+// row (wgmma m64n64k32 e4m3, positions as M, heads as N, the heads summed in registers).
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "backends/sm90/wgmma.cuh"
+#include "kernels/common/ptx.h"
+#include "mlakit/ops.h"
+
+namespace mlakit::ops::indexer_device {
+
+inline constexpr int kTile = 64;     // positions per key tile (wgmma's M)
+inline constexpr int kWgHeads = 64;  // heads per wgmma (N)
+
+// Byte `byte` (a multiple of 4) of row `row` of a 128-byte-swizzled tile: what TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_128B into a 1024-aligned tile.
+__device__ __forceinline__ int swizzled(int row, int byte) {
+  return row * kIndexerDim + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+// Request i's length, clamped to [0, min(max_len, the tokens its table row can name)].
+__device__ __forceinline__ int64_t request_length(const int32_t* seq_lens, int i, int64_t max_len,
+                                                  int64_t table_tokens) {
+  const int64_t len = seq_lens[i];
+  return max(int64_t{0}, min(len, min(max_len, table_tokens)));
+}
+
+// Positions query row t of next_n sees: clamp(len - next_n + 1 + t, 0, len) (topk_row_length).
+__device__ __forceinline__ int64_t visible_length(int64_t len, int next_n, int t) {
+  return max(int64_t{0}, min(len, len - next_n + 1 + t));
+}
+
+// The heads of `rows` query rows (q_rows: [rows, heads, 128] e4m3) into qs ([rows][hp][128],
+// swizzled; heads past `heads` zero) with cp.async, and their weights into ws ([rows][hp], zero
+// past `heads`), by threads t = 0 .. n - 1. The caller commits and waits for the copies.
+__device__ __forceinline__ void load_heads(uint8_t* qs, float* ws, const uint8_t* q_rows,
+                                           const float* w_rows, int rows, int heads, int hp, int t,
+                                           int n) {
+  for (int c = t; c < rows * hp * (kIndexerDim / 16); c += n) {
+    const int row = c / (kIndexerDim / 16), piece = c % (kIndexerDim / 16);
+    const int r = row / hp, h = row % hp;
+    const bool valid = h < heads;
+    ptx::cp_async_cg_shared_global(
+        ptx::smem_u32(qs + swizzled(row, piece * 16)),
+        valid ? q_rows + (int64_t{r} * heads + h) * kIndexerDim + piece * 16 : q_rows,
+        valid ? 16 : 0);
+  }
+  for (int c = t; c < rows * hp; c += n) {
+    const int r = c / hp, h = c % hp;
+    ws[c] = h < heads ? w_rows[int64_t{r} * heads + h] : 0.f;
+  }
+}
+
+// The pieces of one query row's logits over a 64-position key tile, by a warpgroup (thread wt of
+// 128; row_logits puts them together):
+//  - products: d = the tile (desc_keys: 64 x 128, swizzled) times 64 heads (desc_q: [64][128],
+//    swizzled), wgmma m64n64k32 e4m3 with the positions as M, committed as one group (the caller
+//    waits); d[i] is position 16 (wt / 32) + (wt % 32) / 4 + 8 ((i / 2) % 2), head
+//    8 (i / 4) + 2 (wt % 4) + i % 2;
+//  - add_heads: the thread's 16 heads of its two positions into *lo and *hi as w_h relu(m d)
+//    (w: the 64 heads' weights), in a fixed order; m is 1 where every scale of the warp's
+//    positions is positive and finite (what the appends write: relu(s d) = s relu(d), and the
+//    scale multiplies the sum once, in quad_sum), else the position's scale;
+//  - quad_sum: times the scale (positive), then two shuffles add the quad's other heads (the
+//    same in the quad's four threads). Deterministic.
+__device__ __forceinline__ void products(uint64_t desc_keys, uint64_t desc_q, float (&d)[32]) {
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kIndexerDim / 32; ++k) {
+    sm90::wgmma_m64n64k32_e4m3(d, sm90::desc_advance(desc_keys, 32 * k),
+                               sm90::desc_advance(desc_q, 32 * k), k > 0);
+  }
+  sm90::wgmma_commit_group();
+}
+
+// Whether every scale of the warp's positions is positive and finite (add_heads).
+__device__ __forceinline__ bool all_positive(float s_lo, float s_hi) {
+  return __all_sync(0xffffffffu, s_lo > 0.f && s_lo <= FLT_MAX && s_hi > 0.f && s_hi <= FLT_MAX);
+}
+
+__device__ __forceinline__ void add_heads(const float (&d)[32], const float* w, bool positive,
+                                          float s_lo, float s_hi, float* lo, float* hi) {
+  const float* wt = w + 2 * (threadIdx.x % 4);
+  float l = *lo, h = *hi;
+  if (positive) {
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const float2 w_h = *reinterpret_cast<const float2*>(wt + 8 * nb);
+      l = fmaf(w_h.x, fmaxf(d[4 * nb], 0.f), l);
+      l = fmaf(w_h.y, fmaxf(d[4 * nb + 1], 0.f), l);
+      h = fmaf(w_h.x, fmaxf(d[4 * nb + 2], 0.f), h);
+      h = fmaf(w_h.y, fmaxf(d[4 * nb + 3], 0.f), h);
+    }
+  } else {
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const float2 w_h = *reinterpret_cast<const float2*>(wt + 8 * nb);
+      l = fmaf(w_h.x, fmaxf(d[4 * nb] * s_lo, 0.f), l);
+      l = fmaf(w_h.y, fmaxf(d[4 * nb + 1] * s_lo, 0.f), l);
+      h = fmaf(w_h.x, fmaxf(d[4 * nb + 2] * s_hi, 0.f), h);
+      h = fmaf(w_h.y, fmaxf(d[4 * nb + 3] * s_hi, 0.f), h);
+    }
+  }
+  *lo = l;
+  *hi = h;
+}
+
+__device__ __forceinline__ void quad_sum(bool positive, float s_lo, float s_hi, float* lo,
+                                         float* hi) {
+  float l = positive ? *lo * s_lo : *lo, h = positive ? *hi * s_hi : *hi;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  h += __shfl_xor_sync(0xffffffffu, h, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  h += __shfl_xor_sync(0xffffffffu, h, 2);
+  *lo = l;
+  *hi = h;
+}
+
+// One query row's logits of a tile: its hgroups x 64 heads (desc_q: [hgroups * 64][128]; wr: their
+// weights), 64 at a time (products, add_heads), then quad_sum. Returns the sums in *v_lo and *v_hi.
+__device__ __forceinline__ void row_logits(uint64_t desc_keys, uint64_t desc_q, const float* wr,
+                                           int hgroups, float s_lo, float s_hi, float* v_lo,
+                                           float* v_hi) {
+  const bool positive = all_positive(s_lo, s_hi);
+  float lo = 0.f, hi = 0.f;
+  for (int hg = 0; hg < hgroups; ++hg) {
+    float d[32];
+    products(desc_keys, sm90::desc_advance(desc_q, hg * kWgHeads * kIndexerDim), d);
+    sm90::wgmma_wait_group<0>();
+    sm90::fence_accumulators(d);
+    add_heads(d, wr + hg * kWgHeads, positive, s_lo, s_hi, &lo, &hi);
+  }
+  quad_sum(positive, s_lo, s_hi, &lo, &hi);
+  *v_lo = lo;
+  *v_hi = hi;
+}
+
+}  // namespace mlakit::ops::indexer_device
