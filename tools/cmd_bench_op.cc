@@ -314,6 +314,8 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   return verify_exact_then_time(f, launch, dout, want, row);
 }
 
+alignas(16) constexpr uint8_t kAligned16[16] = {};
+
 // The indexer over random e4m3 keys (no NaN codes) and scales in shuffled pages; q, weights random.
 // Checked on request 0 against the cpu reference (a batch of one over the same pages); every
 // other request's logits for not being left unwritten (NaN-poisoned before the run).
@@ -349,12 +351,6 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
                static_cast<double>(rows) * c.len * 4;
   // The kernel: --kernel auto lets the op choose (the pipelined kernel on sm_90 for the page sizes
   // it takes, else the copy kernel); tma and copy run that kernel by itself.
-  if (gpu) {
-    const bool sm90 = current_device().sm_major == 9;
-    row->kernel = f.kernel != "auto"                             ? f.kernel
-                  : sm90 && ops::indexer_tma_takes_page_size(ps) ? "tma"
-                                                                 : "copy";
-  }
   auto run = [&](ops::Device device, int batch, const uint8_t* qp, const float* wp, const void* cp,
                  const int32_t* tp, const int32_t* np, float* out, Stream st) {
     const ops::IndexerLogitsArgs a = {.batch = batch,
@@ -376,6 +372,19 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
     return ops::indexer_logits_cuda(
         a, len, st, f.kernel == "tma" ? ops::IndexerKernel::kTma : ops::IndexerKernel::kCopy);
   };
+  if (gpu) {  // auto: the op's rule (indexer.h) on this device and these shapes
+    const DeviceInfo dev = current_device();
+    // Any 16-byte aligned address stands for the cache (cudaMalloc's are).
+    const ops::IndexerLogitsArgs shape = {.batch = c.batch,
+                                          .next_n = c.next_n,
+                                          .heads = f.heads,
+                                          .index_cache = &kAligned16,
+                                          .page_size = ps,
+                                          .max_len = len};
+    row->kernel = f.kernel != "auto"                                              ? f.kernel
+                  : ops::indexer_tma_preferred(shape, dev.sm_major, dev.sm_count) ? "tma"
+                                                                                  : "copy";
+  }
   std::vector<float> want(int64_t{c.next_n} * len);  // request 0
   MLAKIT_RETURN_IF_ERROR(run(ops::Device::kCpu, 1, q.data(), weights.data(), cache.data(),
                              table.data(), lens.data(), want.data(), nullptr));

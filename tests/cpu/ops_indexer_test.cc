@@ -16,6 +16,7 @@
 #include "core/numeric.h"
 #include "cpu_run.h"
 #include "mlakit/ops.h"
+#include "ops/indexer/indexer.h"
 #include "ops/topk/topk.h"
 #include "ops_rng.h"
 
@@ -231,6 +232,39 @@ void run_topk_case(const TopkCase& c, Rng& rng) {
       }
     }
   }
+}
+
+// The op's kernel choice on sm_90 (indexer.h): the pipelined kernel for the page sizes it takes
+// and a 16-byte aligned cache, from as many 64-position tiles as the device has SMs.
+TEST(OpsIndexerLogits, PipelinedKernelChoice) {
+#ifdef MLAKIT_NO_CUDA
+  GTEST_SKIP() << "a build without CUDA has no GPU kernels";
+#else
+  alignas(16) static const uint8_t cache[32] = {};
+  ops::IndexerLogitsArgs a;
+  a.batch = 2;
+  a.max_len = 8192;  // 128 tiles a request
+  a.page_size = 64;
+  a.index_cache = cache;
+  EXPECT_TRUE(ops::indexer_tma_preferred(a, 9, 132));
+  EXPECT_FALSE(ops::indexer_tma_preferred(a, 8, 132));   // sm_89: the copy kernel (mma.sync)
+  EXPECT_FALSE(ops::indexer_tma_preferred(a, 10, 132));  // sm_100
+  a.batch = 1;
+  EXPECT_FALSE(ops::indexer_tma_preferred(a, 9, 132));  // 128 tiles, 132 SMs: one short wave
+  a.max_len = 8192 + 4 * 64 + 1;                        // 133 tiles
+  EXPECT_TRUE(ops::indexer_tma_preferred(a, 9, 132));
+  for (const int ps : {8, 16, 32, 128, 192}) {
+    a.page_size = ps;
+    EXPECT_TRUE(ops::indexer_tma_preferred(a, 9, 132)) << ps;
+  }
+  for (const int ps : {1, 4, 24, 48, 100}) {
+    a.page_size = ps;
+    EXPECT_FALSE(ops::indexer_tma_preferred(a, 9, 132)) << ps;
+  }
+  a.page_size = 64;
+  a.index_cache = cache + 4;  // not 16-byte aligned
+  EXPECT_FALSE(ops::indexer_tma_preferred(a, 9, 132));
+#endif
 }
 
 TEST(OpsTopk, EdgeLengthsAgainstStableSort) {

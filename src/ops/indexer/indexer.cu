@@ -406,14 +406,13 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   int device = 0, major = 0, minor = 0, sms = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  // sm_90: the pipelined kernel where it takes the page size and the cache's alignment.
-  if (kernel == IndexerKernel::kAuto && major == 9 && indexer_tma_takes_page_size(a.page_size) &&
-      reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0) {
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // sm_90: the pipelined kernel where the op's rule picks it (indexer.h).
+  if (kernel == IndexerKernel::kAuto && indexer_tma_preferred(a, major, sms)) {
     const Status s = indexer_logits_tma(a, ld, stream);
     if (s.code() != StatusCode::kUnsupported) return s;  // else the copy kernel
   }
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.
   const int64_t page_bytes = static_cast<int64_t>(indexer_page_bytes(a.page_size));
   const bool vec16 = reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0 && page_bytes % 16 == 0;

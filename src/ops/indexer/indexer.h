@@ -21,6 +21,11 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream str
 // The pipelined kernel (indexer_tma.cu): the page sizes it takes (multiples of 64, or 8, 16 and
 // 32), and the kernel itself (kUnsupported off sm_90 or for other shapes, naming the reason).
 bool indexer_tma_takes_page_size(int32_t page_size);
+// The op's choice (kAuto) on a device of compute capability major.x with `sms` SMs: the
+// pipelined kernel on sm_90 where it takes the page size and the cache's alignment, unless the
+// keys are fewer 64-position tiles than the device has SMs (one short wave: the copy kernel, with
+// no pipeline to set up, was faster there on an H200 at batch 1 x 8K).
+bool indexer_tma_preferred(const IndexerLogitsArgs& args, int major, int sms);
 Status indexer_logits_tma(const IndexerLogitsArgs& args, int64_t ld, Stream stream);
 
 }  // namespace mlakit::ops

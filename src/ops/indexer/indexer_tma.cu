@@ -287,6 +287,12 @@ bool indexer_tma_takes_page_size(int32_t page_size) {
          (page_size >= kMinBoxRows && page_size < kTile && (page_size & (page_size - 1)) == 0);
 }
 
+bool indexer_tma_preferred(const IndexerLogitsArgs& a, int major, int sms) {
+  const int64_t tiles = (a.max_len + kTile - 1) / kTile * a.batch;
+  return major == 9 && indexer_tma_takes_page_size(a.page_size) &&
+         reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0 && tiles >= sms;
+}
+
 Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
   int device = 0, major = 0, sms = 0, smem_optin = 0;
