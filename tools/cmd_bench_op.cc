@@ -369,8 +369,10 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
     // The kernels by themselves skip the op's checks: the cpu run checked the same arguments.
     if (device == ops::Device::kCpu || f.kernel == "auto")
       return ops::indexer_logits(device, a, st);
-    return ops::indexer_logits_cuda(
-        a, len, st, f.kernel == "tma" ? ops::IndexerKernel::kTma : ops::IndexerKernel::kCopy);
+    return ops::indexer_logits_cuda(a, len, st,
+                                    f.kernel == "tma"        ? ops::IndexerKernel::kTma
+                                    : f.kernel == "tma-wide" ? ops::IndexerKernel::kTmaWide
+                                                             : ops::IndexerKernel::kCopy);
   };
   if (gpu) {  // auto: the op's rule (indexer.h) on this device and these shapes
     const DeviceInfo dev = current_device();
@@ -381,9 +383,11 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
                                           .index_cache = &kAligned16,
                                           .page_size = ps,
                                           .max_len = len};
-    row->kernel = f.kernel != "auto"                                              ? f.kernel
-                  : ops::indexer_tma_preferred(shape, dev.sm_major, dev.sm_count) ? "tma"
-                                                                                  : "copy";
+    const ops::IndexerKernel k = ops::indexer_auto_kernel(shape, dev.sm_major, dev.sm_count);
+    row->kernel = f.kernel != "auto"                  ? f.kernel
+                  : k == ops::IndexerKernel::kTma     ? "tma"
+                  : k == ops::IndexerKernel::kTmaWide ? "tma-wide"
+                                                      : "copy";
   }
   std::vector<float> want(int64_t{c.next_n} * len);  // request 0
   MLAKIT_RETURN_IF_ERROR(run(ops::Device::kCpu, 1, q.data(), weights.data(), cache.data(),
@@ -460,12 +464,13 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
     return invalid_argument("--heads", str_cat("1..", ops::kIndexerMaxHeads), f.heads);
   }
   // --kernel: the op's own kernels (CLI11 takes any of them for any op).
-  if (f.op == "topk" && (f.kernel == "tma" || f.kernel == "copy")) {
+  if (f.op == "topk" && (f.kernel == "tma" || f.kernel == "tma-wide" || f.kernel == "copy")) {
     return invalid_argument("--kernel", "auto, cluster, multi-block or one-block for topk",
                             f.kernel);
   }
-  if (f.op == "indexer" && f.kernel != "auto" && f.kernel != "tma" && f.kernel != "copy") {
-    return invalid_argument("--kernel", "auto, tma or copy for the indexer", f.kernel);
+  if (f.op == "indexer" && f.kernel != "auto" && f.kernel != "tma" && f.kernel != "tma-wide" &&
+      f.kernel != "copy") {
+    return invalid_argument("--kernel", "auto, tma, tma-wide or copy for the indexer", f.kernel);
   }
   if (f.op == "append" && f.kernel != "auto") {
     return invalid_argument("--kernel", "auto for append (it has one kernel)", f.kernel);
@@ -604,9 +609,11 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--kernel", f->kernel,
                   "on a GPU, auto (the op's choice) or one kernel by itself: topk: cluster "
                   "(sm_90, rows up to 256K), multi-block (rows of 8192 and more, with a "
-                  "workspace) or one-block; indexer: tma (sm_90, page sizes 8, 16, 32 and "
-                  "multiples of 64) or copy")
-      ->check(CLI::IsMember({"auto", "cluster", "multi-block", "one-block", "tma", "copy"}));
+                  "workspace) or one-block; indexer: tma or tma-wide (sm_90, page sizes 8, 16, "
+                  "32 and multiples of 64: two CTAs an SM, or one with 128-head products) or "
+                  "copy")
+      ->check(CLI::IsMember(
+          {"auto", "cluster", "multi-block", "one-block", "tma", "tma-wide", "copy"}));
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")

@@ -23,8 +23,10 @@ Status indexer_logits_cuda(const IndexerLogitsArgs&, int64_t, Stream, IndexerKer
   return no_cuda("indexer_logits");
 }
 bool indexer_tma_takes_page_size(int32_t) { return false; }
-bool indexer_tma_preferred(const IndexerLogitsArgs&, int, int) { return false; }
-Status indexer_logits_tma(const IndexerLogitsArgs&, int64_t, Stream) {
+IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs&, int, int) {
+  return IndexerKernel::kCopy;
+}
+Status indexer_logits_tma(const IndexerLogitsArgs&, int64_t, Stream, bool) {
   return no_cuda("indexer_logits");
 }
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }

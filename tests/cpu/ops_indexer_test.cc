@@ -234,36 +234,48 @@ void run_topk_case(const TopkCase& c, Rng& rng) {
   }
 }
 
-// The op's kernel choice on sm_90 (indexer.h): the pipelined kernel for the page sizes it takes
-// and a 16-byte aligned cache, from as many 64-position tiles as the device has SMs.
-TEST(OpsIndexerLogits, PipelinedKernelChoice) {
+// The op's kernel choice (indexer.h): on sm_90 the pipelined kernel for the page sizes it takes
+// and a 16-byte aligned cache, from as many 64-position tiles as the device has SMs; its wide shape
+// for next_n 2 with up to 64 heads over 16K positions or more; else the copy kernel.
+TEST(OpsIndexerLogits, AutoKernelChoice) {
 #ifdef MLAKIT_NO_CUDA
   GTEST_SKIP() << "a build without CUDA has no GPU kernels";
 #else
+  using K = ops::IndexerKernel;
   alignas(16) static const uint8_t cache[32] = {};
   ops::IndexerLogitsArgs a;
   a.batch = 2;
   a.max_len = 8192;  // 128 tiles a request
   a.page_size = 64;
   a.index_cache = cache;
-  EXPECT_TRUE(ops::indexer_tma_preferred(a, 9, 132));
-  EXPECT_FALSE(ops::indexer_tma_preferred(a, 8, 132));   // sm_89: the copy kernel (mma.sync)
-  EXPECT_FALSE(ops::indexer_tma_preferred(a, 10, 132));  // sm_100
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 8, 132), K::kCopy);   // sm_89: mma.sync
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 10, 132), K::kCopy);  // sm_100
   a.batch = 1;
-  EXPECT_FALSE(ops::indexer_tma_preferred(a, 9, 132));  // 128 tiles, 132 SMs: one short wave
-  a.max_len = 8192 + 4 * 64 + 1;                        // 133 tiles
-  EXPECT_TRUE(ops::indexer_tma_preferred(a, 9, 132));
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy);  // 128 tiles, 132 SMs: one short wave
+  a.max_len = 8192 + 4 * 64 + 1;                             // 133 tiles
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   for (const int ps : {8, 16, 32, 128, 192}) {
     a.page_size = ps;
-    EXPECT_TRUE(ops::indexer_tma_preferred(a, 9, 132)) << ps;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << ps;
   }
   for (const int ps : {1, 4, 24, 48, 100}) {
     a.page_size = ps;
-    EXPECT_FALSE(ops::indexer_tma_preferred(a, 9, 132)) << ps;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy) << ps;
   }
   a.page_size = 64;
   a.index_cache = cache + 4;  // not 16-byte aligned
-  EXPECT_FALSE(ops::indexer_tma_preferred(a, 9, 132));
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy);
+  a.index_cache = cache;
+  a.next_n = 2;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);  // 8K positions
+  a.max_len = 16384;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTmaWide);
+  a.heads = 65;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  a.heads = 64;
+  a.next_n = 1;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
 #endif
 }
 

@@ -95,6 +95,23 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
       "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
+// The 64 accumulator operands %0..%63, then %64 desc_a, %65 desc_b, %66 scale_d.
+#define MLAKIT_WGMMA_N128_REGS                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+#define MLAKIT_WGMMA_N128_OUTPUTS                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
 // The 128 accumulator operands %0..%127, then %128 desc_a, %129 desc_b, %130 scale_d.
 #define MLAKIT_WGMMA_N256_REGS                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
@@ -359,6 +376,20 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t de
                        "%32, %33, p, 1, 1;\n}\n"
                : MLAKIT_WGMMA_N64_OUTPUTS
                : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 d, desc_a, desc_b, p, 1, 1 (sm_90a):
+// d = A B + (scale_d ? d : 0), both K-major. The indexer's products of a key tile and 128 heads.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a,
+                                                      uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  asm volatile(
+      MLAKIT_WGMMA_SCALE_D(
+          66) "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_N128_REGS
+              "%64, %65, p, 1, 1;\n}\n"
+      : MLAKIT_WGMMA_N128_OUTPUTS
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #endif
 }
 

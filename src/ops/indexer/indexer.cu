@@ -401,7 +401,9 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
 
 Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream,
                            IndexerKernel kernel) {
-  if (kernel == IndexerKernel::kTma) return indexer_logits_tma(a, ld, stream);
+  if (kernel == IndexerKernel::kTma || kernel == IndexerKernel::kTmaWide) {
+    return indexer_logits_tma(a, ld, stream, kernel == IndexerKernel::kTmaWide);
+  }
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
   int device = 0, major = 0, minor = 0, sms = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
@@ -409,8 +411,9 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // sm_90: the pipelined kernel where the op's rule picks it (indexer.h).
-  if (kernel == IndexerKernel::kAuto && indexer_tma_preferred(a, major, sms)) {
-    const Status s = indexer_logits_tma(a, ld, stream);
+  const IndexerKernel chosen = indexer_auto_kernel(a, major, sms);
+  if (kernel == IndexerKernel::kAuto && chosen != IndexerKernel::kCopy) {
+    const Status s = indexer_logits_tma(a, ld, stream, chosen == IndexerKernel::kTmaWide);
     if (s.code() != StatusCode::kUnsupported) return s;  // else the copy kernel
   }
   // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.

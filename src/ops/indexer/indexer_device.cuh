@@ -61,10 +61,11 @@ __device__ __forceinline__ void load_heads(uint8_t* qs, float* ws, const uint8_t
 //    swizzled), wgmma m64n64k32 e4m3 with the positions as M, committed as one group (the caller
 //    waits); d[i] is position 16 (wt / 32) + (wt % 32) / 4 + 8 ((i / 2) % 2), head
 //    8 (i / 4) + 2 (wt % 4) + i % 2;
-//  - add_heads: the thread's 16 heads of its two positions into *lo and *hi as w_h relu(m d)
-//    (w: the 64 heads' weights), in a fixed order; m is 1 where every scale of the warp's
-//    positions is positive and finite (what the appends write: relu(s d) = s relu(d), and the
-//    scale multiplies the sum once, in quad_sum), else the position's scale;
+//  - add_heads: the thread's 16 heads of its two positions (d: 32 accumulators in products'
+//    layout) into *lo and *hi as w_h relu(m d) (w: the 64 heads' weights), in a fixed order; m is 1
+//    where every scale of the warp's positions is positive and finite (what the appends write:
+//    relu(s d) = s relu(d), and the scale multiplies the sum once, in quad_sum), else the
+//    position's scale;
 //  - quad_sum: times the scale (positive), then two shuffles add the quad's other heads (the
 //    same in the quad's four threads). Deterministic.
 __device__ __forceinline__ void products(uint64_t desc_keys, uint64_t desc_q, float (&d)[32]) {
@@ -77,13 +78,25 @@ __device__ __forceinline__ void products(uint64_t desc_keys, uint64_t desc_q, fl
   sm90::wgmma_commit_group();
 }
 
+// The same with 128 heads (desc_q: [128][128]): d[i] as above for head 8 (i / 4) + 2 (wt % 4) +
+// i % 2, so d[0..31] are heads 0..63 and d[32..63] heads 64..127, each in products' layout.
+__device__ __forceinline__ void products128(uint64_t desc_keys, uint64_t desc_q, float (&d)[64]) {
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kIndexerDim / 32; ++k) {
+    sm90::wgmma_m64n128k32_e4m3(d, sm90::desc_advance(desc_keys, 32 * k),
+                                sm90::desc_advance(desc_q, 32 * k), k > 0);
+  }
+  sm90::wgmma_commit_group();
+}
+
 // Whether every scale of the warp's positions is positive and finite (add_heads).
 __device__ __forceinline__ bool all_positive(float s_lo, float s_hi) {
   return __all_sync(0xffffffffu, s_lo > 0.f && s_lo <= FLT_MAX && s_hi > 0.f && s_hi <= FLT_MAX);
 }
 
-__device__ __forceinline__ void add_heads(const float (&d)[32], const float* w, bool positive,
-                                          float s_lo, float s_hi, float* lo, float* hi) {
+__device__ __forceinline__ void add_heads(const float* d, const float* w, bool positive, float s_lo,
+                                          float s_hi, float* lo, float* hi) {
   const float* wt = w + 2 * (threadIdx.x % 4);
   float l = *lo, h = *hi;
   if (positive) {

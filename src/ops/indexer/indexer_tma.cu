@@ -40,17 +40,24 @@ namespace {
 using indexer_device::kTile;
 using indexer_device::kWgHeads;
 
-constexpr int kConsumers = 2;  // consumer warpgroups
-constexpr int kProducers = 4;  // producer warps
-constexpr int kThreads = kConsumers * 128 + kProducers * 32;
-// Stage s is always filled by producer warp s % kProducers and emptied by consumer warpgroup
-// s % kConsumers (so each barrier's phases are waited for in order by one party): the stage count
-// is a multiple of both.
-constexpr int kMinStages = 4;
-constexpr int kMaxStages = 8;
-static_assert(kMinStages % kProducers == 0 && kMinStages % kConsumers == 0 &&
-              kMaxStages % kMinStages == 0);
-constexpr int kMaxTilesPerCta = 64;
+// The kernel's two shapes. Narrow: two CTAs an SM of 2 consumer warpgroups (64 registers), one
+// 64-head product a query row. Wide: one CTA an SM of 4 consumer warpgroups (up to 102 registers),
+// products of 128 heads (two rows of 64 heads, or one row of 128) in one wgmma, so a tile's keys
+// are read from shared memory once for both. Both: 4 producer warps. Stage s is always filled by
+// producer warp s % kProducers and emptied by consumer warpgroup s % kConsumers (so each
+// barrier's phases are waited for in order by one party): stage counts are multiples of both.
+template <bool kWide>
+struct Cfg {
+  static constexpr int kConsumers = kWide ? 4 : 2;
+  static constexpr int kProducers = 4;
+  static constexpr int kThreads = kConsumers * 128 + kProducers * 32;
+  static constexpr int kBlocksPerSm = kWide ? 1 : 2;
+  static constexpr int kMinStages = 4;
+  static constexpr int kMaxStages = kWide ? 16 : 8;
+  static constexpr int kMaxTilesPerCta = kWide ? 256 : 64;
+  static_assert(kMinStages % kProducers == 0 && kMinStages % kConsumers == 0 &&
+                kMaxStages % kMinStages == 0);
+};
 constexpr int kKeyBytes = kTile * kIndexerDim;  // a tile's keys in shared memory
 constexpr int kQBudget = 96 * 1024;             // shared memory for a CTA's query rows, at most
 // The producer's lanes look up one box each: a tile has at most 8 (page size 8).
@@ -97,8 +104,10 @@ __host__ __device__ inline TmaLayout tma_layout_of(int stages, int rows, int hp)
   return l;
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+template <bool kWide>
+__global__ void __launch_bounds__(Cfg<kWide>::kThreads, Cfg<kWide>::kBlocksPerSm)
     indexer_tma_kernel(const __grid_constant__ TmaParams p) {
+  using C = Cfg<kWide>;
 #if defined(__CUDA_ARCH__) && !defined(MLAKIT_SM90_WGMMA)
   // Code for sm_90 without the "a" features has no wgmma or TMA: fail loudly rather than return
   // unwritten logits (the host takes this kernel only where its code is sm_90a).
@@ -144,35 +153,35 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t computed_end = min(j_end, max(j_begin, vis_max));  // positions with keys to read
   float* out = p.logits + (int64_t{i} * p.next_n + t0) * p.ld;
   for (int r = 0; r < rows; ++r) {  // positions nobody in this CTA sees
-    for (int64_t j = computed_end + threadIdx.x; j < j_end; j += kThreads) {
+    for (int64_t j = computed_end + threadIdx.x; j < j_end; j += C::kThreads) {
       out[r * p.ld + j] = -INFINITY;
     }
   }
   if (computed_end > j_begin) {  // uniform across the CTA
     const int tiles = static_cast<int>((computed_end - j_begin + kTile - 1) / kTile);
     const int64_t row0 = int64_t{i} * p.next_n + t0;
-    if (threadIdx.x < kConsumers * 128) {
+    if (threadIdx.x < C::kConsumers * 128) {
       indexer_device::load_heads(qs, ws, p.q + row0 * p.heads * kIndexerDim,
                                  p.weights + row0 * p.heads, rows, p.heads, hp, threadIdx.x,
-                                 kConsumers * 128);
+                                 C::kConsumers * 128);
       ptx::cp_async_commit_group();
     }
     __syncthreads();  // the barriers' initialization
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (warp >= kConsumers * 4) {
+    if (warp >= C::kConsumers * 4) {
       // The producer warps: warp w feeds tiles w, w + 4, ... (a single warp's chain of page-id
       // reads, barrier waits and TMA issues is too slow to keep the ring full). Each reads the
       // page ids and offsets of its next 32 boxes (boxes = 64 / box_rows a tile) a lane each, a
       // batch ahead of the boxes it issues, so the reads' latency and the division stay off the
       // loop. Lane b issues box b of the tile.
-      const int w = warp - kConsumers * 4;
+      const int w = warp - C::kConsumers * 4;
       const int boxes = kTile / p.box_rows;
       const int32_t* pages = p.block_table + int64_t{i} * p.block_table_stride;
       const uint32_t box_bytes = p.box_rows * (kIndexerDim + 4);
       // The warp's box e (its tile w + kProducers (e / boxes), box e % boxes): page id (-1 past
       // the length) and offset in the page.
       auto box_at = [&](int e, int32_t* page, int32_t* off) {
-        const int64_t j = j_begin + int64_t{w + kProducers * (e / boxes)} * kTile +
+        const int64_t j = j_begin + int64_t{w + C::kProducers * (e / boxes)} * kTile +
                           int64_t{e % boxes} * p.box_rows;
         const int64_t index = j / p.page_size;
         *page = j < len ? pages[index] : -1;
@@ -185,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       // the ring's round parity (n / stages) % 2, stepped.
       int s = w;
       uint32_t round = 0;
-      for (int n = w, e0 = 0; n < tiles; n += kProducers, e0 += boxes) {
+      for (int n = w, e0 = 0; n < tiles; n += C::kProducers, e0 += boxes) {
         if (e0 > 0 && e0 % 32 == 0) {  // the next batch of 32 boxes
           page_now = page_next;
           off_now = off_next;
@@ -219,23 +228,23 @@ __global__ void __launch_bounds__(kThreads, 2)
                                    ss + s * kTile + lane * p.box_rows, scales,
                                    static_cast<uint32_t>(p.box_rows * 4), &full[s]);
         }
-        s += kProducers;
+        s += C::kProducers;
         if (s >= stages) {
           s -= stages;
           round ^= 1;
         }
       }
-    } else if (warp < kConsumers * 4) {
+    } else if (warp < C::kConsumers * 4) {
       const int wg = warp / 4, wt = threadIdx.x % 128;
       const int g = lane / 4, tg = lane % 4;
       ptx::cp_async_wait_group<0>();
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // the heads, read by wgmma
-      asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * 128) : "memory");
+      asm volatile("bar.sync 1, %0;\n" ::"n"(C::kConsumers * 128) : "memory");
       // The thread's two positions (rows of the products): 16 (wt / 32) + g and 8 more; their
       // boxes.
       const int pos_lo = 16 * (wt / 32) + g, pos_hi = pos_lo + 8;
       const int box_lo = pos_lo / p.box_rows, box_hi = pos_hi / p.box_rows;
-      // Positions from here on count from j_begin (32 bits: a chunk is at most 4096): the chunk's
+      // Positions from here on count from j_begin (32 bits: a chunk is at most 16384): the chunk's
       // end, the request's length, and row t0's visible length (row t0 + r sees r more, up to
       // the length).
       const int end_rel = static_cast<int>(j_end - j_begin);
@@ -249,26 +258,68 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int row_desc = hp * kIndexerDim;  // bytes between the rows' heads
       int s = wg;  // tile n's stage (always this warpgroup's) and the ring's round parity
       uint32_t round = 0;
-      for (int n = wg; n < tiles; n += kConsumers) {
+      for (int n = wg; n < tiles; n += C::kConsumers) {
         wait_parity(&full[s], round);
         const uint32_t mask = masks[s];
         const bool ok_lo = (mask >> box_lo) & 1, ok_hi = (mask >> box_hi) & 1;
         const float s_lo = ss[s * kTile + pos_lo], s_hi = ss[s * kTile + pos_hi];
         const uint64_t desc = sm90::desc_advance(desc_k, s * kKeyBytes);
         const int j_lo = n * kTile + pos_lo, j_hi = j_lo + 8;
-        float* o = out_cta;
-        for (int r = 0; r < rows; ++r, o += p.ld) {
-          float v_lo, v_hi;
-          indexer_device::row_logits(desc, sm90::desc_advance(desc_q, r * row_desc), ws + r * hp,
-                                     hgroups, s_lo, s_hi, &v_lo, &v_hi);
-          if (r == rows - 1) (void)cuda::ptx::mbarrier_arrive(&empty[s]);  // products done
+        // Row r's sums into its logits (tg 0 of each quad).
+        auto store = [&](int r, float v_lo, float v_hi) {
           if (tg == 0) {
+            float* o = out_cta + r * p.ld;
             const int vis = min(len_rel, vis_rel + r);
             if (j_lo < end_rel) o[j_lo] = j_lo < vis && ok_lo ? v_lo : -INFINITY;
             if (j_hi < end_rel) o[j_hi] = j_hi < vis && ok_hi ? v_hi : -INFINITY;
           }
+        };
+        if constexpr (kWide) {
+          // The CTA's heads as 64-head blocks b = r * hgroups + hg ([rows * hp][128] in shared
+          // memory), two a product (the last alone when their count is odd); a row's sums are
+          // done at its last block.
+          const bool positive = indexer_device::all_positive(s_lo, s_hi);
+          const int blocks = rows * hgroups;
+          float lo = 0.f, hi = 0.f;
+          auto add_block = [&](const float* d, int b) {
+            const int r = b / hgroups, hg = b % hgroups;
+            indexer_device::add_heads(d, ws + r * hp + hg * kWgHeads, positive, s_lo, s_hi, &lo,
+                                      &hi);
+            if (hg == hgroups - 1) {
+              indexer_device::quad_sum(positive, s_lo, s_hi, &lo, &hi);
+              store(r, lo, hi);
+              lo = hi = 0.f;
+            }
+          };
+          for (int b = 0; b < blocks; b += 2) {
+            const uint64_t dq = sm90::desc_advance(desc_q, b * kWgHeads * kIndexerDim);
+            if (b + 1 < blocks) {
+              float d[64];
+              indexer_device::products128(desc, dq, d);
+              sm90::wgmma_wait_group<0>();
+              sm90::fence_accumulators(d);
+              if (b + 2 >= blocks) (void)cuda::ptx::mbarrier_arrive(&empty[s]);  // products done
+              add_block(d, b);
+              add_block(d + 32, b + 1);
+            } else {
+              float d[32];
+              indexer_device::products(desc, dq, d);
+              sm90::wgmma_wait_group<0>();
+              sm90::fence_accumulators(d);
+              (void)cuda::ptx::mbarrier_arrive(&empty[s]);
+              add_block(d, b);
+            }
+          }
+        } else {
+          for (int r = 0; r < rows; ++r) {
+            float v_lo, v_hi;
+            indexer_device::row_logits(desc, sm90::desc_advance(desc_q, r * row_desc), ws + r * hp,
+                                       hgroups, s_lo, s_hi, &v_lo, &v_hi);
+            if (r == rows - 1) (void)cuda::ptx::mbarrier_arrive(&empty[s]);  // products done
+            store(r, v_lo, v_hi);
+          }
         }
-        s += kConsumers;
+        s += C::kConsumers;
         if (s >= stages) {
           s -= stages;
           round ^= 1;
@@ -287,13 +338,21 @@ bool indexer_tma_takes_page_size(int32_t page_size) {
          (page_size >= kMinBoxRows && page_size < kTile && (page_size & (page_size - 1)) == 0);
 }
 
-bool indexer_tma_preferred(const IndexerLogitsArgs& a, int major, int sms) {
+IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& a, int major, int sms) {
   const int64_t tiles = (a.max_len + kTile - 1) / kTile * a.batch;
-  return major == 9 && indexer_tma_takes_page_size(a.page_size) &&
-         reinterpret_cast<uintptr_t>(a.index_cache) % 16 == 0 && tiles >= sms;
+  if (major != 9 || !indexer_tma_takes_page_size(a.page_size) ||
+      reinterpret_cast<uintptr_t>(a.index_cache) % 16 != 0 || tiles < sms) {
+    return IndexerKernel::kCopy;
+  }
+  const bool wide = a.next_n == 2 && a.heads <= kWgHeads && a.max_len >= 16384;
+  return wide ? IndexerKernel::kTmaWide : IndexerKernel::kTma;
 }
 
-Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
+namespace {
+
+template <bool kWide>
+Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
+  using C = Cfg<kWide>;
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
   int device = 0, major = 0, sms = 0, smem_optin = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
@@ -301,7 +360,7 @@ Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream)
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   MLAKIT_CUDA_RETURN(
       cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (major != 9 || binary_version(indexer_tma_kernel) < 90) {
+  if (major != 9 || binary_version(indexer_tma_kernel<kWide>) < 90) {
     return unsupported(
         "the pipelined indexer kernel: needs sm_90 and a build with sm_90a code, given sm_", major,
         "x");
@@ -325,17 +384,20 @@ Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream)
   // Positions per CTA: the request's tiles spread so the grid fills every SM about twice (two
   // CTAs fit an SM), at most kMaxTilesPerCta; stages: 8, or 4 for CTAs of fewer tiles.
   const int64_t tiles_per_request = (a.max_len + kTile - 1) / kTile;
-  const int budget0 = std::min(kQBudget, smem_optin - tma_layout_of(kMaxStages, 0, hp).bytes);
+  const int budget0 = std::min(kQBudget, smem_optin - tma_layout_of(C::kMaxStages, 0, hp).bytes);
   if (budget0 < per_row) {
     return unsupported("heads ", a.heads, " for the pipelined indexer kernel: ",
-                       tma_layout_of(kMaxStages, 1, hp).bytes,
+                       tma_layout_of(C::kMaxStages, 1, hp).bytes,
                        " bytes of shared memory a block needed, ", smem_optin, " available");
   }
   const int rows_per_cta = std::min(a.next_n, budget0 / per_row);
   const int64_t row_groups = (a.next_n + rows_per_cta - 1) / rows_per_cta;
   const int64_t work = tiles_per_request * a.batch * row_groups;
-  const int64_t per_cta = std::clamp<int64_t>((work + 2 * sms - 1) / (2 * sms), 1, kMaxTilesPerCta);
-  const int stages = per_cta >= kMaxStages ? kMaxStages : kMinStages;
+  const int64_t ctas_wanted = int64_t{2} * C::kBlocksPerSm * sms;
+  const int64_t per_cta =
+      std::clamp<int64_t>((work + ctas_wanted - 1) / ctas_wanted, 1, C::kMaxTilesPerCta);
+  int stages = C::kMaxStages;
+  while (stages > C::kMinStages && stages > per_cta) stages /= 2;
   const int smem_bytes = tma_layout_of(stages, rows_per_cta, hp).bytes;
   if (a.batch > 65535) {
     return invalid_argument("batch", "at most 65535 for indexer_logits on device cuda", a.batch);
@@ -384,11 +446,18 @@ Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream)
   const int64_t chunks = (a.max_len + p.chunk - 1) / p.chunk;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(a.batch),
                   static_cast<unsigned>(row_groups));
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(indexer_tma_kernel,
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(indexer_tma_kernel<kWide>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  indexer_tma_kernel<<<grid, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
+  indexer_tma_kernel<kWide>
+      <<<grid, C::kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
   MLAKIT_CUDA_RETURN_LAUNCH("indexer_tma_kernel");
   return Status::Ok();
+}
+
+}  // namespace
+
+Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, bool wide) {
+  return wide ? launch_tma<true>(a, ld, stream) : launch_tma<false>(a, ld, stream);
 }
 
 }  // namespace mlakit::ops
