@@ -4,8 +4,8 @@
 # Sm90Sanitize tests: dense 16-bit, fp8 cache and fp8 q, sparse with the three layouts, cluster
 # shapes, each tactic), plus memcheck over corrupted block tables (CorruptBlockTable: page ids out
 # of range are never read), the ops kernels (append, the indexer, the one-block, multi-block and
-# cluster top-k; racecheck too for the multi-block and cluster ones, synccheck for the cluster
-# one) and the context-parallel merge. Sm90Sanitize skips itself off sm_90
+# cluster top-k; racecheck too for the multi-block and cluster ones and the indexer's kernels,
+# synccheck for the cluster top-k and the indexer's) and the context-parallel merge. Sm90Sanitize skips itself off sm_90
 # devices. Exits non-zero if any tool reports an error. Usage: scripts/sanitize.sh [build-dir]
 # (default build-gpu; build it first, e.g. with
 # scripts/device-build.sh). With SANITIZE_LOGS=dir, each tool's whole log is kept there.
@@ -36,8 +36,8 @@ while read -r tool filter; do
   rm -f "$log"
 done <<TOOLS
 memcheck $sanitize:$hostile
-racecheck $sanitize:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkClusterGraphReplay
-synccheck $sanitize:OpsGpu.TopkClusterGraphReplay
+racecheck $sanitize:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkClusterGraphReplay:OpsGpu.IndexerLogitsEqualsCpu
+synccheck $sanitize:OpsGpu.TopkClusterGraphReplay:OpsGpu.IndexerLogitsEqualsCpu
 initcheck $sanitize
 TOOLS
 exit $status
