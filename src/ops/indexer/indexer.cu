@@ -445,21 +445,8 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   const int smem_bytes =
       wgmma ? wg_layout_of(rows_per_cta, hp).bytes : layout_of(rows_per_cta, groups).bytes;
   IndexerParams p{};
-  p.q = a.q;
-  p.weights = a.weights;
-  p.cache = static_cast<const uint8_t*>(a.index_cache);
-  p.page_bytes = page_bytes;
-  p.num_pages = a.num_pages;
-  p.page_size = a.page_size;
+  indexer_device::fill_common(a, ld, page_bytes, &p);
   p.page_shift = (a.page_size & (a.page_size - 1)) == 0 ? __builtin_ctz(a.page_size) : -1;
-  p.block_table = a.block_table;
-  p.block_table_stride = a.block_table_stride;
-  p.seq_lens = a.seq_lens;
-  p.logits = a.logits;
-  p.ld = ld;
-  p.max_len = a.max_len;
-  p.next_n = a.next_n;
-  p.heads = a.heads;
   p.groups = groups;
   p.rows_per_cta = rows_per_cta;
   // Positions per CTA: kMaxChunk (four key tiles, q read once for them), fewer while the grid

@@ -1,7 +1,8 @@
-// Device pieces both sm_90 indexer kernels share (indexer.cu's copy kernel, indexer_tma.cu's
-// pipelined one): a request's clamped length and its rows' visible lengths, the query heads and
-// weights into shared memory in wgmma's 128-byte swizzle, and one key tile's logits for one query
-// row (wgmma m64n64k32 e4m3, positions as M, heads as N, the heads summed in registers).
+// Pieces both sm_90 indexer kernels share (indexer.cu's copy kernel, indexer_tma.cu's pipelined
+// one): their parameters' common fields (host), a request's clamped length and its rows' visible
+// lengths, the query heads and weights into shared memory in wgmma's 128-byte swizzle, and one key
+// tile's logits for one query row (wgmma m64n64k32 e4m3, positions as M, heads as N, the heads
+// summed in registers).
 #pragma once
 
 #include <cfloat>
@@ -15,6 +16,26 @@ namespace mlakit::ops::indexer_device {
 
 inline constexpr int kTile = 64;     // positions per key tile (wgmma's M)
 inline constexpr int kWgHeads = 64;  // heads per wgmma (N)
+
+// Host: the fields both kernels' parameter structs share, from the op's arguments (ld: the
+// logits' row stride; page_bytes: indexer_page_bytes(page_size)).
+template <typename Params>
+void fill_common(const IndexerLogitsArgs& a, int64_t ld, int64_t page_bytes, Params* p) {
+  p->q = a.q;
+  p->weights = a.weights;
+  p->cache = static_cast<const uint8_t*>(a.index_cache);
+  p->page_bytes = page_bytes;
+  p->num_pages = a.num_pages;
+  p->page_size = a.page_size;
+  p->block_table = a.block_table;
+  p->block_table_stride = a.block_table_stride;
+  p->seq_lens = a.seq_lens;
+  p->logits = a.logits;
+  p->ld = ld;
+  p->max_len = a.max_len;
+  p->next_n = a.next_n;
+  p->heads = a.heads;
+}
 
 // Byte `byte` (a multiple of 4) of row `row` of a 128-byte-swizzled tile: what TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B into a 1024-aligned tile.

@@ -425,21 +425,8 @@ Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
                           "(CUresult ",
                           static_cast<int>(r), ")"));
   }
-  p.q = a.q;
-  p.weights = a.weights;
-  p.cache = static_cast<const uint8_t*>(a.index_cache);
-  p.page_bytes = page_bytes;
-  p.num_pages = a.num_pages;
-  p.page_size = a.page_size;
+  indexer_device::fill_common(a, ld, page_bytes, &p);
   p.box_rows = box_rows;
-  p.block_table = a.block_table;
-  p.block_table_stride = a.block_table_stride;
-  p.seq_lens = a.seq_lens;
-  p.logits = a.logits;
-  p.ld = ld;
-  p.max_len = a.max_len;
-  p.next_n = a.next_n;
-  p.heads = a.heads;
   p.rows_per_cta = rows_per_cta;
   p.chunk = static_cast<int32_t>(per_cta * kTile);
   p.stages = stages;
