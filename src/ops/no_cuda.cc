@@ -26,7 +26,7 @@ bool indexer_tma_takes_page_size(int32_t) { return false; }
 IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs&, int, int) {
   return IndexerKernel::kCopy;
 }
-Status indexer_logits_tma(const IndexerLogitsArgs&, int64_t, Stream, bool) {
+Status indexer_logits_tma(const IndexerLogitsArgs&, int64_t, Stream, bool, const IndexerDevice&) {
   return no_cuda("indexer_logits");
 }
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }

@@ -401,19 +401,23 @@ __global__ void __launch_bounds__(kThreads) indexer_wgmma_kernel(const IndexerPa
 
 Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream,
                            IndexerKernel kernel) {
-  if (kernel == IndexerKernel::kTma || kernel == IndexerKernel::kTmaWide) {
-    return indexer_logits_tma(a, ld, stream, kernel == IndexerKernel::kTmaWide);
-  }
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
-  int device = 0, major = 0, minor = 0, sms = 0;
+  int device = 0;
+  IndexerDevice dev;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&dev.major, cudaDevAttrComputeCapabilityMajor, device));
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&dev.minor, cudaDevAttrComputeCapabilityMinor, device));
+  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&dev.sms, cudaDevAttrMultiProcessorCount, device));
+  MLAKIT_CUDA_RETURN(
+      cudaDeviceGetAttribute(&dev.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (kernel == IndexerKernel::kTma || kernel == IndexerKernel::kTmaWide) {
+    return indexer_logits_tma(a, ld, stream, kernel == IndexerKernel::kTmaWide, dev);
+  }
+  const int major = dev.major, minor = dev.minor, sms = dev.sms, smem_optin = dev.smem_optin;
   // sm_90: the pipelined kernel where the op's rule picks it (indexer.h).
   const IndexerKernel chosen = indexer_auto_kernel(a, major, sms);
   if (kernel == IndexerKernel::kAuto && chosen != IndexerKernel::kCopy) {
-    const Status s = indexer_logits_tma(a, ld, stream, chosen == IndexerKernel::kTmaWide);
+    const Status s = indexer_logits_tma(a, ld, stream, chosen == IndexerKernel::kTmaWide, dev);
     if (s.code() != StatusCode::kUnsupported) return s;  // else the copy kernel
   }
   // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.
@@ -432,9 +436,6 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   const int per_row = hp * (wgmma ? kIndexerDim + 4 : kRowBytes + 4);
   // Query rows per CTA: what fits in kQBudget and in the device's shared memory per block past
   // the fixed part (sm_89 and sm_12x allow 99 KB, sm_90 227 KB).
-  int smem_optin = 0;
-  MLAKIT_CUDA_RETURN(
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const int fixed = wgmma ? wg_layout_of(0, hp).bytes : layout_of(0, groups).bytes;
   const int budget = std::min(kQBudget, smem_optin - fixed);
   if (budget < per_row) {

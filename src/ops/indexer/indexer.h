@@ -13,7 +13,7 @@ Status indexer_logits_cpu(const IndexerLogitsArgs& args, int64_t ld);
 // wgmma) for the page sizes it takes, else the copy kernel (indexer.cu: cp.async, fp8 wgmma on
 // sm_90, mma.sync on sm_89 and sm_100+). kAuto picks; the others run that kernel by itself
 // (tests, `mlakit bench-op indexer --kernel`). kUnsupported below sm_89, without code for the
-// device, or (kTma) for a shape the kernel does not take.
+// device, or (kTma, kTmaWide) for a shape the kernel does not take.
 enum class IndexerKernel { kAuto, kTma, kTmaWide, kCopy };
 Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream stream,
                            IndexerKernel kernel = IndexerKernel::kAuto);
@@ -25,10 +25,14 @@ bool indexer_tma_takes_page_size(int32_t page_size);
 // kTmaWide or kCopy): the pipelined kernel on sm_90 where it takes the page size and the cache's
 // alignment, unless the keys are fewer 64-position tiles than the device has SMs (one short wave:
 // the copy kernel, with no pipeline to set up, was faster there on an H200 at batch 1 x 8K); its
-// wide shape for next_n 2 with up to 64 heads over requests of 16K positions or more (3-11% faster
+// wide shape for next_n 2 with up to 64 heads over requests of 16K positions or more (4-12% faster
 // there on an H200; slower at 8K and at next_n 1).
 IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& args, int major, int sms);
-Status indexer_logits_tma(const IndexerLogitsArgs& args, int64_t ld, Stream stream,
-                          bool wide = false);
+// The current device's properties the kernels' choices and launches need, queried once a call.
+struct IndexerDevice {
+  int major = 0, minor = 0, sms = 0, smem_optin = 0;
+};
+Status indexer_logits_tma(const IndexerLogitsArgs& args, int64_t ld, Stream stream, bool wide,
+                          const IndexerDevice& dev);
 
 }  // namespace mlakit::ops

@@ -351,15 +351,9 @@ IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& a, int major, int sms
 namespace {
 
 template <bool kWide>
-Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
+Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, const IndexerDevice& dev) {
   using C = Cfg<kWide>;
-  if (a.batch == 0 || a.max_len == 0) return Status::Ok();
-  int device = 0, major = 0, sms = 0, smem_optin = 0;
-  MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MLAKIT_CUDA_RETURN(
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int major = dev.major, sms = dev.sms, smem_optin = dev.smem_optin;
   if (major != 9 || binary_version(indexer_tma_kernel<kWide>) < 90) {
     return unsupported(
         "the pipelined indexer kernel: needs sm_90 and a build with sm_90a code, given sm_", major,
@@ -443,8 +437,10 @@ Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream) {
 
 }  // namespace
 
-Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, bool wide) {
-  return wide ? launch_tma<true>(a, ld, stream) : launch_tma<false>(a, ld, stream);
+Status indexer_logits_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, bool wide,
+                          const IndexerDevice& dev) {
+  if (a.batch == 0 || a.max_len == 0) return Status::Ok();
+  return wide ? launch_tma<true>(a, ld, stream, dev) : launch_tma<false>(a, ld, stream, dev);
 }
 
 }  // namespace mlakit::ops
