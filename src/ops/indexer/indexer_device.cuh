@@ -5,11 +5,16 @@
 // summed in registers).
 #pragma once
 
+#include <cuda.h>
+
 #include <cfloat>
 #include <cstdint>
+#include <cuda/ptx>
 
 #include "backends/sm90/wgmma.cuh"
+#include "core/check.h"
 #include "kernels/common/ptx.h"
+#include "kernels/common/tensor_map.h"
 #include "mlakit/ops.h"
 
 namespace mlakit::ops::indexer_device {
@@ -35,6 +40,67 @@ void fill_common(const IndexerLogitsArgs& a, int64_t ld, int64_t page_bytes, Par
   p->max_len = a.max_len;
   p->next_n = a.next_n;
   p->heads = a.heads;
+}
+
+// Host: the pipelined kernels' TMA map of the cache's keys, [num_pages][page_size][128] u8 with
+// the page stride page_bytes, boxes of min(page_size, 64) rows x 128 bytes in the 128-byte swizzle
+// wgmma reads.
+inline Status encode_keys_map(const IndexerLogitsArgs& a, int64_t page_bytes, CUtensorMap* map) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  MLAKIT_RETURN_IF_ERROR(tensor_map_encoder(&encode));
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kIndexerDim),
+                              static_cast<cuuint64_t>(a.page_size),
+                              static_cast<cuuint64_t>(a.num_pages)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kIndexerDim),
+                                 static_cast<cuuint64_t>(page_bytes)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kIndexerDim),
+                             static_cast<cuuint32_t>(a.page_size < kTile ? a.page_size : kTile), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(a.index_cache), dims, strides,
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return Status(StatusCode::kInternal,
+                  str_cat("indexer_logits: cuTensorMapEncodeTiled failed for the index cache "
+                          "(CUresult ",
+                          static_cast<int>(r), ")"));
+  }
+  return Status::Ok();
+}
+
+// A producer warp's issue of one key tile (64 positions, `boxes` boxes of p.box_rows) into a
+// stage the caller has waited empty: lane b < boxes issues box b (page id `page`, offset `off` in
+// the page) with TMA and its scales with a bulk copy, unless the page id is outside
+// [0, num_pages) (never read: *mask's bit b clear, its positions get -inf); lane 0 publishes the
+// mask and arms `full` with the bytes coming (or only arrives when none is).
+template <typename Params>
+__device__ __forceinline__ void issue_tile(const Params& p, int lane, int boxes, int32_t page,
+                                           int32_t off, uint8_t* keys, float* scales,
+                                           uint32_t* mask, uint64_t* full) {
+  const bool valid = lane < boxes && page >= 0 && page < p.num_pages;
+  const uint32_t bits = __ballot_sync(0xffffffffu, valid);
+  if (lane == 0) {
+    *mask = bits;
+    const uint32_t bytes = __popc(bits) * p.box_rows * (kIndexerDim + 4);
+    if (bytes > 0) {
+      (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                 cuda::ptx::space_shared, full, bytes);
+    } else {
+      (void)cuda::ptx::mbarrier_arrive(full);
+    }
+  }
+  __syncwarp();
+  if (valid) {
+    const int32_t coords[3] = {0, off, page};
+    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                    keys + lane * p.box_rows * kIndexerDim, &p.keys, coords, full);
+    const uint8_t* src =
+        p.cache + page * p.page_bytes + int64_t{p.page_size} * kIndexerDim + int64_t{off} * 4;
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                             scales + lane * p.box_rows, src, static_cast<uint32_t>(p.box_rows * 4),
+                             full);
+  }
 }
 
 // Byte `byte` (a multiple of 4) of row `row` of a 128-byte-swizzled tile: what TMA writes with
@@ -119,28 +185,29 @@ __device__ __forceinline__ bool all_positive(float s_lo, float s_hi) {
 __device__ __forceinline__ void add_heads(const float* d, const float* w, bool positive, float s_lo,
                                           float s_hi, float* lo, float* hi) {
   const float* wt = w + 2 * (threadIdx.x % 4);
-  float l = *lo, h = *hi;
+  // Two chains a position (even and odd heads), added at the end: half the dependent steps.
+  float l0 = *lo, l1 = 0.f, h0 = *hi, h1 = 0.f;
   if (positive) {
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
       const float2 w_h = *reinterpret_cast<const float2*>(wt + 8 * nb);
-      l = fmaf(w_h.x, fmaxf(d[4 * nb], 0.f), l);
-      l = fmaf(w_h.y, fmaxf(d[4 * nb + 1], 0.f), l);
-      h = fmaf(w_h.x, fmaxf(d[4 * nb + 2], 0.f), h);
-      h = fmaf(w_h.y, fmaxf(d[4 * nb + 3], 0.f), h);
+      l0 = fmaf(w_h.x, fmaxf(d[4 * nb], 0.f), l0);
+      l1 = fmaf(w_h.y, fmaxf(d[4 * nb + 1], 0.f), l1);
+      h0 = fmaf(w_h.x, fmaxf(d[4 * nb + 2], 0.f), h0);
+      h1 = fmaf(w_h.y, fmaxf(d[4 * nb + 3], 0.f), h1);
     }
   } else {
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
       const float2 w_h = *reinterpret_cast<const float2*>(wt + 8 * nb);
-      l = fmaf(w_h.x, fmaxf(d[4 * nb] * s_lo, 0.f), l);
-      l = fmaf(w_h.y, fmaxf(d[4 * nb + 1] * s_lo, 0.f), l);
-      h = fmaf(w_h.x, fmaxf(d[4 * nb + 2] * s_hi, 0.f), h);
-      h = fmaf(w_h.y, fmaxf(d[4 * nb + 3] * s_hi, 0.f), h);
+      l0 = fmaf(w_h.x, fmaxf(d[4 * nb] * s_lo, 0.f), l0);
+      l1 = fmaf(w_h.y, fmaxf(d[4 * nb + 1] * s_lo, 0.f), l1);
+      h0 = fmaf(w_h.x, fmaxf(d[4 * nb + 2] * s_hi, 0.f), h0);
+      h1 = fmaf(w_h.y, fmaxf(d[4 * nb + 3] * s_hi, 0.f), h1);
     }
   }
-  *lo = l;
-  *hi = h;
+  *lo = l0 + l1;
+  *hi = h0 + h1;
 }
 
 __device__ __forceinline__ void quad_sum(bool positive, float s_lo, float s_hi, float* lo,
@@ -171,6 +238,49 @@ __device__ __forceinline__ void row_logits(uint64_t desc_keys, uint64_t desc_q, 
   quad_sum(positive, s_lo, s_hi, &lo, &hi);
   *v_lo = lo;
   *v_hi = hi;
+}
+
+// A tile's logits for `rows` query rows by a warpgroup, the heads as 64-head blocks
+// b = r * hgroups + hg, hgroups 1 or 2 (desc_q: [rows * hgroups * 64][128], swizzled; their
+// weights in the same order at ws): two blocks a wgmma m64n128k32, so the keys are read from
+// shared memory once for both (the last block alone when their count is odd). A row's sums are
+// done at its last block and handed to store(r, v_lo, v_hi); release() is called once the tile's
+// last products are done (its keys may then be overwritten).
+template <typename Store, typename Release>
+__device__ __forceinline__ void tile_logits_wide(uint64_t desc_keys, uint64_t desc_q,
+                                                 const float* ws, int hgroups, int rows, float s_lo,
+                                                 float s_hi, Store&& store, Release&& release) {
+  const bool positive = all_positive(s_lo, s_hi);
+  const int hshift = hgroups - 1;  // r = b >> hshift, hg = b & hshift
+  const int blocks = rows << hshift;
+  float lo = 0.f, hi = 0.f;
+  auto add_block = [&](const float* d, int b) {
+    add_heads(d, ws + b * kWgHeads, positive, s_lo, s_hi, &lo, &hi);
+    if ((b & hshift) == hshift) {
+      quad_sum(positive, s_lo, s_hi, &lo, &hi);
+      store(b >> hshift, lo, hi);
+      lo = hi = 0.f;
+    }
+  };
+  for (int b = 0; b < blocks; b += 2) {
+    const uint64_t dq = sm90::desc_advance(desc_q, b * kWgHeads * kIndexerDim);
+    if (b + 1 < blocks) {
+      float d[64];
+      products128(desc_keys, dq, d);
+      sm90::wgmma_wait_group<0>();
+      sm90::fence_accumulators(d);
+      if (b + 2 >= blocks) release();
+      add_block(d, b);
+      add_block(d + 32, b + 1);
+    } else {
+      float d[32];
+      products(desc_keys, dq, d);
+      sm90::wgmma_wait_group<0>();
+      sm90::fence_accumulators(d);
+      release();
+      add_block(d, b);
+    }
+  }
 }
 
 }  // namespace mlakit::ops::indexer_device

@@ -30,7 +30,6 @@
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
-#include "kernels/common/tensor_map.h"
 #include "ops/indexer/indexer.h"
 #include "ops/indexer/indexer_device.cuh"
 
@@ -177,7 +176,6 @@ __global__ void __launch_bounds__(Cfg<kWide>::kThreads, Cfg<kWide>::kBlocksPerSm
       const int w = warp - C::kConsumers * 4;
       const int boxes = kTile / p.box_rows;
       const int32_t* pages = p.block_table + int64_t{i} * p.block_table_stride;
-      const uint32_t box_bytes = p.box_rows * (kIndexerDim + 4);
       // The warp's box e (its tile w + kProducers (e / boxes), box e % boxes): page id (-1 past
       // the length) and offset in the page.
       auto box_at = [&](int e, int32_t* page, int32_t* off) {
@@ -203,31 +201,9 @@ __global__ void __launch_bounds__(Cfg<kWide>::kThreads, Cfg<kWide>::kBlocksPerSm
         const int src = (e0 + lane) % 32;  // lane < boxes: this lane's box
         const int32_t page = __shfl_sync(0xffffffffu, page_now, src);
         const int32_t off = __shfl_sync(0xffffffffu, off_now, src);
-        const bool valid = lane < boxes && page >= 0 && page < p.num_pages;
-        const uint32_t mask = __ballot_sync(0xffffffffu, valid);
         if (n >= stages) wait_parity(&empty[s], round ^ 1);  // the previous round's consumer
-        if (lane == 0) {
-          masks[s] = mask;
-          const uint32_t bytes = __popc(mask) * box_bytes;
-          if (bytes > 0) {
-            (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                       cuda::ptx::space_shared, &full[s], bytes);
-          } else {
-            (void)cuda::ptx::mbarrier_arrive(&full[s]);
-          }
-        }
-        __syncwarp();
-        if (valid) {
-          const int32_t coords[3] = {0, off, page};
-          cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                          ks + s * kKeyBytes + lane * p.box_rows * kIndexerDim,
-                                          &p.keys, coords, &full[s]);
-          const uint8_t* scales =
-              p.cache + page * p.page_bytes + int64_t{p.page_size} * kIndexerDim + int64_t{off} * 4;
-          cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                   ss + s * kTile + lane * p.box_rows, scales,
-                                   static_cast<uint32_t>(p.box_rows * 4), &full[s]);
-        }
+        indexer_device::issue_tile(p, lane, boxes, page, off, ks + s * kKeyBytes, ss + s * kTile,
+                                   &masks[s], &full[s]);
         s += C::kProducers;
         if (s >= stages) {
           s -= stages;
@@ -275,41 +251,9 @@ __global__ void __launch_bounds__(Cfg<kWide>::kThreads, Cfg<kWide>::kBlocksPerSm
           }
         };
         if constexpr (kWide) {
-          // The CTA's heads as 64-head blocks b = r * hgroups + hg ([rows * hp][128] in shared
-          // memory), two a product (the last alone when their count is odd); a row's sums are
-          // done at its last block.
-          const bool positive = indexer_device::all_positive(s_lo, s_hi);
-          const int blocks = rows * hgroups;
-          float lo = 0.f, hi = 0.f;
-          auto add_block = [&](const float* d, int b) {
-            const int r = b / hgroups, hg = b % hgroups;
-            indexer_device::add_heads(d, ws + r * hp + hg * kWgHeads, positive, s_lo, s_hi, &lo,
-                                      &hi);
-            if (hg == hgroups - 1) {
-              indexer_device::quad_sum(positive, s_lo, s_hi, &lo, &hi);
-              store(r, lo, hi);
-              lo = hi = 0.f;
-            }
-          };
-          for (int b = 0; b < blocks; b += 2) {
-            const uint64_t dq = sm90::desc_advance(desc_q, b * kWgHeads * kIndexerDim);
-            if (b + 1 < blocks) {
-              float d[64];
-              indexer_device::products128(desc, dq, d);
-              sm90::wgmma_wait_group<0>();
-              sm90::fence_accumulators(d);
-              if (b + 2 >= blocks) (void)cuda::ptx::mbarrier_arrive(&empty[s]);  // products done
-              add_block(d, b);
-              add_block(d + 32, b + 1);
-            } else {
-              float d[32];
-              indexer_device::products(desc, dq, d);
-              sm90::wgmma_wait_group<0>();
-              sm90::fence_accumulators(d);
-              (void)cuda::ptx::mbarrier_arrive(&empty[s]);
-              add_block(d, b);
-            }
-          }
+          indexer_device::tile_logits_wide(desc, desc_q, ws, hgroups, rows, s_lo, s_hi, store, [&] {
+            (void)cuda::ptx::mbarrier_arrive(&empty[s]);
+          });  // products done
         } else {
           for (int r = 0; r < rows; ++r) {
             float v_lo, v_hi;
@@ -398,29 +342,9 @@ Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, const I
   }
 
   TmaParams p{};
-  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  MLAKIT_RETURN_IF_ERROR(tensor_map_encoder(&encode));
-  const int box_rows = std::min(a.page_size, kTile);
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kIndexerDim),
-                              static_cast<cuuint64_t>(a.page_size),
-                              static_cast<cuuint64_t>(a.num_pages)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kIndexerDim),
-                                 static_cast<cuuint64_t>(page_bytes)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kIndexerDim),
-                             static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&p.keys, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
-                            const_cast<void*>(a.index_cache), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return Status(StatusCode::kInternal,
-                  str_cat("indexer_logits: cuTensorMapEncodeTiled failed for the index cache "
-                          "(CUresult ",
-                          static_cast<int>(r), ")"));
-  }
+  MLAKIT_RETURN_IF_ERROR(indexer_device::encode_keys_map(a, page_bytes, &p.keys));
   indexer_device::fill_common(a, ld, page_bytes, &p);
-  p.box_rows = box_rows;
+  p.box_rows = std::min(a.page_size, kTile);
   p.rows_per_cta = rows_per_cta;
   p.chunk = static_cast<int32_t>(per_cta * kTile);
   p.stages = stages;
