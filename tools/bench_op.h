@@ -19,7 +19,7 @@ struct OpFlags {
   std::string layout = "v32";      // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
   int k = 2048;                    // topk
   std::string kernel = "auto";     // on a GPU: auto; topk: cluster | multi-block | one-block;
-                                   // indexer: tma | tma-wide | copy
+                                   // indexer: tma | tma-wide | persistent | copy
   int heads = ops::kIndexerHeads;  // indexer
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
@@ -46,7 +46,7 @@ struct OpRow {
   OpCase c;
   std::string device, check = "-", note;
   std::string kernel;  // on the GPU, the kernel that ran (topk: cluster, multi-block or one-block;
-                       // indexer: tma, tma-wide or copy)
+                       // indexer: tma, tma-wide, persistent or copy)
   harness::Timing timing;
   double bytes = 0;  // read + written per call
   bool ok = true;

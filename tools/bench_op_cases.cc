@@ -293,9 +293,10 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
     if (device == ops::Device::kCpu || f.kernel == "auto")
       return ops::indexer_logits(device, a, st);
     return ops::indexer_logits_cuda(a, len, st,
-                                    f.kernel == "tma"        ? ops::IndexerKernel::kTma
-                                    : f.kernel == "tma-wide" ? ops::IndexerKernel::kTmaWide
-                                                             : ops::IndexerKernel::kCopy);
+                                    f.kernel == "tma"          ? ops::IndexerKernel::kTma
+                                    : f.kernel == "tma-wide"   ? ops::IndexerKernel::kTmaWide
+                                    : f.kernel == "persistent" ? ops::IndexerKernel::kPersistent
+                                                               : ops::IndexerKernel::kCopy);
   };
   if (gpu) {  // auto: the op's rule (indexer.h) on this device and these shapes
     const DeviceInfo dev = current_device();
@@ -307,10 +308,11 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
                                           .page_size = ps,
                                           .max_len = len};
     const ops::IndexerKernel k = ops::indexer_auto_kernel(shape, dev.sm_major, dev.sm_count);
-    row->kernel = f.kernel != "auto"                  ? f.kernel
-                  : k == ops::IndexerKernel::kTma     ? "tma"
-                  : k == ops::IndexerKernel::kTmaWide ? "tma-wide"
-                                                      : "copy";
+    row->kernel = f.kernel != "auto"                     ? f.kernel
+                  : k == ops::IndexerKernel::kTma        ? "tma"
+                  : k == ops::IndexerKernel::kTmaWide    ? "tma-wide"
+                  : k == ops::IndexerKernel::kPersistent ? "persistent"
+                                                         : "copy";
   }
   std::vector<float> want(int64_t{c.next_n} * len);  // request 0
   MLAKIT_RETURN_IF_ERROR(run(ops::Device::kCpu, 1, q.data(), weights.data(), cache.data(),

@@ -69,13 +69,15 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
     return invalid_argument("--heads", str_cat("1..", ops::kIndexerMaxHeads), f.heads);
   }
   // --kernel: the op's own kernels (CLI11 takes any of them for any op).
-  if (f.op == "topk" && (f.kernel == "tma" || f.kernel == "tma-wide" || f.kernel == "copy")) {
+  if (f.op == "topk" && (f.kernel == "tma" || f.kernel == "tma-wide" || f.kernel == "persistent" ||
+                         f.kernel == "copy")) {
     return invalid_argument("--kernel", "auto, cluster, multi-block or one-block for topk",
                             f.kernel);
   }
   if (f.op == "indexer" && f.kernel != "auto" && f.kernel != "tma" && f.kernel != "tma-wide" &&
-      f.kernel != "copy") {
-    return invalid_argument("--kernel", "auto, tma, tma-wide or copy for the indexer", f.kernel);
+      f.kernel != "persistent" && f.kernel != "copy") {
+    return invalid_argument("--kernel", "auto, tma, tma-wide, persistent or copy for the indexer",
+                            f.kernel);
   }
   if (f.op == "append" && f.kernel != "auto") {
     return invalid_argument("--kernel", "auto for append (it has one kernel)", f.kernel);
@@ -211,14 +213,15 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option("--next-n", f->next_n, "tokens per request (MTP), comma list")->delimiter(',');
   cmd->add_option("--layout", f->layout, "append: bf16, fp16, fp8 (dense), v32, v4 or indexer");
   cmd->add_option("--k", f->k, "topk: k");
-  cmd->add_option("--kernel", f->kernel,
-                  "on a GPU, auto (the op's choice) or one kernel by itself: topk: cluster "
-                  "(sm_90, rows up to 256K), multi-block (rows of 8192 and more, with a "
-                  "workspace) or one-block; indexer: tma or tma-wide (sm_90, page sizes 8, 16, "
-                  "32 and multiples of 64: two CTAs an SM, or one with 128-head products) or "
-                  "copy")
-      ->check(CLI::IsMember(
-          {"auto", "cluster", "multi-block", "one-block", "tma", "tma-wide", "copy"}));
+  cmd->add_option(
+         "--kernel", f->kernel,
+         "on a GPU, auto (the op's choice) or one kernel by itself: topk: cluster "
+         "(sm_90, rows up to 256K), multi-block (rows of 8192 and more, with a "
+         "workspace) or one-block; indexer: tma, tma-wide or persistent (sm_90, page sizes "
+         "8, 16, 32 and multiples of 64: two CTAs an SM, one with 128-head products, or "
+         "one an SM with an equal share of the tiles) or copy")
+      ->check(CLI::IsMember({"auto", "cluster", "multi-block", "one-block", "tma", "tma-wide",
+                             "persistent", "copy"}));
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")

@@ -302,7 +302,7 @@ TEST_F(Cli, BenchOpRunsOnTheCpu) {
     EXPECT_TRUE(has(r, "topk    k=64")) << r.output;
     EXPECT_FALSE(has(r, "ERROR")) << r.output;
   }
-  for (const std::string kernel : {"auto", "tma", "tma-wide", "copy"}) {
+  for (const std::string kernel : {"auto", "tma", "tma-wide", "persistent", "copy"}) {
     const Result r =
         run_mlakit({"bench-op", "indexer", "--batch", "2", "--len", "0,70", "--next-n", "1,2",
                     "--heads", "8", "--page-size", "16", "--replays", "1", "--kernel", kernel});
@@ -354,7 +354,8 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
   refused({"topk", "--kernel", "tma"},
           "--kernel: expected auto, cluster, multi-block or one-block for topk, given tma");
   refused({"indexer", "--kernel", "cluster"},
-          "--kernel: expected auto, tma, tma-wide or copy for the indexer, given cluster");
+          "--kernel: expected auto, tma, tma-wide, persistent or copy for the indexer, given "
+          "cluster");
   refused({"append", "--kernel", "copy"}, "--kernel: expected auto for append");
   const Result r = run_mlakit({"bench-op", "sort"});
   EXPECT_NE(r.exit_code, 0) << r.output;

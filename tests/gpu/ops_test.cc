@@ -305,16 +305,19 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
     a.logits = d_logits.ptr;
     // The pipelined kernel runs on sm_90 for the page sizes it takes; the copy kernel everywhere.
     const bool tma = dev.sm_major == 9 && ops::indexer_tma_takes_page_size(c.page_size);
-    for (const char* kernel : {"auto", "tma", "tma-wide", "copy"}) {
-      if (std::strncmp(kernel, "tma", 3) == 0 && !tma) continue;
+    for (const char* kernel : {"auto", "tma", "tma-wide", "persistent", "copy"}) {
+      if ((std::strncmp(kernel, "tma", 3) == 0 || std::strcmp(kernel, "persistent") == 0) && !tma) {
+        continue;
+      }
       MLAKIT_ASSERT_CUDA(cudaMemset(d_logits.ptr, 0xff, rows * ld * sizeof(float)));  // NaN
       if (std::strcmp(kernel, "auto") == 0) {
         MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCuda, a));
       } else {
-        const ops::IndexerKernel k = std::strcmp(kernel, "tma") == 0 ? ops::IndexerKernel::kTma
-                                     : std::strcmp(kernel, "tma-wide") == 0
-                                         ? ops::IndexerKernel::kTmaWide
-                                         : ops::IndexerKernel::kCopy;
+        const ops::IndexerKernel k =
+            std::strcmp(kernel, "tma") == 0          ? ops::IndexerKernel::kTma
+            : std::strcmp(kernel, "tma-wide") == 0   ? ops::IndexerKernel::kTmaWide
+            : std::strcmp(kernel, "persistent") == 0 ? ops::IndexerKernel::kPersistent
+                                                     : ops::IndexerKernel::kCopy;
         MLAKIT_ASSERT_OK(ops::indexer_logits_cuda(a, ld, nullptr, k));
       }
       MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());

@@ -413,11 +413,15 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   if (kernel == IndexerKernel::kTma || kernel == IndexerKernel::kTmaWide) {
     return indexer_logits_tma(a, ld, stream, kernel == IndexerKernel::kTmaWide, dev);
   }
+  if (kernel == IndexerKernel::kPersistent) return indexer_logits_persistent(a, ld, stream, dev);
   const int major = dev.major, minor = dev.minor, sms = dev.sms, smem_optin = dev.smem_optin;
   // sm_90: the pipelined kernel where the op's rule picks it (indexer.h).
   const IndexerKernel chosen = indexer_auto_kernel(a, major, sms);
   if (kernel == IndexerKernel::kAuto && chosen != IndexerKernel::kCopy) {
-    const Status s = indexer_logits_tma(a, ld, stream, chosen == IndexerKernel::kTmaWide, dev);
+    const Status s =
+        chosen == IndexerKernel::kPersistent
+            ? indexer_logits_persistent(a, ld, stream, dev)
+            : indexer_logits_tma(a, ld, stream, chosen == IndexerKernel::kTmaWide, dev);
     if (s.code() != StatusCode::kUnsupported) return s;  // else the copy kernel
   }
   // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.

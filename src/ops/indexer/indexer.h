@@ -9,12 +9,13 @@ namespace mlakit::ops {
 
 // Checks lengths and page ids first; accumulates in double.
 Status indexer_logits_cpu(const IndexerLogitsArgs& args, int64_t ld);
-// The GPU kernels: on sm_90 the pipelined one (indexer_tma.cu: TMA into a ring of key tiles, fp8
-// wgmma) for the page sizes it takes, else the copy kernel (indexer.cu: cp.async, fp8 wgmma on
-// sm_90, mma.sync on sm_89 and sm_100+). kAuto picks; the others run that kernel by itself
-// (tests, `mlakit bench-op indexer --kernel`). kUnsupported below sm_89, without code for the
-// device, or (kTma, kTmaWide) for a shape the kernel does not take.
-enum class IndexerKernel { kAuto, kTma, kTmaWide, kCopy };
+// The GPU kernels: on sm_90 the persistent one (indexer_persistent.cu) or the pipelined one
+// (indexer_tma.cu; both TMA into a ring of key tiles, fp8 wgmma) for the page sizes they take,
+// else the copy kernel (indexer.cu: cp.async, fp8 wgmma on sm_90, mma.sync on sm_89 and sm_100+).
+// kAuto picks; the others run that kernel by itself (tests, `mlakit bench-op indexer --kernel`).
+// kUnsupported below sm_89, without code for the device, or (kTma, kTmaWide, kPersistent) for a
+// shape the kernel does not take.
+enum class IndexerKernel { kAuto, kTma, kTmaWide, kPersistent, kCopy };
 Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream stream,
                            IndexerKernel kernel = IndexerKernel::kAuto);
 
@@ -34,5 +35,9 @@ struct IndexerDevice {
 };
 Status indexer_logits_tma(const IndexerLogitsArgs& args, int64_t ld, Stream stream, bool wide,
                           const IndexerDevice& dev);
+// The persistent kernel (indexer_persistent.cu): one CTA an SM, each an equal share of all the
+// key tiles; the same page sizes as the pipelined one, and q 16-byte aligned.
+Status indexer_logits_persistent(const IndexerLogitsArgs& args, int64_t ld, Stream stream,
+                                 const IndexerDevice& dev);
 
 }  // namespace mlakit::ops

@@ -1,0 +1,542 @@
+// The lightning indexer's logits on sm_90 with persistent CTAs (ops.h, indexer_logits;
+// indexer.h): one CTA an SM, each taking an equal share of the whole call's key tiles.
+//
+// Work: a unit is a request's group of query rows (as many of next_n as fit in shared memory,
+// twice: see below); its tiles are the 64-position key tiles its last row sees, in segments of
+// four (one a consumer warpgroup). The segments of all units, in order, are split evenly over the
+// grid (a CTA's share may start and end inside a unit); each CTA finds its first segment by a
+// block-wide scan of the units' segment counts (from the lengths, on the device: no metadata, no
+// workspace, graph-capturable).
+//
+// Roles, as in indexer_tma.cu's wide shape: four producer warps stream key tiles (TMA boxes and
+// bulk-copied scales) into a ring of 8 or 16 stages; consumer warpgroup g takes tile g of each
+// segment, which producer warp g fills, so stage s is always filled by warp s % 4 and emptied by
+// warpgroup s % 4. A unit's query heads come by TMA (a box of `heads` rows a query row, the
+// 128-byte swizzle wgmma reads; head rows past `heads` stay zero) and its weights by producer
+// warp 0's loads, into one of two slots: the slot of the CTA's unit v is loaded once every
+// warpgroup has released unit v - 2's, so the next unit's heads arrive while the current one is
+// computed. A consumer's tile: wgmma e4m3 with the positions as M and the heads as N, then the
+// sums of indexer_device.cuh. Units of one 64-head block (next_n 1 with up to 64 heads) take
+// their tiles two at a time: both products issued, then each tile's sums while the other's
+// products run (3-10% faster at next_n 1 on an H200 than a tile at a time); units of two blocks
+// take one m64n128k32 product a tile. Positions past a unit's tiles are set to -inf
+// after the main loop, in pieces of 4096 spread over the grid.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cuda/ptx>
+
+#include "backends/sm90/wgmma.cuh"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/pdl.h"
+#include "kernels/common/ptx.h"
+#include "ops/indexer/indexer.h"
+#include "ops/indexer/indexer_device.cuh"
+
+namespace mlakit::ops {
+namespace {
+
+using indexer_device::kTile;
+using indexer_device::kWgHeads;
+
+constexpr int kConsumers = 4;
+constexpr int kProducers = 4;
+constexpr int kThreads = kConsumers * 128 + kProducers * 32;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeyBytes = kTile * kIndexerDim;
+constexpr int kMinStages = 8, kMaxStages = 16;
+static_assert(kMinStages % kProducers == 0 && kMinStages % kConsumers == 0 &&
+              kMaxStages % kMinStages == 0);
+// Registers per thread: the launch's (65536 / 640 rounded down to 8), then setmaxnreg moves the
+// producers' spare ones to the consumers (64 accumulators, their sums and the unit's state).
+constexpr int kLaunchRegs = 96, kProducerRegs = 64, kConsumerRegs = 104;
+static_assert(65536 / kThreads / 8 * 8 == kLaunchRegs);
+static_assert(kConsumers * 128 * kConsumerRegs + kProducers * 32 * kProducerRegs <=
+                  kThreads * kLaunchRegs,
+              "setmaxnreg.inc waits forever for registers the CTA does not hold");
+static_assert(kProducers == 4, "setmaxnreg is per warpgroup: the producers are one");
+
+struct PersistParams {
+  CUtensorMap keys;     // as indexer_tma.cu's
+  CUtensorMap queries;  // q as [b * next_n * heads][128] u8; boxes of heads x 128, 128-B swizzle
+  const uint8_t* q;
+  const float* weights;  // [b * next_n, heads]
+  const uint8_t* cache;  // [num_pages, page_bytes]
+  int64_t page_bytes;
+  int64_t num_pages;
+  int32_t page_size;
+  int32_t box_rows;  // min(page_size, 64)
+  const int32_t* block_table;
+  int64_t block_table_stride;
+  const int32_t* seq_lens;
+  float* logits;  // [b * next_n, ld]
+  int64_t ld;
+  int64_t max_len;
+  int32_t next_n;
+  int32_t heads;
+  int32_t batch;
+  int32_t rows_per_unit;
+  int32_t row_groups;  // units a request
+  int32_t stages;
+};
+
+// Shared memory past its 1024-byte alignment: [stages][64][128] keys, [2][rows][hp][128] heads
+// (both swizzled), [stages][64] scales, [2][rows][hp] weights, [stages] box masks, [stages] full
+// and empty barriers, [2] heads-full and heads-empty barriers, the scan's scratch.
+struct PersistLayout {
+  int keys, q, scales, w, mask, full, empty, qfull, qempty, scan, bytes;
+};
+__host__ __device__ inline PersistLayout persist_layout_of(int stages, int rows, int hp) {
+  PersistLayout l{};
+  l.keys = 0;
+  l.q = l.keys + stages * kKeyBytes;
+  l.scales = l.q + 2 * rows * hp * kIndexerDim;
+  l.w = l.scales + stages * kTile * 4;
+  l.mask = l.w + 2 * rows * hp * 4;
+  l.full = (l.mask + stages * 4 + 7) / 8 * 8;
+  l.empty = l.full + stages * 8;
+  l.qfull = l.empty + stages * 8;
+  l.qempty = l.qfull + 2 * 8;
+  l.scan = l.qempty + 2 * 8;                   // kWarps int64 sums, then 2 int64 results
+  l.bytes = l.scan + (kWarps + 2) * 8 + 1024;  // + the alignment of the base
+  return l;
+}
+
+// The kernel's device helpers, in the passes that compile its body (sm_90a; the host's).
+#if !defined(__CUDA_ARCH__) || defined(MLAKIT_SM90_WGMMA)
+constexpr int kSegTiles = kConsumers;  // tiles of a segment: one a consumer warpgroup
+constexpr int kFillPiece = 4096;       // positions of a piece of the -inf fill
+
+// Unit u: request i, its rows t0 .. t0 + rows - 1, the request's clamped length, row t0's
+// visible length before clamping (row t0 + r sees min(len, vis0 + r)), its tiles and segments.
+struct Unit {
+  int i, t0, rows, len, vis0, tiles, segs;
+};
+template <bool kWarpUniform>
+__device__ __forceinline__ Unit unit_of(const PersistParams& p, int64_t u) {
+  Unit x;
+  x.i = static_cast<int>(u / p.row_groups);
+  x.t0 = static_cast<int>(u % p.row_groups) * p.rows_per_unit;
+  x.rows = min(p.rows_per_unit, p.next_n - x.t0);
+  int64_t len = indexer_device::request_length(p.seq_lens, x.i, p.max_len,
+                                               p.block_table_stride * p.page_size);
+  // Where the warp's lanes ask for the same unit: lane 0's length through a shuffle, so the
+  // compiler knows the unit's values are the same across the warp (uniform registers and branches).
+  if (kWarpUniform) len = __shfl_sync(0xffffffffu, len, 0);
+  const int64_t vis_max = indexer_device::visible_length(len, p.next_n, x.t0 + x.rows - 1);
+  x.len = static_cast<int>(len);  // <= max_len <= kMaxSeqLen
+  x.vis0 = static_cast<int>(len - p.next_n + 1 + x.t0);
+  x.tiles = static_cast<int>((vis_max + kTile - 1) / kTile);
+  x.segs = (x.tiles + kSegTiles - 1) / kSegTiles;
+  return x;
+}
+
+// Exclusive prefix of x over the CTA's threads, and their total in *total (every thread calls it;
+// sums: kWarps int64 of shared memory).
+__device__ __forceinline__ int64_t block_exclusive_scan(int64_t x, int64_t* sums, int64_t* total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t incl = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int64_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) sums[warp] = incl;
+  __syncthreads();
+  int64_t before = 0, all = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    const int64_t v = sums[w];
+    before += w < warp ? v : 0;
+    all += v;
+  }
+  __syncthreads();  // sums is reused by the next call
+  *total = all;
+  return before + incl - x;
+}
+
+#endif
+
+__global__ void __launch_bounds__(kThreads, 1)
+    indexer_persistent_kernel(const __grid_constant__ PersistParams p) {
+#if defined(__CUDA_ARCH__) && !defined(MLAKIT_SM90_WGMMA)
+  __trap();  // sm_90 code without the "a" features (the host takes this kernel only with them)
+#else
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - ptx::smem_u32(smem_raw) % 1024) % 1024);
+  const int hgroups = (p.heads + kWgHeads - 1) / kWgHeads;
+  const int hp = hgroups * kWgHeads;
+  const int stages = p.stages;
+  const int q_slot_bytes = p.rows_per_unit * hp * kIndexerDim;
+  const PersistLayout l = persist_layout_of(stages, p.rows_per_unit, hp);
+  uint8_t* ks = smem + l.keys;
+  uint8_t* qs = smem + l.q;
+  float* ss = reinterpret_cast<float*>(smem + l.scales);
+  float* ws = reinterpret_cast<float*>(smem + l.w);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(smem + l.mask);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + l.full);
+  uint64_t* empty = reinterpret_cast<uint64_t*>(smem + l.empty);
+  uint64_t* qfull = reinterpret_cast<uint64_t*>(smem + l.qfull);
+  uint64_t* qempty = reinterpret_cast<uint64_t*>(smem + l.qempty);
+  int64_t* scan = reinterpret_cast<int64_t*>(smem + l.scan);
+  auto wait_parity = [](uint64_t* bar, uint32_t parity) {
+    while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+    }
+  };
+
+  if (threadIdx.x == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.keys) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.queries) : "memory");
+    for (int s = 0; s < stages; ++s) {
+      cuda::ptx::mbarrier_init(&full[s], 1);     // the producer's arrival and the bytes
+      cuda::ptx::mbarrier_init(&empty[s], 128);  // the consuming warpgroup's threads
+    }
+    for (int s = 0; s < 2; ++s) {
+      cuda::ptx::mbarrier_init(&qfull[s], 32);  // producer warp 0's lanes and the bytes
+      cuda::ptx::mbarrier_init(&qempty[s], kConsumers * 128);  // every consumer thread
+    }
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  // Head rows past `heads` are never written by the boxes: zero (wgmma reads them).
+  for (int c = threadIdx.x; c < 2 * q_slot_bytes / 16; c += kThreads) {
+    reinterpret_cast<uint4*>(qs)[c] = make_uint4(0, 0, 0, 0);
+  }
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  pdl::griddepcontrol_wait();  // q, weights, the cache or the lengths may come from the appends
+
+  // The CTA's share [seg_begin, seg_end) of all units' segments, and its first unit and segment.
+  const int64_t units = int64_t{p.batch} * p.row_groups;
+  int64_t total = 0;
+  for (int64_t base = 0; base < units; base += kThreads) {
+    const int64_t u = base + threadIdx.x;
+    int64_t chunk_total;
+    (void)block_exclusive_scan(u < units ? unit_of<false>(p, u).segs : 0, scan, &chunk_total);
+    total += chunk_total;
+  }
+  const int64_t seg_begin = total * blockIdx.x / gridDim.x;
+  const int64_t count = total * (blockIdx.x + 1) / gridDim.x - seg_begin;
+  if (count > 0) {
+    int64_t before = 0;
+    for (int64_t base = 0; before <= seg_begin; base += kThreads) {  // uniform: before is shared
+      const int64_t u = base + threadIdx.x;
+      const int64_t x = u < units ? unit_of<false>(p, u).segs : 0;
+      int64_t chunk_total;
+      const int64_t excl = before + block_exclusive_scan(x, scan, &chunk_total);
+      if (excl <= seg_begin && seg_begin < excl + x) {
+        scan[kWarps] = u;
+        scan[kWarps + 1] = seg_begin - excl;
+      }
+      before += chunk_total;
+    }
+  }
+  __syncthreads();  // the barriers' initialization, the zeroed heads, the first unit
+  const int64_t u0 = __shfl_sync(0xffffffffu, count > 0 ? scan[kWarps] : 0, 0);
+  const int k0 = __shfl_sync(0xffffffffu, count > 0 ? static_cast<int>(scan[kWarps + 1]) : 0, 0);
+
+  // The warp index through a shuffle from lane 0: the compiler then knows it is the same across
+  // the warp and keeps what derives from it (stages, phases, descriptors) in uniform registers.
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0);
+  const int lane = threadIdx.x % 32;
+  if (count > 0 && warp >= kConsumers * 4) {
+    // Producer warp w: tile w of each segment (n = 4 kk + w), page ids read 32 boxes ahead a
+    // lane each (indexer_tma.cu), from each unit's start; warp 0 also loads the units' heads.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int w = warp - kConsumers * 4;
+    const int boxes = kTile / p.box_rows;
+    int s = w, issued = 0, visit = 0;
+    uint32_t round = 0;
+    int64_t u = u0, remaining = count;
+    int k = k0;
+    while (remaining > 0) {
+      const Unit x = unit_of<true>(p, u);
+      const int take = static_cast<int>(min(remaining, int64_t{x.segs - k}));
+      if (take > 0) {
+        if (w == 0) {
+          const int slot = visit & 1;
+          if (visit >= 2) wait_parity(&qempty[slot], ((visit >> 1) & 1) ^ 1);
+          const int64_t row0 = int64_t{x.i} * p.next_n + x.t0;
+          float* wd = ws + slot * p.rows_per_unit * hp;
+          for (int c = lane; c < x.rows * hp; c += 32) {
+            const int r = c / hp, h = c % hp;
+            wd[c] = h < p.heads ? p.weights[(row0 + r) * p.heads + h] : 0.f;
+          }
+          // Every lane arrives after its own stores of weights (lane 0 with the heads' bytes,
+          // before any box is issued).
+          if (lane == 0) {
+            (void)cuda::ptx::mbarrier_arrive_expect_tx(
+                cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, &qfull[slot],
+                static_cast<uint32_t>(x.rows * p.heads * kIndexerDim));
+          }
+          __syncwarp();
+          if (lane > 0) (void)cuda::ptx::mbarrier_arrive(&qfull[slot]);
+          if (lane < x.rows) {
+            const int32_t coords[2] = {0, static_cast<int32_t>((row0 + lane) * p.heads)};
+            cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                            qs + slot * q_slot_bytes + lane * hp * kIndexerDim,
+                                            &p.queries, coords, &qfull[slot]);
+          }
+        }
+        const int32_t* pages = p.block_table + int64_t{x.i} * p.block_table_stride;
+        const int k_end = k + take;
+        // The warp's box e in this unit (tile 4 (k + e / boxes) + w, box e % boxes): page id
+        // (-1 past the length or the share) and offset in the page.
+        auto box_at = [&](int e, int32_t* page, int32_t* off) {
+          const int kk = k + e / boxes;
+          const int j = (kSegTiles * kk + w) * kTile + (e % boxes) * p.box_rows;
+          const int index = j / p.page_size;
+          *page = kk < k_end && j < x.len ? pages[index] : -1;
+          *off = j - index * p.page_size;
+        };
+        int32_t page_now, off_now, page_next, off_next;
+        box_at(lane, &page_now, &off_now);
+        box_at(32 + lane, &page_next, &off_next);
+        for (int kk = k, e0 = 0; kk < k_end; ++kk, e0 += boxes) {
+          if (kSegTiles * kk + w >= x.tiles) break;
+          if (e0 > 0 && e0 % 32 == 0) {  // the next batch of 32 boxes
+            page_now = page_next;
+            off_now = off_next;
+            box_at(e0 + 32 + lane, &page_next, &off_next);
+          }
+          const int src = (e0 + lane) % 32;  // lane < boxes: this lane's box
+          const int32_t page = __shfl_sync(0xffffffffu, page_now, src);
+          const int32_t off = __shfl_sync(0xffffffffu, off_now, src);
+          if (issued >= stages / kProducers) wait_parity(&empty[s], round ^ 1);
+          indexer_device::issue_tile(p, lane, boxes, page, off, ks + s * kKeyBytes, ss + s * kTile,
+                                     &masks[s], &full[s]);
+          ++issued;
+          s += kProducers;
+          if (s >= stages) {
+            s -= stages;
+            round ^= 1;
+          }
+        }
+        ++visit;
+      }
+      remaining -= take;
+      ++u;
+      k = 0;
+    }
+  } else if (count > 0) {
+    // Consumer warpgroup g: tile g of each segment, as the wide shape computes it.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const int g = warp / 4, wt = threadIdx.x % 128;
+    const int quad = lane / 4, tg = lane % 4;
+    const int pos_lo = 16 * (wt / 32) + quad, pos_hi = pos_lo + 8;  // the thread's positions
+    const int box_lo = pos_lo / p.box_rows, box_hi = pos_hi / p.box_rows;
+    const int max_len = static_cast<int>(p.max_len);
+    const uint64_t desc_k = sm90::smem_desc_sw128(ptx::smem_u32(ks), 0, 1024);
+    int s = g, visit = 0;
+    uint32_t round = 0;
+    int64_t u = u0, remaining = count;
+    int k = k0;
+    while (remaining > 0) {
+      const Unit x = unit_of<true>(p, u);
+      const int take = static_cast<int>(min(remaining, int64_t{x.segs - k}));
+      if (take > 0) {
+        const int slot = visit & 1;
+        wait_parity(&qfull[slot], (visit >> 1) & 1);
+        const uint64_t desc_q =
+            sm90::smem_desc_sw128(ptx::smem_u32(qs + slot * q_slot_bytes), 0, 1024);
+        const float* wsl = ws + slot * p.rows_per_unit * hp;
+        float* const out = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld;
+        const bool single = (x.rows << (hgroups - 1)) == 1;  // one 64-head block: pairs
+        for (int kk = k; kk < k + take;) {
+          const int n = kSegTiles * kk + g;
+          if (n >= x.tiles) break;
+          s = __shfl_sync(0xffffffffu, s, 0);  // uniform: the stage's addresses and descriptors
+          // A tile's per-thread state: its two positions' ok bits and scales, positions.
+          struct Tile {
+            bool ok_lo, ok_hi;
+            float s_lo, s_hi;
+            int j_lo;
+          };
+          auto tile_at = [&](int st, int tn) {
+            const uint32_t mask = masks[st];
+            return Tile{((mask >> box_lo) & 1) != 0, ((mask >> box_hi) & 1) != 0,
+                        ss[st * kTile + pos_lo], ss[st * kTile + pos_hi], tn * kTile + pos_lo};
+          };
+          // Row r's sums of tile t into its logits (tg 0 of each quad).
+          auto store = [&](const Tile& t, int r, float v_lo, float v_hi) {
+            if (tg == 0) {
+              float* o = out + r * p.ld;
+              const int vis = min(x.len, x.vis0 + r), j_hi = t.j_lo + 8;
+              if (t.j_lo < max_len) o[t.j_lo] = t.j_lo < vis && t.ok_lo ? v_lo : -INFINITY;
+              if (j_hi < max_len) o[j_hi] = j_hi < vis && t.ok_hi ? v_hi : -INFINITY;
+            }
+          };
+          auto next_stage = [&](int st, uint32_t* rd) {
+            st += kConsumers;
+            if (st >= stages) {
+              st -= stages;
+              *rd ^= 1;
+            }
+            return st;
+          };
+          if (single && kk + 1 < k + take && n + kSegTiles < x.tiles) {
+            // Two tiles (this segment's and the next's): both products issued, then each tile's
+            // sums while the other's products run, so a warpgroup's waits and latencies are
+            // shared by two tiles.
+            uint32_t round2 = round;
+            const int s2 = next_stage(s, &round2);
+            float da[32], db[32];
+            wait_parity(&full[s], round);
+            const Tile a = tile_at(s, n);
+            indexer_device::products(sm90::desc_advance(desc_k, s * kKeyBytes), desc_q, da);
+            wait_parity(&full[s2], round2);
+            const Tile b = tile_at(s2, n + kSegTiles);
+            indexer_device::products(sm90::desc_advance(desc_k, s2 * kKeyBytes), desc_q, db);
+            const bool pos_a = indexer_device::all_positive(a.s_lo, a.s_hi);
+            const bool pos_b = indexer_device::all_positive(b.s_lo, b.s_hi);
+            sm90::wgmma_wait_group<1>();
+            sm90::fence_accumulators(da);
+            (void)cuda::ptx::mbarrier_arrive(&empty[s]);
+            float lo = 0.f, hi = 0.f;
+            indexer_device::add_heads(da, wsl, pos_a, a.s_lo, a.s_hi, &lo, &hi);
+            indexer_device::quad_sum(pos_a, a.s_lo, a.s_hi, &lo, &hi);
+            store(a, 0, lo, hi);
+            sm90::wgmma_wait_group<0>();
+            sm90::fence_accumulators(db);
+            (void)cuda::ptx::mbarrier_arrive(&empty[s2]);
+            lo = hi = 0.f;
+            indexer_device::add_heads(db, wsl, pos_b, b.s_lo, b.s_hi, &lo, &hi);
+            indexer_device::quad_sum(pos_b, b.s_lo, b.s_hi, &lo, &hi);
+            store(b, 0, lo, hi);
+            s = next_stage(s2, &round2);
+            round = round2;
+            kk += 2;
+            continue;
+          }
+          wait_parity(&full[s], round);
+          const Tile t = tile_at(s, n);
+          if ((x.rows << (hgroups - 1)) == 2) {
+            // Two 64-head blocks (two rows of up to 64 heads, or one of 128): one m64n128k32
+            // product, the blocks' sums side by side.
+            float d[64];
+            indexer_device::products128(sm90::desc_advance(desc_k, s * kKeyBytes), desc_q, d);
+            const bool pos = indexer_device::all_positive(t.s_lo, t.s_hi);
+            sm90::wgmma_wait_group<0>();
+            sm90::fence_accumulators(d);
+            (void)cuda::ptx::mbarrier_arrive(&empty[s]);
+            float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
+            indexer_device::add_heads(d, wsl, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            indexer_device::add_heads(d + 32, wsl + kWgHeads, pos, t.s_lo, t.s_hi, &lo1, &hi1);
+            if (hgroups == 2) {
+              lo0 += lo1;
+              hi0 += hi1;
+              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
+              store(t, 0, lo0, hi0);
+            } else {
+              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
+              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
+              store(t, 0, lo0, hi0);
+              store(t, 1, lo1, hi1);
+            }
+            s = next_stage(s, &round);
+            ++kk;
+            continue;
+          }
+          indexer_device::tile_logits_wide(
+              sm90::desc_advance(desc_k, s * kKeyBytes), desc_q, wsl, hgroups, x.rows, t.s_lo,
+              t.s_hi, [&](int r, float v_lo, float v_hi) { store(t, r, v_lo, v_hi); },
+              [&] { (void)cuda::ptx::mbarrier_arrive(&empty[s]); });
+          s = next_stage(s, &round);
+          ++kk;
+        }
+        (void)cuda::ptx::mbarrier_arrive(&qempty[slot]);  // the unit's heads and weights read
+        ++visit;
+      }
+      remaining -= take;
+      ++u;
+      k = 0;
+    }
+  }
+
+  // Positions past each unit's tiles: -inf, in pieces spread over the grid.
+  const int64_t pieces = (p.max_len + kFillPiece - 1) / kFillPiece;
+  for (int64_t c = blockIdx.x; c < units * pieces; c += gridDim.x) {
+    const Unit x = unit_of<true>(p, c / pieces);
+    const int64_t piece = c % pieces * kFillPiece;
+    const int64_t begin = max(piece, int64_t{x.tiles} * kTile);
+    const int64_t end = min(piece + kFillPiece, p.max_len);
+    float* const out = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld;
+    for (int r = 0; r < x.rows; ++r) {
+      for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) out[r * p.ld + j] = -INFINITY;
+    }
+  }
+  pdl::griddepcontrol_launch_dependents();
+#endif
+}
+
+}  // namespace
+
+Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream stream,
+                                 const IndexerDevice& dev) {
+  if (a.batch == 0 || a.max_len == 0) return Status::Ok();
+  if (dev.major != 9 || binary_version(indexer_persistent_kernel) < 90) {
+    return unsupported(
+        "the persistent indexer kernel: needs sm_90 and a build with sm_90a code, given sm_",
+        dev.major, "x");
+  }
+  if (!indexer_tma_takes_page_size(a.page_size)) {
+    return unsupported("page_size ", a.page_size,
+                       " for the persistent indexer kernel: a multiple of 64, or 8, 16 or 32");
+  }
+  if (reinterpret_cast<uintptr_t>(a.index_cache) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.q) % 16 != 0) {
+    return unsupported("index_cache and q for the persistent indexer kernel: 16-byte aligned");
+  }
+  if (a.num_pages > INT32_MAX) {
+    return unsupported("num_pages for the persistent indexer kernel: at most 2^31 - 1, given ",
+                       a.num_pages);
+  }
+  const int hp = (a.heads + kWgHeads - 1) / kWgHeads * kWgHeads;
+  const int per_row = 2 * hp * (kIndexerDim + 4);  // two slots
+  int stages = kMaxStages;
+  if (dev.smem_optin - persist_layout_of(stages, 1, hp).bytes < 0) stages = kMinStages;
+  const int budget = dev.smem_optin - persist_layout_of(stages, 0, hp).bytes;
+  if (budget < per_row) {
+    return unsupported("heads ", a.heads, " for the persistent indexer kernel: ",
+                       persist_layout_of(stages, 1, hp).bytes,
+                       " bytes of shared memory a block needed, ", dev.smem_optin, " available");
+  }
+  PersistParams p{};
+  const int64_t page_bytes = static_cast<int64_t>(indexer_page_bytes(a.page_size));
+  MLAKIT_RETURN_IF_ERROR(indexer_device::encode_keys_map(a, page_bytes, &p.keys));
+  {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    MLAKIT_RETURN_IF_ERROR(tensor_map_encoder(&encode));
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kIndexerDim),
+                                static_cast<cuuint64_t>(int64_t{a.batch} * a.next_n * a.heads)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kIndexerDim)};
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(kIndexerDim),
+                               static_cast<cuuint32_t>(a.heads)};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult r = encode(
+        &p.queries, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.q), dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      return Status(StatusCode::kInternal,
+                    str_cat("indexer_logits: cuTensorMapEncodeTiled failed for q (CUresult ",
+                            static_cast<int>(r), ")"));
+    }
+  }
+  indexer_device::fill_common(a, ld, page_bytes, &p);
+  p.box_rows = std::min(a.page_size, kTile);
+  p.batch = a.batch;
+  p.rows_per_unit = std::min(a.next_n, budget / per_row);
+  p.row_groups = (a.next_n + p.rows_per_unit - 1) / p.rows_per_unit;
+  p.stages = stages;
+  const int smem_bytes = persist_layout_of(stages, p.rows_per_unit, hp).bytes;
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(indexer_persistent_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  indexer_persistent_kernel<<<dev.sms, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(
+      p);
+  MLAKIT_CUDA_RETURN_LAUNCH("indexer_persistent_kernel");
+  return Status::Ok();
+}
+
+}  // namespace mlakit::ops
