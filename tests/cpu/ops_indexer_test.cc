@@ -234,20 +234,23 @@ void run_topk_case(const TopkCase& c, Rng& rng) {
   }
 }
 
-// The op's kernel choice (indexer.h): on sm_90 the pipelined kernel for the page sizes it takes
-// and a 16-byte aligned cache, from as many 64-position tiles as the device has SMs; its wide shape
-// for next_n 2 with up to 64 heads over 16K positions or more; else the copy kernel.
+// The op's kernel choice (indexer.h): on sm_90 for the page sizes TMA takes and a 16-byte aligned
+// cache, from as many 64-position tiles as the device has SMs, the persistent kernel for next_n 2
+// with up to 64 heads, an aligned q and 2^20 positions or more, else the pipelined kernel; else the
+// copy kernel.
 TEST(OpsIndexerLogits, AutoKernelChoice) {
 #ifdef MLAKIT_NO_CUDA
   GTEST_SKIP() << "a build without CUDA has no GPU kernels";
 #else
   using K = ops::IndexerKernel;
   alignas(16) static const uint8_t cache[32] = {};
+  alignas(16) static const uint8_t q[32] = {};
   ops::IndexerLogitsArgs a;
   a.batch = 2;
   a.max_len = 8192;  // 128 tiles a request
   a.page_size = 64;
   a.index_cache = cache;
+  a.q = q;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   EXPECT_EQ(ops::indexer_auto_kernel(a, 8, 132), K::kCopy);   // sm_89: mma.sync
   EXPECT_EQ(ops::indexer_auto_kernel(a, 10, 132), K::kCopy);  // sm_100
@@ -268,14 +271,30 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy);
   a.index_cache = cache;
   a.next_n = 2;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);  // 8K positions
-  a.max_len = 16384;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTmaWide);
+  a.batch = 32;
+  a.max_len = 32768;  // 2^20 positions in all: the persistent kernel's smallest
+  for (const int heads : {1, 20, 64}) {
+    a.heads = heads;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << heads;
+  }
+  a.max_len = 32767;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  a.batch = 1;
+  a.max_len = 131072;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  a.batch = 128;
+  a.max_len = 8192;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent);
+  a.q = q + 4;  // q not 16-byte aligned: no TMA map of the heads
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  a.q = q;
   a.heads = 65;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   a.heads = 64;
-  a.next_n = 1;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  for (const int next_n : {1, 3, 16}) {
+    a.next_n = next_n;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << next_n;
+  }
 #endif
 }
 

@@ -23,11 +23,15 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream str
 // 32), and the kernel itself (kUnsupported off sm_90 or for other shapes, naming the reason).
 bool indexer_tma_takes_page_size(int32_t page_size);
 // The op's choice (kAuto) on a device of compute capability major.x with `sms` SMs (kTma,
-// kTmaWide or kCopy): the pipelined kernel on sm_90 where it takes the page size and the cache's
-// alignment, unless the keys are fewer 64-position tiles than the device has SMs (one short wave:
-// the copy kernel, with no pipeline to set up, was faster there on an H200 at batch 1 x 8K); its
-// wide shape for next_n 2 with up to 64 heads over requests of 16K positions or more (4-12% faster
-// there on an H200; slower at 8K and at next_n 1).
+// kPersistent or kCopy), from the H200 measurements in docs/ops.md: on sm_90 where the page size
+// and the cache's alignment suit TMA, the persistent kernel for next_n 2 with up to 64 heads, a
+// 16-byte aligned q and at least kIndexerPersistentMinPositions positions in all (12-28% faster
+// than the pipelined kernel there; on smaller calls with a cold cache its longer start cost more
+// than it gained), else the pipelined kernel's narrow shape (at next_n 1 the persistent kernel's
+// bench-op gain did not hold in DeepGEMM's side-by-side harness); the copy kernel where the keys
+// are fewer 64-position tiles than the device has SMs (one short wave: with no pipeline to set up
+// it was faster there, batch 1 x 8K) or on other devices.
+inline constexpr int64_t kIndexerPersistentMinPositions = int64_t{1} << 20;  // batch x max_len
 IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& args, int major, int sms);
 // The current device's properties the kernels' choices and launches need, queried once a call.
 struct IndexerDevice {

@@ -288,8 +288,10 @@ IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& a, int major, int sms
       reinterpret_cast<uintptr_t>(a.index_cache) % 16 != 0 || tiles < sms) {
     return IndexerKernel::kCopy;
   }
-  const bool wide = a.next_n == 2 && a.heads <= kWgHeads && a.max_len >= 16384;
-  return wide ? IndexerKernel::kTmaWide : IndexerKernel::kTma;
+  const bool persistent = a.next_n == 2 && a.heads <= kWgHeads &&
+                          int64_t{a.batch} * a.max_len >= kIndexerPersistentMinPositions &&
+                          reinterpret_cast<uintptr_t>(a.q) % 16 == 0;
+  return persistent ? IndexerKernel::kPersistent : IndexerKernel::kTma;
 }
 
 namespace {
