@@ -175,6 +175,7 @@ int run_bench_op(OpFlags& f, bool run) {
                        {"time_us", row.timing.median_us},
                        {"min_us", row.timing.min_us},
                        {"max_us", row.timing.max_us},
+                       {"copies", row.timing.copies},
                        {"bytes", row.bytes},
                        {"gb_per_s", gbs},
                        {"check", row.check},
