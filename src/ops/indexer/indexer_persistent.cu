@@ -207,18 +207,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
   pdl::griddepcontrol_wait();  // q, weights, the cache or the lengths may come from the appends
 
-  // The CTA's share [seg_begin, seg_end) of all units' segments, and its first unit and segment.
+  // The CTA's share [seg_begin, seg_end) of all units' segments, and its first unit and segment:
+  // the first pass sums the segments; the second finds the unit holding seg_begin (skipped when
+  // the units fit one pass: the first pass's prefix is kept).
   const int64_t units = int64_t{p.batch} * p.row_groups;
-  int64_t total = 0;
+  int64_t total = 0, x0 = 0, excl0 = 0;
   for (int64_t base = 0; base < units; base += kThreads) {
     const int64_t u = base + threadIdx.x;
+    const int64_t x = u < units ? unit_of<false>(p, u).segs : 0;
     int64_t chunk_total;
-    (void)block_exclusive_scan(u < units ? unit_of<false>(p, u).segs : 0, scan, &chunk_total);
+    const int64_t excl = block_exclusive_scan(x, scan, &chunk_total);
+    if (base == 0) {
+      x0 = x;
+      excl0 = excl;
+    }
     total += chunk_total;
   }
   const int64_t seg_begin = total * blockIdx.x / gridDim.x;
   const int64_t count = total * (blockIdx.x + 1) / gridDim.x - seg_begin;
-  if (count > 0) {
+  if (count > 0 && units <= kThreads) {
+    if (excl0 <= seg_begin && seg_begin < excl0 + x0) {
+      scan[kWarps] = threadIdx.x;
+      scan[kWarps + 1] = seg_begin - excl0;
+    }
+  } else if (count > 0) {
     int64_t before = 0;
     for (int64_t base = 0; before <= seg_begin; base += kThreads) {  // uniform: before is shared
       const int64_t u = base + threadIdx.x;
