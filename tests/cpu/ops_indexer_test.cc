@@ -235,9 +235,9 @@ void run_topk_case(const TopkCase& c, Rng& rng) {
 }
 
 // The op's kernel choice (indexer.h): on sm_90 for the page sizes TMA takes and a 16-byte aligned
-// cache, from as many 64-position tiles as the device has SMs, the persistent kernel for next_n 2
-// with up to 64 heads, an aligned q and 2^20 positions or more, else the pipelined kernel; else the
-// copy kernel.
+// cache, from as many 64-position tiles as the device has SMs, the persistent kernel with up to 64
+// heads and an aligned q for next_n 2, and for next_n 1 below 2^20 positions in all; else the
+// pipelined kernel; else the copy kernel.
 TEST(OpsIndexerLogits, AutoKernelChoice) {
 #ifdef MLAKIT_NO_CUDA
   GTEST_SKIP() << "a build without CUDA has no GPU kernels";
@@ -251,16 +251,16 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   a.page_size = 64;
   a.index_cache = cache;
   a.q = q;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent);
   EXPECT_EQ(ops::indexer_auto_kernel(a, 8, 132), K::kCopy);   // sm_89: mma.sync
   EXPECT_EQ(ops::indexer_auto_kernel(a, 10, 132), K::kCopy);  // sm_100
   a.batch = 1;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy);  // 128 tiles, 132 SMs: one short wave
   a.max_len = 8192 + 4 * 64 + 1;                             // 133 tiles
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent);
   for (const int ps : {8, 16, 32, 128, 192}) {
     a.page_size = ps;
-    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << ps;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << ps;
   }
   for (const int ps : {1, 4, 24, 48, 100}) {
     a.page_size = ps;
@@ -270,20 +270,20 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   a.index_cache = cache + 4;  // not 16-byte aligned
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy);
   a.index_cache = cache;
-  a.next_n = 2;
+  // next_n 1: the persistent kernel below 2^20 positions in all, the pipelined one from there.
   a.batch = 32;
-  a.max_len = 32768;  // 2^20 positions in all: the persistent kernel's smallest
+  a.max_len = 32767;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent);
+  a.max_len = 32768;
+  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
+  // next_n 2 at any size, up to 64 heads.
+  a.next_n = 2;
   for (const int heads : {1, 20, 64}) {
     a.heads = heads;
     EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << heads;
   }
-  a.max_len = 32767;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   a.batch = 1;
-  a.max_len = 131072;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
-  a.batch = 128;
-  a.max_len = 8192;
+  a.max_len = 32768;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent);
   a.q = q + 4;  // q not 16-byte aligned: no TMA map of the heads
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
@@ -291,7 +291,7 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   a.heads = 65;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   a.heads = 64;
-  for (const int next_n : {1, 3, 16}) {
+  for (const int next_n : {3, 4, 16}) {
     a.next_n = next_n;
     EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << next_n;
   }
