@@ -26,12 +26,6 @@ bool indexer_tma_takes_page_size(int32_t) { return false; }
 IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs&, int, int) {
   return IndexerKernel::kCopy;
 }
-Status indexer_logits_tma(const IndexerLogitsArgs&, int64_t, Stream, bool, const IndexerDevice&) {
-  return no_cuda("indexer_logits");
-}
-Status indexer_logits_persistent(const IndexerLogitsArgs&, int64_t, Stream, const IndexerDevice&) {
-  return no_cuda("indexer_logits");
-}
 Status topk_indices_cuda(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
 Status topk_indices_one_block(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
 Status topk_indices_multi(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
