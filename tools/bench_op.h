@@ -21,6 +21,7 @@ struct OpFlags {
   std::string kernel = "auto";     // on a GPU: auto; topk: cluster | multi-block | one-block;
                                    // indexer: tma | tma-wide | persistent | copy
   int heads = ops::kIndexerHeads;  // indexer
+  std::string keys = "bytes";      // indexer: bytes | normal (bench_indexer)
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
   int replays = 15, warmup = 3;

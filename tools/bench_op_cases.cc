@@ -239,7 +239,8 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
 
 alignas(16) constexpr uint8_t kAligned16[16] = {};
 
-// The indexer over random e4m3 keys (no NaN codes) and scales in shuffled pages; q, weights random.
+// The indexer over random e4m3 keys (no NaN codes) and scales, or (--keys normal) normal keys
+// quantized by the cpu append, in shuffled pages; q, weights random.
 // Checked on request 0 against the cpu reference (a batch of one over the same pages); every
 // other request's logits for not being left unwritten (NaN-poisoned before the run).
 Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
@@ -249,18 +250,41 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
   const int64_t pages_per = std::max<int64_t>(1, (int64_t{c.len} + ps - 1) / ps);
   const int64_t len = std::max(c.len, 1);
   std::mt19937_64 gen(f.seed);
-  std::vector<uint8_t> cache(c.batch * pages_per * ops::indexer_page_bytes(ps));
-  for (int64_t pg = 0; pg < c.batch * pages_per; ++pg) {
-    uint8_t* page = cache.data() + pg * ops::indexer_page_bytes(ps);
-    for (int64_t e = 0; e < int64_t{ps} * ops::kIndexerDim; e += 8) {
-      uint64_t bits = gen();
-      for (int b = 0; b < 8; ++b, bits >>= 8) {
-        const auto v = static_cast<uint8_t>(bits);
-        page[e + b] = (v & 0x7f) == 0x7f ? v ^ 1 : v;  // 0x7f / 0xff are NaN
-      }
+  const int64_t page_bytes = static_cast<int64_t>(ops::indexer_page_bytes(ps));
+  std::vector<uint8_t> cache(c.batch * pages_per * page_bytes);
+  if (f.keys == "normal") {
+    // Normal bf16 keys quantized by the cpu append (per-token amax scales) into a pool of up to
+    // 1024 pages, repeated over the cache (the kernels' speed does not depend on which page
+    // repeats; generating every key would take minutes at 128 x 128K).
+    const int64_t pool_pages = std::min<int64_t>(c.batch * pages_per, 1024);
+    const std::vector<uint16_t> k = random_bf16(gen, pool_pages * ps * ops::kIndexerDim);
+    std::vector<int64_t> slots(pool_pages * ps);
+    for (size_t t = 0; t < slots.size(); ++t) slots[t] = static_cast<int64_t>(t);
+    ops::AppendIndexerArgs ap;
+    ap.n_tokens = pool_pages * ps;
+    ap.k = k.data();
+    ap.slot_mapping = slots.data();
+    ap.index_cache = cache.data();
+    ap.num_pages = pool_pages;
+    ap.page_size = ps;
+    MLAKIT_RETURN_IF_ERROR(ops::append_indexer(ops::Device::kCpu, ap));
+    for (int64_t pg = pool_pages; pg < c.batch * pages_per; ++pg) {
+      std::memcpy(cache.data() + pg * page_bytes, cache.data() + (pg % pool_pages) * page_bytes,
+                  page_bytes);
     }
-    auto* scales = reinterpret_cast<float*>(page + int64_t{ps} * ops::kIndexerDim);
-    for (int t = 0; t < ps; ++t) scales[t] = static_cast<float>(gen() % 1000 + 1) / 448e3f;
+  } else {
+    for (int64_t pg = 0; pg < c.batch * pages_per; ++pg) {
+      uint8_t* page = cache.data() + pg * page_bytes;
+      for (int64_t e = 0; e < int64_t{ps} * ops::kIndexerDim; e += 8) {
+        uint64_t bits = gen();
+        for (int b = 0; b < 8; ++b, bits >>= 8) {
+          const auto v = static_cast<uint8_t>(bits);
+          page[e + b] = (v & 0x7f) == 0x7f ? v ^ 1 : v;  // 0x7f / 0xff are NaN
+        }
+      }
+      auto* scales = reinterpret_cast<float*>(page + int64_t{ps} * ops::kIndexerDim);
+      for (int t = 0; t < ps; ++t) scales[t] = static_cast<float>(gen() % 1000 + 1) / 448e3f;
+    }
   }
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint8_t> q(rows * f.heads * ops::kIndexerDim);

@@ -79,6 +79,10 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
     return invalid_argument("--kernel", "auto, tma, tma-wide, persistent or copy for the indexer",
                             f.kernel);
   }
+  if (f.op != "indexer" && f.keys != "bytes") {
+    return invalid_argument("--keys",
+                            "bytes (the default) for " + f.op + ": keys are the indexer's", f.keys);
+  }
   if (f.op == "append" && f.kernel != "auto") {
     return invalid_argument("--kernel", "auto for append (it has one kernel)", f.kernel);
   }
@@ -186,6 +190,7 @@ int run_bench_op(OpFlags& f, bool run) {
     const nlohmann::json doc = {{"mlakit_version", std::string(version())},
                                 {"date", iso_date()},
                                 {"device", gpu ? device.name : "cpu"},
+                                {"keys", f.op == "indexer" ? f.keys : ""},
                                 {"results", results}};
     if (!write_json_file(f.json_path, doc.dump(1))) return 1;
   }
@@ -225,6 +230,11 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
                              "persistent", "copy"}));
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
+  cmd->add_option("--keys", f->keys,
+                  "indexer: the cache's keys, bytes (uniformly random e4m3 codes, scales "
+                  "(1..1000) / 448000; the default) or normal (normal bf16 keys quantized by the "
+                  "cpu append, per-token amax scales, as a model's keys are)")
+      ->check(CLI::IsMember({"bytes", "normal"}));
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--replays", f->replays, "timed graph replays (median reported)")

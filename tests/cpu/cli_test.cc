@@ -310,6 +310,14 @@ TEST_F(Cli, BenchOpRunsOnTheCpu) {
     EXPECT_TRUE(has(r, "indexer h=8")) << r.output;
     EXPECT_FALSE(has(r, "ERROR")) << r.output;
   }
+  // Keys quantized by the cpu append from normal values (a pool of pages repeated: 3 pages here).
+  for (const std::string len : {"70", "200"}) {
+    const Result r = run_mlakit({"bench-op", "indexer", "--batch", "1", "--len", len, "--heads",
+                                 "8", "--page-size", "64", "--replays", "1", "--keys", "normal"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(has(r, "indexer h=8")) << r.output;
+    EXPECT_FALSE(has(r, "ERROR")) << r.output;
+  }
 }
 
 // --json: one row per case (the comma lists multiply out), with the op's fields.
@@ -357,6 +365,7 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
           "--kernel: expected auto, tma, tma-wide, persistent or copy for the indexer, given "
           "cluster");
   refused({"append", "--kernel", "copy"}, "--kernel: expected auto for append");
+  refused({"topk", "--keys", "normal"}, "--keys: expected bytes (the default) for topk");
   const Result r = run_mlakit({"bench-op", "sort"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "append,indexer,topk")) << r.output;
