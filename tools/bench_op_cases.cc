@@ -296,8 +296,9 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
   row->bytes = static_cast<double>(c.batch) * c.len * (ops::kIndexerDim + 4) +
                static_cast<double>(q.size() + weights.size() * 4) +
                static_cast<double>(rows) * c.len * 4;
-  // The kernel: --kernel auto lets the op choose (the pipelined kernel on sm_90 for the page sizes
-  // it takes, else the copy kernel); tma and copy run that kernel by itself.
+  // The kernel: --kernel auto lets the op choose (indexer.h: on sm_90 the persistent or the
+  // pipelined kernel for the page sizes they take, else the copy kernel); the others run that
+  // kernel by itself.
   auto run = [&](ops::Device device, int batch, const uint8_t* qp, const float* wp, const void* cp,
                  const int32_t* tp, const int32_t* np, float* out, Stream st) {
     const ops::IndexerLogitsArgs a = {.batch = batch,
@@ -322,8 +323,8 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
                                     : f.kernel == "persistent" ? ops::IndexerKernel::kPersistent
                                                                : ops::IndexerKernel::kCopy);
   };
+  const DeviceInfo dev = gpu ? current_device() : DeviceInfo{};
   if (gpu) {  // auto: the op's rule (indexer.h) on this device and these shapes
-    const DeviceInfo dev = current_device();
     // Any 16-byte aligned address stands for the cache (cudaMalloc's are).
     const ops::IndexerLogitsArgs shape = {.batch = c.batch,
                                           .next_n = c.next_n,
@@ -357,7 +358,6 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
   // Copies of the cache, rotated by the timed launches so that no call reads its keys from L2
   // (harness::cold_copies: at least 3x the L2 between two uses of a copy), as a server's decode
   // step, with the rest of the layer in between, would; 1 x 8K alone is 1 MB.
-  const DeviceInfo dev = current_device();
   const int copies = harness::cold_copies(cache.size(), dev.l2_bytes, dev.global_mem_bytes / 3);
   std::vector<harness::DeviceBuffer> dcache(copies);
   for (harness::DeviceBuffer& d : dcache)

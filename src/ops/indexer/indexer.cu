@@ -410,18 +410,17 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&dev.sms, cudaDevAttrMultiProcessorCount, device));
   MLAKIT_CUDA_RETURN(
       cudaDeviceGetAttribute(&dev.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (kernel == IndexerKernel::kTma || kernel == IndexerKernel::kTmaWide) {
-    return indexer_logits_tma(a, ld, stream, kernel == IndexerKernel::kTmaWide, dev);
-  }
-  if (kernel == IndexerKernel::kPersistent) return indexer_logits_persistent(a, ld, stream, dev);
+  // The TMA kernels (sm_90): one asked for by name, or the op's rule's choice (indexer.h).
+  auto run_tma = [&](IndexerKernel k) {
+    return k == IndexerKernel::kPersistent
+               ? indexer_logits_persistent(a, ld, stream, dev)
+               : indexer_logits_tma(a, ld, stream, k == IndexerKernel::kTmaWide, dev);
+  };
+  if (kernel != IndexerKernel::kAuto && kernel != IndexerKernel::kCopy) return run_tma(kernel);
   const int major = dev.major, minor = dev.minor, sms = dev.sms, smem_optin = dev.smem_optin;
-  // sm_90: the pipelined kernel where the op's rule picks it (indexer.h).
   const IndexerKernel chosen = indexer_auto_kernel(a, major, sms);
   if (kernel == IndexerKernel::kAuto && chosen != IndexerKernel::kCopy) {
-    const Status s =
-        chosen == IndexerKernel::kPersistent
-            ? indexer_logits_persistent(a, ld, stream, dev)
-            : indexer_logits_tma(a, ld, stream, chosen == IndexerKernel::kTmaWide, dev);
+    const Status s = run_tma(chosen);
     if (s.code() != StatusCode::kUnsupported) return s;  // else the copy kernel
   }
   // 16-byte copies when every key row is 16-byte aligned: the cache's base and its page stride.

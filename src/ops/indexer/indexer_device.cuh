@@ -16,6 +16,7 @@
 #include "kernels/common/ptx.h"
 #include "kernels/common/tensor_map.h"
 #include "mlakit/ops.h"
+#include "ops/indexer/indexer.h"
 
 namespace mlakit::ops::indexer_device {
 
@@ -65,6 +66,32 @@ inline Status encode_keys_map(const IndexerLogitsArgs& a, int64_t page_bytes, CU
                   str_cat("indexer_logits: cuTensorMapEncodeTiled failed for the index cache "
                           "(CUresult ",
                           static_cast<int>(r), ")"));
+  }
+  return Status::Ok();
+}
+
+// Host: what both TMA kernels refuse, naming the kernel (`what`): a device other than sm_90 or a
+// build without its sm_90a code (`binary`: the kernel's binary version), a page size TMA boxes do
+// not take, a cache (and with need_q, q) not 16-byte aligned, more pages than 32-bit ids name.
+inline Status check_tma_call(const IndexerLogitsArgs& a, const char* what, int major, int binary,
+                             bool need_q) {
+  if (major != 9 || binary < 90) {
+    return unsupported(what, ": needs sm_90 and a build with sm_90a code, given sm_", major, "x");
+  }
+  if (!indexer_tma_takes_page_size(a.page_size)) {
+    return unsupported("page_size ", a.page_size, " for ", what,
+                       ": a multiple of 64, or 8, 16 or 32");
+  }
+  auto aligned = [&](const char* name, const void* ptr) -> Status {
+    const uintptr_t off = reinterpret_cast<uintptr_t>(ptr) % 16;
+    if (off == 0) return Status::Ok();
+    return unsupported(name, " for ", what, ": 16-byte aligned, given an address ", off,
+                       " bytes past a 16-byte boundary");
+  };
+  MLAKIT_RETURN_IF_ERROR(aligned("index_cache", a.index_cache));
+  if (need_q) MLAKIT_RETURN_IF_ERROR(aligned("q", a.q));
+  if (a.num_pages > INT32_MAX) {
+    return unsupported("num_pages for ", what, ": at most 2^31 - 1, given ", a.num_pages);
   }
   return Status::Ok();
 }

@@ -487,23 +487,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream stream,
                                  const IndexerDevice& dev) {
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
-  if (dev.major != 9 || binary_version(indexer_persistent_kernel) < 90) {
-    return unsupported(
-        "the persistent indexer kernel: needs sm_90 and a build with sm_90a code, given sm_",
-        dev.major, "x");
-  }
-  if (!indexer_tma_takes_page_size(a.page_size)) {
-    return unsupported("page_size ", a.page_size,
-                       " for the persistent indexer kernel: a multiple of 64, or 8, 16 or 32");
-  }
-  if (reinterpret_cast<uintptr_t>(a.index_cache) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(a.q) % 16 != 0) {
-    return unsupported("index_cache and q for the persistent indexer kernel: 16-byte aligned");
-  }
-  if (a.num_pages > INT32_MAX) {
-    return unsupported("num_pages for the persistent indexer kernel: at most 2^31 - 1, given ",
-                       a.num_pages);
-  }
+  MLAKIT_RETURN_IF_ERROR(indexer_device::check_tma_call(
+      a, "the persistent indexer kernel", dev.major, binary_version(indexer_persistent_kernel),
+      /*need_q=*/true));
   const int hp = (a.heads + kWgHeads - 1) / kWgHeads * kWgHeads;
   const int per_row = 2 * hp * (kIndexerDim + 4);  // two slots
   int stages = kMaxStages;

@@ -300,24 +300,9 @@ template <bool kWide>
 Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, const IndexerDevice& dev) {
   using C = Cfg<kWide>;
   const int major = dev.major, sms = dev.sms, smem_optin = dev.smem_optin;
-  if (major != 9 || binary_version(indexer_tma_kernel<kWide>) < 90) {
-    return unsupported(
-        "the pipelined indexer kernel: needs sm_90 and a build with sm_90a code, given sm_", major,
-        "x");
-  }
-  if (!indexer_tma_takes_page_size(a.page_size)) {
-    return unsupported("page_size ", a.page_size,
-                       " for the pipelined indexer kernel: a multiple of 64, or 8, 16 or 32");
-  }
-  if (reinterpret_cast<uintptr_t>(a.index_cache) % 16 != 0) {
-    return unsupported(
-        "index_cache for the pipelined indexer kernel: 16-byte aligned, given an address ",
-        reinterpret_cast<uintptr_t>(a.index_cache) % 16, " bytes past a 16-byte boundary");
-  }
-  if (a.num_pages > INT32_MAX) {
-    return unsupported("num_pages for the pipelined indexer kernel: at most 2^31 - 1, given ",
-                       a.num_pages);
-  }
+  MLAKIT_RETURN_IF_ERROR(indexer_device::check_tma_call(a, "the pipelined indexer kernel", major,
+                                                        binary_version(indexer_tma_kernel<kWide>),
+                                                        /*need_q=*/false));
   const int64_t page_bytes = static_cast<int64_t>(indexer_page_bytes(a.page_size));
   const int hp = (a.heads + kWgHeads - 1) / kWgHeads * kWgHeads;
   const int per_row = hp * (kIndexerDim + 4);
