@@ -301,6 +301,53 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   }
 }
 
+// Sparse decode of the V3.2 cache with a 16-bit q: the split kernel's tactics (6 persistent, 7
+// one-shot) first past 32 rows, one-shot from 64 rows as requests (batch x s_q); up to 32 rows
+// they come last. Other sparse caches and dense problems do not list them.
+TEST(Tuner, Sm90SparseV32TacticOrder) {
+  const BackendEntry* sm90 = find_backend("sm90");
+  if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
+    GTEST_SKIP() << "sm90 not compiled in";
+  }
+  const struct {
+    int h_q, s_q, batch;
+    DType q;
+    int first;
+  } cases[] = {{64, 1, 128, DType::kBF16, 7}, {128, 2, 32, DType::kFP16, 7},
+               {128, 1, 8, DType::kBF16, 6},  {64, 2, 16, DType::kBF16, 6},
+               {40, 1, 1, DType::kBF16, 6},   {16, 1, 128, DType::kBF16, 5}};
+  for (const auto& c : cases) {
+    const Problem p{.h_q = c.h_q,
+                    .s_q = c.s_q,
+                    .page_size = 64,
+                    .max_batch = c.batch,
+                    .max_seq_len = 8192,
+                    .q_dtype = c.q,
+                    .kv_dtype = DType::kFP8E4M3,
+                    .out_dtype = c.q,
+                    .kv_layout = KvLayout::kFp8Blockwise,
+                    .topk = 2048};
+    const std::vector<Tactic> order = sm90->tactics(p);
+    ASSERT_FALSE(order.empty());
+    EXPECT_EQ(order.front().id, c.first) << "h_q " << c.h_q << " s_q " << c.s_q << " b " << c.batch;
+    std::vector<int> ids;
+    for (const Tactic& t : order) ids.push_back(t.id);
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 6), ids.end());
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 7), ids.end());
+    if (c.h_q <= 32) EXPECT_TRUE(ids[ids.size() - 2] == 6 && ids.back() == 7);
+  }
+  for (const bool v4 : {false, true}) {
+    Problem p{.h_q = 64, .page_size = 64, .max_batch = 64, .max_seq_len = 8192};
+    if (v4) {
+      p.kv_dtype = DType::kFP8E4M3;
+      p.kv_layout = KvLayout::kFp8V4;
+      p.d_qk = kV4Dqk;
+      p.topk = 512;
+    }
+    for (const Tactic& t : sm90->tactics(p)) EXPECT_LT(t.id, 6) << (v4 ? "v4" : "dense");
+  }
+}
+
 TEST(Tuner, RefusesWithoutAGpu) {
   if (current_device().present) GTEST_SKIP() << "a GPU is present";
   std::vector<Measurement> measured;

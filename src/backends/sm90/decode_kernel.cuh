@@ -60,14 +60,6 @@ __device__ __forceinline__ void zero_v_rows(uint32_t kv_stage, int32_t valid, in
   }
 }
 
-// O *= alpha, only where a row's max moved (after the first blocks it rarely does).
-__device__ __forceinline__ void rescale(float (&o)[128], const MaxStep (&step)[2]) {
-  if (__any_sync(0xffffffffu, step[0].alpha != 1.0f || step[1].alpha != 1.0f)) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= step[(i / 2) % 2].alpha;
-  }
-}
-
 // Widen::kFp8: the owning warpgroup widens a block of the one-scale e4m3 cache in place, once
 // all of its column chunks landed (produce<..., true>): raw chunk j (64 tokens x 64 bytes, the
 // 64-byte swizzle) lies at kFp8RawOffset + 4 KB j of the stage, 16-bit column chunk j at 8 KB j.

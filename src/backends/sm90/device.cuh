@@ -94,6 +94,14 @@ __device__ __forceinline__ MaxStep max_step(float& m, float m_new, float scale_l
   return step;
 }
 
+// The wide tile's O *= alpha, only where a row's max moved (after the first blocks it rarely does).
+__device__ __forceinline__ void rescale(float (&o)[128], const MaxStep (&step)[2]) {
+  if (__any_sync(0xffffffffu, step[0].alpha != 1.0f || step[1].alpha != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= step[(i / 2) % 2].alpha;
+  }
+}
+
 #endif  // MLAKIT_SM90_WGMMA
 
 }  // namespace mlakit::sm90

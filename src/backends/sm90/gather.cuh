@@ -87,30 +87,35 @@ __device__ __forceinline__ uint32_t pack2f(float lo, float hi) {
   }
 }
 
-// 16 e4m3 values times `scale` as 16 T in 8 registers. bf16 with a power-of-two scale (DeepSeek's
-// quantizers round them so) in [2^-120, 2^7]: the exact widening of fp8.cuh with its factor 2^120
-// times the scale, one bf16 multiply per two values; else through fp32, one rounding.
-template <typename T>
-__device__ __forceinline__ void dequant16(const uint4& v, float scale, uint32_t (&out)[8]) {
+// 16 e4m3 values times a power-of-two `scale` in [2^-120, 2^7] as 16 bf16 in 8 registers: the
+// exact widening of fp8.cuh with its factor 2^120 times the scale, one bf16 multiply per two
+// values.
+__device__ __forceinline__ void dequant16_pow2(const uint4& v, float scale, uint32_t (&out)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  const uint32_t bits = __float_as_uint(scale);
-  if (std::is_same_v<T, __nv_bfloat16> && (bits & 0x007fffffu) == 0 && scale >= 0x1.0p-120f &&
-      scale <= 128.0f) {
-    const float f = scale * 0x1.0p120f;
-    const __nv_bfloat162 factor = __floats2bfloat162_rn(f, f);
+  const float f = scale * 0x1.0p120f;
+  const __nv_bfloat162 factor = __floats2bfloat162_rn(f, f);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 4; ++i) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // Values 2h, 2h + 1 of word i in bytes 1 and 3.
-        const uint32_t y = fp8::prmt(w[i], w[i], h == 0 ? 0x1000 : 0x3020);
-        const uint32_t b = ((y >> 4) & 0x07f007f0u) | (y & 0x80008000u);
-        const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b), factor);
-        out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&x);
-      }
+    for (int h = 0; h < 2; ++h) {
+      // Values 2h, 2h + 1 of word i in bytes 1 and 3.
+      const uint32_t y = fp8::prmt(w[i], w[i], h == 0 ? 0x1000 : 0x3020);
+      const uint32_t b = ((y >> 4) & 0x07f007f0u) | (y & 0x80008000u);
+      const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&b), factor);
+      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&x);
     }
-    return;
   }
+}
+
+// Whether dequant16_pow2 takes `scale` (DeepSeek's quantizers round scales to powers of two).
+__device__ __forceinline__ bool pow2_scale(float scale) {
+  return (__float_as_uint(scale) & 0x007fffffu) == 0 && scale >= 0x1.0p-120f && scale <= 128.0f;
+}
+
+// 16 e4m3 values times any `scale` as 16 T in 8 registers, through fp32: one rounding.
+template <typename T>
+__device__ __forceinline__ void dequant16_any(const uint4& v, float scale, uint32_t (&out)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     uint32_t lo, hi;
@@ -120,6 +125,17 @@ __device__ __forceinline__ void dequant16(const uint4& v, float scale, uint32_t 
     out[2 * i] = pack2f<T>(a.x * scale, a.y * scale);
     out[2 * i + 1] = pack2f<T>(b.x * scale, b.y * scale);
   }
+}
+
+// 16 e4m3 values times `scale` as 16 T in 8 registers: dequant16_pow2 for bf16 where it applies,
+// else dequant16_any.
+template <typename T>
+__device__ __forceinline__ void dequant16(const uint4& v, float scale, uint32_t (&out)[8]) {
+  if (std::is_same_v<T, __nv_bfloat16> && pow2_scale(scale)) {
+    dequant16_pow2(v, scale, out);
+    return;
+  }
+  dequant16_any<T>(v, scale, out);
 }
 
 __device__ __forceinline__ void st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z,

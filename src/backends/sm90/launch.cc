@@ -187,7 +187,16 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   const int32_t rows = p.h_q * p.s_q;
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
-  const bool narrow = tactic >= kNarrowTactic;
+  const bool split = tactic >= kSplitTactic;
+  if (split && !(p.sparse() && p.kv_layout == KvLayout::kFp8Blockwise &&
+                 (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kFP16))) {
+    return invalid_argument("tactic",
+                            str_cat("0..", kSplitTactic - 1,
+                                    " (the split kernel runs sparse decode of the V3.2 cache with "
+                                    "a bf16 or fp16 q)"),
+                            tactic);
+  }
+  const bool narrow = tactic >= kNarrowTactic && !split;
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
@@ -197,17 +206,20 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   const int32_t tile_rows = !narrow                    ? kRows
                             : rows <= kSmallNarrowRows ? kSmallNarrowRows
                                                        : kMaxNarrowRows;
-  const DecodeKernel& kernel = fp8 ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-                                   : kernel_16bit(p.q_dtype == DType::kBF16, tile_rows,
-                                                  p.sparse() && p.kv_layout == KvLayout::kFp8V4);
+  const DecodeKernel& kernel =
+      split ? (p.q_dtype == DType::kBF16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
+      : fp8 ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
+            : kernel_16bit(p.q_dtype == DType::kBF16, tile_rows,
+                           p.sparse() && p.kv_layout == KvLayout::kFp8V4);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = problem;
   setup->planned = p;
   setup->kernel = &kernel;
   setup->tile_rows = tile_rows;
+  setup->split = split;
   setup->m_tiles = m_tiles;
-  const int schedule_id = tactic % kNarrowTactic;
+  const int schedule_id = split ? tactic - kSplitTactic : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
                                   : schedule_id == 2 ? plan::Schedule::kCluster
                                                      : plan::Schedule::kPersistent;

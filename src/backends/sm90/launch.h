@@ -55,6 +55,9 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow32();
 // shared memory (Widen::kFp8, decode_kernel.cuh).
 const DecodeKernel& decode_kernel_e4m3_bf16_wide();
 const DecodeKernel& decode_kernel_e4m3_fp16_wide();
+// Defined in decode_<q>_sv32.cu: the split sparse kernel of the V3.2 cache (decode_sparse_v32.cuh).
+const DecodeKernel& decode_kernel_bf16_sv32();
+const DecodeKernel& decode_kernel_fp16_sv32();
 // Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
@@ -65,6 +68,9 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
 // tile (config.h; h_q x s_q <= 32 only, except with an fp8 cache: there the narrow tile runs
 // tiles of 32 rows beyond that).
 inline constexpr int kNarrowTactic = 3;
+// kSplitTactic + 0 (persistent) and + 1 (one-shot): sparse decode of the V3.2 cache with a 16-bit q
+// on the split kernel (decode_sparse_v32.cuh), 64-row tiles.
+inline constexpr int kSplitTactic = 6;
 inline constexpr int kMaxNarrowRows = 32;
 // The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.
 inline constexpr int kSmallNarrowRows = 16;
@@ -89,6 +95,7 @@ struct Setup {
   size_t q_pack_offset = 0;    // q packed, when a run's q rows are not equally spaced (pack_q.h)
   size_t workspace_bytes = 0;  // layout.bytes, the compacted slots when sparse, the packed q
   bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel
+  bool split = false;          // the split sparse kernel (kSplitTactic)
   bool pdl = false;
   int32_t sm_count = 1;
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's

@@ -83,6 +83,28 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   return Status::Ok();
 }
 
+// The 16-bit tiles' tactics for a problem (its rows as requests), in tactics()'s order (below).
+std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
+  const int32_t rows = p.h_q * p.s_q;
+  const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
+               one_shot = {.id = 1, .name = "one-shot"};
+  const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
+               narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
+               narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
+  if (rows <= sm90::kSmallNarrowRows) {
+    if (cluster_first) {
+      return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
+    }
+    return {narrow_persistent, persistent, one_shot, narrow_one_shot, narrow_cluster, cluster};
+  }
+  std::vector<Tactic> out = cluster_first ? std::vector<Tactic>{cluster, persistent, one_shot}
+                                          : std::vector<Tactic>{persistent, one_shot, cluster};
+  if (rows <= sm90::kMaxNarrowRows) {
+    out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
+  }
+  return out;
+}
+
 // The first is the default (untuned calls). Lengths live on the device, so the default must hold
 // up on ragged batches, which servers' are. Tuned per bucket on a uniform and a ragged batch
 // (lengths spread over [L/16, L]; tune::rank) over the standard grid of h_q 128, 64, 16 x s_q 1,
@@ -129,18 +151,27 @@ std::vector<Tactic> tactics(const Problem& problem) {
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
     return out;
   }
-  if (rows <= sm90::kSmallNarrowRows) {
-    if (cluster_first) {
-      return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
+  // Sparse decode of the V3.2 cache with a 16-bit q: the split kernel's tactics
+  // (decode_sparse_v32.cuh) first past 32 rows, last otherwise; its one-shot schedule first from
+  // 64 rows as requests (batch x s_q), its persistent one below. On an H200 (topk 2048, h_q 64 and
+  // 128, s_q 1 and 2; bench/results/2026-11-28-h200-sparse-split) one-shot was 4-16% faster from
+  // 64 rows as requests, persistent 3-11% faster up to 16, the two within 3% at 32.
+  const bool split = p.sparse() && p.kv_layout == KvLayout::kFp8Blockwise &&
+                     (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kFP16);
+  if (split) {
+    const Tactic split_persistent = {.id = sm90::kSplitTactic, .name = "split-persistent"},
+                 split_one_shot = {.id = sm90::kSplitTactic + 1, .name = "split-one-shot"};
+    std::vector<Tactic> rest = dense_order(p, cluster_first);
+    std::vector<Tactic> out;
+    if (rows > sm90::kMaxNarrowRows) {
+      out = p.max_batch >= 64 ? std::vector<Tactic>{split_one_shot, split_persistent}
+                              : std::vector<Tactic>{split_persistent, split_one_shot};
     }
-    return {narrow_persistent, persistent, one_shot, narrow_one_shot, narrow_cluster, cluster};
+    out.insert(out.end(), rest.begin(), rest.end());
+    if (rows <= sm90::kMaxNarrowRows) out.insert(out.end(), {split_persistent, split_one_shot});
+    return out;
   }
-  std::vector<Tactic> out = cluster_first ? std::vector<Tactic>{cluster, persistent, one_shot}
-                                          : std::vector<Tactic>{persistent, one_shot, cluster};
-  if (rows <= sm90::kMaxNarrowRows) {
-    out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
-  }
-  return out;
+  return dense_order(p, cluster_first);
 }
 
 Status create(const Problem& problem, int tactic, const DeviceInfo& device,

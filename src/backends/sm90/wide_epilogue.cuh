@@ -17,11 +17,13 @@ namespace mlakit::sm90 {
 
 #ifdef MLAKIT_SM90_WGMMA
 
-// Called by all 256 consumer threads after their last P V of the chunk. m: the rows' running max
-// (raw score units), l: this thread's share of their denominators, in P's units (2^lse_shift_log2
-// times the probabilities); scale_log2: the scores' scale; chunk_parity: the chunk's count & 1
-// (red_sum is double-buffered across chunks).
-template <typename TOut>
+// Called by all 256 consumer threads after their last P V of the chunk. kWg: the calling
+// warpgroup when the caller knows it at compile time (the split sparse kernel, whose two
+// warpgroups run different code: their epilogues stay two copies), else -1. m: the rows' running
+// max (raw score units), l: this thread's share of their denominators, in P's units
+// (2^lse_shift_log2 times the probabilities); scale_log2: the scores' scale; chunk_parity: the
+// chunk's count & 1 (red_sum is double-buffered across chunks).
+template <typename TOut, int kWg = -1>
 __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Smem& s,
                                                  const plan::Chunk& c, int32_t row0,
                                                  const float (&m)[2], float (&l)[2],
@@ -29,7 +31,7 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
                                                  float lse_shift_log2, float v_scale,
                                                  uint32_t chunk_parity) {
   const int tid = static_cast<int>(threadIdx.x);
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int wg = kWg >= 0 ? kWg : __shfl_sync(0xffffffffu, tid / 128, 0);
   const int t = tid % 128;
   const int lane = t % 32;
   const int row_a = (t / 32) * 16 + lane / 4;  // the thread's rows: row_a and row_a + 8

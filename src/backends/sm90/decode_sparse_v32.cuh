@@ -1,0 +1,517 @@
+// The sm90 sparse decode kernel of the V3.2 blockwise cache (656 bytes a token) with a 16-bit q:
+// a kernel of its own, beside the dense kernels' gather (gather.cuh), for the 64-row tile
+// (docs/sparse-decode.md, "The split kernel"). Three warpgroups with fixed roles:
+//  - producer (152 registers): each thread holds its share of two tokens of the next block in
+//    registers (loaded before the block's stage is free), then, once the stage comes back,
+//    widens them to q's type and stores them into the stage in the 128-byte swizzle the wgmmas
+//    read; then loads the block after, its slots two blocks ahead and the rows of the block after
+//    that into L2.
+//  - S warpgroup (192): per block S = Q K^T (m64n64k16 x 36), the mask, the online softmax, P over
+//    the stage's RoPE chunk (free once S is done) with the block's row max, then O[:, 0:256] += P
+//    V (P from registers).
+//  - V warpgroup (160): per block O[:, 256:512] += P V (P from shared memory), rescaled by the
+//    factor it derives from the published max (max_step, the same inputs as the S warpgroup's).
+// Stages: the wide tile's two 72 KB stages (Layout<kRows>); a stage goes back when both consumer
+// warpgroups' P V of it are done. Schedules: persistent and one-shot (the chunk iterator), the
+// wide tile's epilogue (write_wide_chunk) and combine. Tokens past a chunk's count are stored as
+// zeros (never read) and masked. Trace builds (trace.cuh) stamp, in CTA 0: role 0 (S warpgroup)
+// 0 a block's loop entry, 1 its stage seen full, 3 S done, 4 P published, 5 P V done; role 1 (V
+// warpgroup) 0, 7 P seen, 5; role 2 (producer warp 0) 8 the stage seen free, 12 the block stored;
+// the grid timeline 0 entry, 1 past the setup, 2 the first block seen full, 3 the S warpgroup's
+// last block done, 4 its epilogue issued, 5 exit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cuda/ptx>
+
+#include "backends/sm90/config.h"
+#include "backends/sm90/device.cuh"
+#include "backends/sm90/gather.cuh"
+#include "backends/sm90/launch.h"
+#include "backends/sm90/params.h"
+#include "backends/sm90/trace.cuh"
+#include "backends/sm90/wgmma.cuh"
+#include "backends/sm90/wide_epilogue.cuh"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/fp8.cuh"
+#include "kernels/common/pdl.h"
+#include "kernels/common/ptx.h"
+#include "plan/part_plan.cuh"
+#include "plan/work.cuh"
+
+namespace mlakit::sm90 {
+
+// Registers after setmaxnreg of the split kernel's warpgroups: 128 x (192 + 160 + 152) is the
+// 168 x 384 the CTA starts with.
+inline constexpr int kSplitSRegisters = 192;
+inline constexpr int kSplitVRegisters = 160;
+inline constexpr int kSplitProducerRegisters = 152;
+static_assert(128 * (kSplitSRegisters + kSplitVRegisters + kSplitProducerRegisters) <= 168 * 384);
+
+#ifdef MLAKIT_SM90_WGMMA
+
+// 16 bytes from global memory through the non-coherent path, not kept in L1 (each token is read
+// once per CTA), with a 256-byte L2 fetch.
+__device__ __forceinline__ uint4 ld_stream_v4(const uint8_t* a) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(a));
+  return v;
+}
+
+// A producer thread's share of one token: quarter u (0..3) of its 512 e4m3 values (16 bytes at
+// 64d + 16u, d = 0..7, scale group d / 2), its four scales, and the 16-byte pieces u and u + 4 of
+// its 64 bf16 RoPE values.
+struct SplitToken {
+  uint4 nope[8];
+  uint4 scales;  // four fp32
+  uint4 rope[2];
+};
+
+__device__ __forceinline__ void load_token(const DecodeParams& p, int32_t slot, int u,
+                                           SplitToken& x) {
+  if (slot < 0) {
+#pragma unroll
+    for (int d = 0; d < 8; ++d) x.nope[d] = make_uint4(0, 0, 0, 0);
+    x.scales = make_uint4(0, 0, 0, 0);
+    x.rope[0] = x.rope[1] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const uint8_t* tok = p.kv_cache + int64_t{slot} * p.kv_view.stride_page;
+#pragma unroll
+  for (int d = 0; d < 8; ++d) x.nope[d] = ld_stream_v4(tok + 64 * d + 16 * u);
+  x.scales = ld_stream_v4(tok + kDv);
+  constexpr int kRope = kDv + kDv / kBlockwiseGroup * 4;
+  x.rope[0] = ld_stream_v4(tok + kRope + 16 * u);
+  x.rope[1] = ld_stream_v4(tok + kRope + 64 + 16 * u);
+}
+
+// Tokens tk0 and tk0 + 32 of the stage at `stage` from a thread's shares: column chunk d's 16-byte
+// pieces 2u and 2u + 1 (16 values widened), the RoPE chunk's pieces u and u + 4 (as they are for
+// a bf16 q). With a bf16 q the whole warp takes the exact power-of-two widening when every scale
+// it holds allows it (a uniform branch: per value, ptxas computed both widenings and selected).
+template <typename T>
+__device__ __forceinline__ void store_tokens(uint32_t stage, int tk0, int u,
+                                             const SplitToken (&x)[2], float k_scale) {
+  float scales[2][4];
+  bool pow2 = true;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    scales[k][0] = __uint_as_float(x[k].scales.x) * k_scale;
+    scales[k][1] = __uint_as_float(x[k].scales.y) * k_scale;
+    scales[k][2] = __uint_as_float(x[k].scales.z) * k_scale;
+    scales[k][3] = __uint_as_float(x[k].scales.w) * k_scale;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) pow2 = pow2 && pow2_scale(scales[k][g]);
+  }
+  auto put = [&](int k, int d, const uint32_t(&w)[8]) {
+    const uint32_t at = stage + d * kChunkBytes;
+    const int tk = tk0 + 32 * k;
+    st_shared_v4(at + swizzled(tk, u * 32), w[0], w[1], w[2], w[3]);
+    st_shared_v4(at + swizzled(tk, u * 32 + 16), w[4], w[5], w[6], w[7]);
+  };
+  if (std::is_same_v<T, __nv_bfloat16> && __all_sync(0xffffffffu, pow2)) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+      for (int d = 0; d < 8; ++d) {
+        uint32_t w[8];
+        dequant16_pow2(x[k].nope[d], scales[k][d / 2], w);
+        put(k, d, w);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+      for (int d = 0; d < 8; ++d) {
+        uint32_t w[8];
+        dequant16_any<T>(x[k].nope[d], scales[k][d / 2], w);
+        put(k, d, w);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t w[4] = {x[k].rope[h].x, x[k].rope[h].y, x[k].rope[h].z, x[k].rope[h].w};
+      if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+          w[i] = pack2f<__half>(f.x, f.y);
+        }
+      }
+      st_shared_v4(stage + kPChunk * kChunkBytes + swizzled(tk0 + 32 * k, 16 * u + 64 * h), w[0],
+                   w[1], w[2], w[3]);
+    }
+  }
+}
+
+// The producer warpgroup (threads 256..383). Thread t of it holds quarter u = lane / 8 of tokens
+// 8 (t / 32) + lane % 8 and that + 32 of each block: per warp store instruction 8 tokens' same
+// piece, conflict-free in the swizzle. Walks the same chunks as the consumers; block by block:
+// wait for the stage, widen and store the held block, arrive on the stage's barrier (128
+// arrivals), then load the next block of the chunk. The slots run two blocks ahead of the loads
+// and the rows of the block after the next go into L2 meanwhile, so that neither load waits for
+// another. A chunk starts with its first block's slots and loads, then (producer warp 0) its Q
+// tile, which waits until the S warpgroup is done with the previous one. One call site each for
+// the chunk walk and the loads (the producer's code is fetched beside the consumers').
+template <typename T>
+__device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem& s, int m_tile,
+                                              int32_t cta) {
+  using L = Layout<kRows>;
+  const int t = static_cast<int>(threadIdx.x) - kConsumerThreads;
+  const int warp = __shfl_sync(0xffffffffu, t / 32, 0);
+  const int lane = t % 32;
+  const int u = lane / 8;
+  const int tk0 = warp * 8 + lane % 8;  // and tk0 + 32
+  SmallStorage& sm = *s.small;
+  const uint32_t kv_addr = ptx::smem_u32(s.kv);
+  const float k_scale = fp8::read_scales(p).v;
+  const int32_t row0 = m_tile * kRows;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c{};
+  uint32_t n_chunk = 0, n_block = 0;
+  SplitToken x[2];
+  // The slots of tokens tk0, tk0 + 32 of the block at tok0 (-1 past the chunk's end).
+  auto slots_at = [&](int32_t tok0, int32_t(&sl)[2]) {
+    const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int32_t tok = tok0 + tk0 + 32 * k;
+      sl[k] = tok < c.token_end ? table[tok] : -1;
+    }
+  };
+  auto prefetch = [&](const int32_t(&sl)[2]) {
+    if (u == 0) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        if (sl[k] >= 0) {
+          prefetch_l2(p.kv_cache + int64_t{sl[k]} * p.kv_view.stride_page, kBlockwiseBytes);
+        }
+      }
+    }
+  };
+  // sl1: the slots of the block to load next; sl2, sl3: of the two after it (sl3's rows are
+  // prefetched into L2 as sl1's are loaded: two blocks of the producer's time ahead).
+  int32_t tok0 = 0, sl1[2] = {-1, -1}, sl2[2] = {-1, -1}, sl3[2] = {-1, -1};
+  bool load = false;  // the block at tok0 is to be loaded
+  while (true) {
+    if (load) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) load_token(p, sl1[k], u, x[k]);
+      load = false;
+      prefetch(sl3);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        sl1[k] = sl2[k];
+        sl2[k] = sl3[k];
+      }
+      slots_at(tok0 + 3 * kBlockN, sl3);
+      continue;
+    }
+    if (tok0 >= c.token_end) {
+      if (!chunks.next(&c)) return;
+      // The slots first (nothing waits on them yet), then the Q tile, then the first loads.
+      tok0 = c.token_begin;
+      slots_at(tok0, sl1);
+      slots_at(tok0 + kBlockN, sl2);
+      slots_at(tok0 + 2 * kBlockN, sl3);
+      if (warp == 0) issue_q<L, kRows>(p, s, c, row0, n_chunk, lane);
+      ++n_chunk;
+      if (tok0 < c.token_end) {
+        prefetch(sl2);
+        load = true;
+      }
+      continue;
+    }
+    const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+    const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+    wait_parity(&sm.empty[stage], phase ^ 1);
+    if (warp == 0) trace(2, 8);
+    store_tokens<T>(stage_addr, tk0, u, x, k_scale);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by wgmma
+    arrive(&sm.full[stage][0]);
+    if (warp == 0) trace(2, 12);
+    ++n_block;
+    tok0 += kBlockN;
+    load = tok0 < c.token_end;
+  }
+}
+
+// The S warpgroup (threads 0..127): S, softmax, P published over the stage's RoPE chunk with the
+// block's row max (SmallStorage::row_max[stage]), its half of O from P in registers.
+template <typename T>
+__device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Smem& s, int m_tile,
+                                                int32_t cta) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int lane = t % 32;
+  const int row_a = (t / 32) * 16 + lane / 4;
+  SmallStorage& sm = *s.small;
+  const uint32_t kv_addr = ptx::smem_u32(s.kv);
+  const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
+  const int32_t row0 = m_tile * kRows;
+  const float scale_log2 = p.scale_log2;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  while (chunks.next(&c)) {
+    const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
+                              visible_limit(p, c, row0 + row_a + 8)};
+    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    const uint32_t chunk_parity = n_chunk & 1;
+    wait_parity(&sm.q_full, chunk_parity);
+    ++n_chunk;
+    if (n_blocks == 0 && t == 0) arrive(&sm.q_empty);
+#pragma unroll 1
+    for (int32_t b = 0; b < n_blocks; ++b, ++n_block) {
+      const int32_t tok0 = c.token_begin + b * kBlockN;
+      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+      const uint32_t kv_stage = kv_addr + stage * kTileBytes;
+      const uint32_t p_tile = kv_stage + kPChunk * kChunkBytes;
+      const uint64_t kv_desc = smem_desc_sw128(kv_stage, 0, 1024);
+      const uint64_t v_desc = smem_desc_sw128(kv_stage, kChunkBytes, 1024);
+      trace(0, 0);
+      wait_parity(&sm.full[stage][0], phase);
+      trace(0, 1);
+      if (n_block == 0 && t == 0) grid_stamp(2);
+      float sc[32];
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kQkChunks; ++j) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint32_t at = j * kChunkBytes + kk * 32;
+          wgmma_m64n64k16<T>(sc, desc_advance(q_desc, at), desc_advance(kv_desc, at),
+                             (j | kk) != 0 ? 1 : 0);
+        }
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      fence_accumulators(sc);
+      trace(0, 3);
+      if (b == n_blocks - 1 && t == 0) arrive(&sm.q_empty);
+      if (tok0 + kBlockN > min(limit[0], limit[1])) {
+        const int32_t j_base = 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int32_t j = j_base + 8 * (i / 4) + (i % 2);
+          if (tok0 + j >= limit[(i / 2) % 2]) sc[i] = -INFINITY;
+        }
+      }
+      float mx[2] = {m[0], m[1]};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
+      MaxStep step[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+        mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+        if (lane % 4 == 0) sm.row_max[stage][row_a + 8 * e] = mx[e];
+        step[e] = max_step(m[e], mx[e], scale_log2);
+      }
+      float sum[2] = {0.0f, 0.0f};
+      uint32_t pr[16];
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int e = (i / 2) % 2;
+        const float p0 = ptx::ex2_approx_ftz_f32(sc[i] * scale_log2 - step[e].scaled);
+        const float p1 = ptx::ex2_approx_ftz_f32(sc[i + 1] * scale_log2 - step[e].scaled);
+        sum[e] += p0 + p1;
+        const int row = row_a + 8 * e;
+        const int col = 8 * (i / 4) + 2 * (lane % 4);
+        pr[i / 2] = pack2<T>(p0, p1);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_tile + swizzled(row, 2 * col)),
+                     "r"(pr[i / 2])
+                     : "memory");
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) l[e] = l[e] * step[e].alpha + sum[e];
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P, for the V warpgroup's wgmma
+      arrive(&sm.published[stage]);
+      trace(0, 4);
+      rescale(o, step);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
+        wgmma_m64n256k16_rs_tb<T>(o, a, desc_advance(v_desc, kk * 16 * 128), 1);
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      fence_accumulators(o);
+      trace(0, 5);
+      if (t == 0) arrive(&sm.empty[stage]);
+    }
+    if (t == 0) grid_stamp(3);
+    write_wide_chunk<T, 0>(p, s, c, row0, m, l, o, scale_log2, /*lse_shift_log2=*/0.0f, 1.0f,
+                           chunk_parity);
+    if (t == 0) grid_stamp(4);
+  }
+}
+
+// The V warpgroup (threads 128..255): its half of O from the published P and max.
+template <typename T>
+__device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Smem& s, int m_tile,
+                                                int32_t cta) {
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  const int lane = t % 32;
+  const int row_a = (t / 32) * 16 + lane / 4;
+  SmallStorage& sm = *s.small;
+  const uint32_t kv_addr = ptx::smem_u32(s.kv);
+  const int32_t row0 = m_tile * kRows;
+  const float scale_log2 = p.scale_log2;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  while (chunks.next(&c)) {
+    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    const uint32_t chunk_parity = n_chunk & 1;
+    ++n_chunk;
+    if (t == 0) arrive(&sm.q_empty);  // this warpgroup never reads Q
+#pragma unroll 1
+    for (int32_t b = 0; b < n_blocks; ++b, ++n_block) {
+      const uint32_t stage = n_block % kStages, phase = (n_block / kStages) & 1;
+      const uint32_t kv_stage = kv_addr + stage * kTileBytes;
+      const uint64_t v_desc =
+          smem_desc_sw128(kv_stage + kVChunksPerWarpgroup * kChunkBytes, kChunkBytes, 1024);
+      const uint64_t p_desc = smem_desc_sw128(kv_stage + kPChunk * kChunkBytes, 0, 1024);
+      trace(1, 0);
+      wait_parity(&sm.full[stage][0], phase);
+      wait_parity(&sm.published[stage], phase);
+      trace(1, 7);
+      MaxStep step[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        step[e] = max_step(m[e], sm.row_max[stage][row_a + 8 * e], scale_log2);
+      rescale(o, step);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        wgmma_m64n256k16_tb<T>(o, desc_advance(p_desc, kk * 32),
+                               desc_advance(v_desc, kk * 16 * 128), 1);
+      }
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      fence_accumulators(o);
+      trace(1, 5);
+      if (t == 0) arrive(&sm.empty[stage]);
+    }
+    write_wide_chunk<T, 1>(p, s, c, row0, m, l, o, scale_log2, /*lse_shift_log2=*/0.0f, 1.0f,
+                           chunk_parity);
+  }
+}
+
+#endif  // MLAKIT_SM90_WGMMA
+
+// T: q's type and out's (bf16 or fp16). Schedules persistent and one-shot.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_v32_kernel(const __grid_constant__ DecodeParams p) {
+  using L = Layout<kRows>;
+#ifdef MLAKIT_SM90_WGMMA
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = ptx::smem_u32(smem_raw);
+  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  const Smem s{.q = base + L::kQOffset,
+               .kv = base + L::kKvOffset,
+               .exchange = reinterpret_cast<float*>(base + L::kExchangeOffset),
+               .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
+  SmallStorage& sm = *s.small;
+  const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
+  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
+  const auto cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  if (threadIdx.x == 0) grid_stamp(0);
+  if (threadIdx.x == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
+    for (int i = 0; i < kStages; ++i) {
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kGatherThreads);
+      cuda::ptx::mbarrier_init(&sm.empty[i], 2);
+      cuda::ptx::mbarrier_init(&sm.published[i], 128);
+    }
+    cuda::ptx::mbarrier_init(&sm.q_full, 1);
+    cuda::ptx::mbarrier_init(&sm.q_empty, 2);
+    trace_reset();
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
+  pdl::griddepcontrol_wait();
+  pdl::griddepcontrol_launch_dependents();
+  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
+    const plan::PartPlan pp = plan::part_for_cta(p, cta);
+    if (threadIdx.x == 0) sm.part = pp;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) grid_stamp(1);
+  if (threadIdx.x >= kConsumerThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitProducerRegisters));
+    produce_split<T>(p, s, m_tile, cta);
+  } else if (threadIdx.x >= 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitVRegisters));
+    consume_split_v<T>(p, s, m_tile, cta);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitSRegisters));
+    consume_split_s<T>(p, s, m_tile, cta);
+  }
+  if (threadIdx.x == 0) grid_stamp(5);
+  trace_finish();
+#endif
+}
+
+template <typename T>
+Status prepare_sparse_v32() {
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(sparse_v32_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          Layout<kRows>::kSmemBytes));
+  cudaFuncAttributes attributes{};
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, sparse_v32_kernel<T>));
+  if (attributes.binaryVersion != 90) {
+    return unsupported(
+        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
+        "with 90a); this build runs sm_",
+        attributes.binaryVersion, " code on the device");
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status launch_sparse_v32(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
+                         bool pdl) {
+  if (cluster != 1) {
+    return Status(StatusCode::kInternal, "the split sparse kernel runs without clusters");
+  }
+  trace_print_at_exit();
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(sparse_v32_kernel<T>, grid, dim3(kThreads),
+                                           Layout<kRows>::kSmemBytes, stream, pdl, 1u, p));
+  return Status::Ok();
+}
+
+template <typename T>
+Status sparse_v32_max_active_clusters(int cluster, int* count) {
+  *count = cluster == 1 ? 1 : 0;
+  return Status::Ok();
+}
+
+template <typename T>
+const DecodeKernel& sparse_v32_kernel_entry() {
+  static constexpr DecodeKernel kEntry{.prepare = prepare_sparse_v32<T>,
+                                       .launch = launch_sparse_v32<T>,
+                                       .max_active_clusters = sparse_v32_max_active_clusters<T>};
+  return kEntry;
+}
+
+}  // namespace mlakit::sm90
