@@ -38,6 +38,14 @@ __device__ __forceinline__ void consumer_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
 }
 
+// The same for warpgroups that reach it from different instructions (the split sparse kernel's
+// two consumer warpgroups run different code): bar.sync is barrier.sync.aligned, which requires
+// every participating thread to execute the same instruction (synccheck reports the others as
+// divergent); barrier.sync does not.
+__device__ __forceinline__ void consumer_sync_unaligned(int id) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
+}
+
 __device__ __forceinline__ void tma_load_2d(uint8_t* dst, const CUtensorMap* map, int32_t col,
                                             int32_t row, uint64_t* bar) {
   const int32_t coords[2] = {col, row};

@@ -19,7 +19,8 @@ namespace mlakit::sm90 {
 
 // Called by all 256 consumer threads after their last P V of the chunk. kWg: the calling
 // warpgroup when the caller knows it at compile time (the split sparse kernel, whose two
-// warpgroups run different code: their epilogues stay two copies), else -1. m: the rows' running
+// warpgroups run different code: their epilogues are two copies, which meet at an unaligned
+// barrier), else -1. m: the rows' running
 // max (raw score units), l: this thread's share of their denominators, in P's units
 // (2^lse_shift_log2 times the probabilities); scale_log2: the scores' scale; chunk_parity: the
 // chunk's count & 1 (red_sum is double-buffered across chunks).
@@ -43,7 +44,11 @@ __device__ __forceinline__ void write_wide_chunk(const DecodeParams& p, const Sm
     l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
     if (lane % 4 == 0) sm.red_sum[chunk_parity][wg][row_a + 8 * e] = l[e];
   }
-  consumer_sync(kEpilogueBarrier);
+  if constexpr (kWg >= 0) {
+    consumer_sync_unaligned(kEpilogueBarrier);  // the two warpgroups' copies of this code meet
+  } else {
+    consumer_sync(kEpilogueBarrier);
+  }
   if (tid == 0) grid_stamp(6);
   const bool merged = c.slot == plan::kSlotCluster;  // left in shared memory for the cluster
   const bool direct = c.slot == -1;
