@@ -197,7 +197,9 @@ const BackendEntry& sm90_backend_entry() {
           "q over a cache of q's type, the V3.2 blockwise or the V4 layout (V4 with an extra "
           "cache too; any page size; tokens gathered, out-of-range indices skipped). "
           "Tactics: cluster, persistent, one-shot, and the same three with "
-          "the narrow tile (h_q x s_q <= 32; any h_q with an fp8 cache, in tiles of 32 rows)",
+          "the narrow tile (h_q x s_q <= 32; any h_q with an fp8 cache, in tiles of 32 rows); for "
+          "sparse decode of the V3.2 cache with a 16-bit q also split-persistent and "
+          "split-one-shot (a producer warpgroup widening from registers)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,
