@@ -188,8 +188,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
   const bool split = tactic >= kSplitTactic;
-  if (split && !(p.sparse() && p.kv_layout == KvLayout::kFp8Blockwise &&
-                 (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kFP16))) {
+  if (split && !split_kernel_runs(p)) {
     return invalid_argument("tactic",
                             str_cat("0..", kSplitTactic - 1,
                                     " (the split kernel runs sparse decode of the V3.2 cache with "

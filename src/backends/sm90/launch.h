@@ -71,6 +71,11 @@ inline constexpr int kNarrowTactic = 3;
 // kSplitTactic + 0 (persistent) and + 1 (one-shot): sparse decode of the V3.2 cache with a 16-bit q
 // on the split kernel (decode_sparse_v32.cuh), 64-row tiles.
 inline constexpr int kSplitTactic = 6;
+// Whether the split kernel takes the problem (its tactics are listed and accepted).
+inline bool split_kernel_runs(const Problem& p) {
+  return p.sparse() && p.kv_layout == KvLayout::kFp8Blockwise &&
+         (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kFP16);
+}
 inline constexpr int kMaxNarrowRows = 32;
 // The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.
 inline constexpr int kSmallNarrowRows = 16;

@@ -83,14 +83,19 @@ Status can_run(const Problem& p, const DeviceInfo&) {
   return Status::Ok();
 }
 
+// The tactics (launch.h).
+constexpr Tactic cluster = {.id = 2, .name = "cluster"},
+                 persistent = {.id = 0, .name = "persistent"},
+                 one_shot = {.id = 1, .name = "one-shot"};
+constexpr Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
+                 narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
+                 narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
+constexpr Tactic split_persistent = {.id = sm90::kSplitTactic, .name = "split-persistent"},
+                 split_one_shot = {.id = sm90::kSplitTactic + 1, .name = "split-one-shot"};
+
 // The 16-bit tiles' tactics for a problem (its rows as requests), in tactics()'s order (below).
 std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
   const int32_t rows = p.h_q * p.s_q;
-  const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
-               one_shot = {.id = 1, .name = "one-shot"};
-  const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
-               narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
-               narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
   if (rows <= sm90::kSmallNarrowRows) {
     if (cluster_first) {
       return {narrow_cluster, cluster, persistent, one_shot, narrow_persistent, narrow_one_shot};
@@ -122,11 +127,6 @@ std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
 std::vector<Tactic> tactics(const Problem& problem) {
   // Sparse: as the dense problem of its rows (launch.h), whose cache is gathered into 16 bits.
   const Problem p = plan::rows_as_requests(problem);
-  const Tactic cluster = {.id = 2, .name = "cluster"}, persistent = {.id = 0, .name = "persistent"},
-               one_shot = {.id = 1, .name = "one-shot"};
-  const Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narrow-cluster"},
-               narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
-               narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
   const bool cluster_first = p.max_seq_len <= 2048 || p.max_batch <= 1;
   const int32_t rows = p.h_q * p.s_q;
   // An fp8 cache with a 16-bit q: the narrow tile (decode_fp8_narrow.cuh, the cache widened in
@@ -154,13 +154,10 @@ std::vector<Tactic> tactics(const Problem& problem) {
   // Sparse decode of the V3.2 cache with a 16-bit q: the split kernel's tactics
   // (decode_sparse_v32.cuh) first past 32 rows, last otherwise; its one-shot schedule first from
   // 64 rows as requests (batch x s_q), its persistent one below. On an H200 (topk 2048, h_q 64 and
-  // 128, s_q 1 and 2; bench/results/2026-11-28-h200-sparse-split) one-shot was 4-16% faster from
-  // 64 rows as requests, persistent 3-11% faster up to 16, the two within 3% at 32.
-  const bool split = p.sparse() && p.kv_layout == KvLayout::kFp8Blockwise &&
-                     (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kFP16);
-  if (split) {
-    const Tactic split_persistent = {.id = sm90::kSplitTactic, .name = "split-persistent"},
-                 split_one_shot = {.id = sm90::kSplitTactic + 1, .name = "split-one-shot"};
+  // 128, s_q 1 and 2; bench/results/2026-11-28-h200-sparse-split) one-shot was 3-19% faster from
+  // 64 rows as requests, persistent 4-9% faster up to 16 (one row within 2%), the two within 4% at
+  // 32.
+  if (sm90::split_kernel_runs(p)) {
     std::vector<Tactic> rest = dense_order(p, cluster_first);
     std::vector<Tactic> out;
     if (rows > sm90::kMaxNarrowRows) {
