@@ -214,32 +214,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
             if (tok0 + j >= limit[(i / 2) % 2] || plan::bad_token(bad, j)) sc[i] = -INFINITY;
           }
         }
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int i = 0; i < 32; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
-          mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
-          if (lane % 4 == 0) sm.row_max[wg][row_a + 8 * e] = mx[e];
-          step[e] = max_step(m[e], mx[e], scale_log2);
-        }
-        float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int i = 0; i < 32; i += 2) {
-          const int e = (i / 2) % 2;
-          const float p0 = ptx::ex2_approx_ftz_f32(sc[i] * scale_log2 - step[e].scaled);
-          const float p1 = ptx::ex2_approx_ftz_f32(sc[i + 1] * scale_log2 - step[e].scaled);
-          sum[e] += p0 + p1;
-          const int row = row_a + 8 * e;
-          const int col = 8 * (i / 4) + 2 * (lane % 4);
-          pr[i / 2] = pack2<T>(p0, p1);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_tile + swizzled(row, 2 * col)),
-                       "r"(pr[i / 2])
-                       : "memory");
-        }
-#pragma unroll
-        for (int e = 0; e < 2; ++e) l[e] = l[e] * step[e].alpha + sum[e];
+        softmax_to_p<T>(sc, m, l, step, pr, sm.row_max[wg], p_tile, scale_log2, row_a, lane);
         if (valid < kBlockN) zero_v_rows(kv_stage, valid, wg, t);
         cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P and zeros, for wgmma
         // P for the other warpgroup (this one reads its own from registers).

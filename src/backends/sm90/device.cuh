@@ -8,6 +8,7 @@
 #include "backends/sm90/config.h"
 #include "backends/sm90/params.h"
 #include "backends/sm90/wgmma.cuh"
+#include "kernels/common/numeric.cuh"
 #include "kernels/common/ptx.h"
 #include "plan/page_mask.cuh"
 #include "plan/work.cuh"
@@ -108,6 +109,42 @@ __device__ __forceinline__ void rescale(float (&o)[128], const MaxStep (&step)[2
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= step[(i / 2) % 2].alpha;
   }
+}
+
+// The wide tile's softmax of one block for the warpgroup that computed its S (sc, the m64n64
+// accumulator, masked): the rows' new max (the four lanes of a row), published in row_max for
+// the warpgroup that reads P from shared memory; step, the max step; P = exp2(S - max) as the A
+// fragments of P V (pr) and over p_tile in the 128-byte swizzle; l, the running sums, updated.
+template <typename T>
+__device__ __forceinline__ void softmax_to_p(const float (&sc)[32], float (&m)[2], float (&l)[2],
+                                             MaxStep (&step)[2], uint32_t (&pr)[16], float* row_max,
+                                             uint32_t p_tile, float scale_log2, int row_a,
+                                             int lane) {
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int i = 0; i < 32; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+    if (lane % 4 == 0) row_max[row_a + 8 * e] = mx[e];
+    step[e] = max_step(m[e], mx[e], scale_log2);
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int e = (i / 2) % 2;
+    const float p0 = ptx::ex2_approx_ftz_f32(sc[i] * scale_log2 - step[e].scaled);
+    const float p1 = ptx::ex2_approx_ftz_f32(sc[i + 1] * scale_log2 - step[e].scaled);
+    sum[e] += p0 + p1;
+    const int row = row_a + 8 * e;
+    const int col = 8 * (i / 4) + 2 * (lane % 4);
+    pr[i / 2] = pack2<T>(p0, p1);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(p_tile + swizzled(row, 2 * col)), "r"(pr[i / 2])
+                 : "memory");
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) l[e] = l[e] * step[e].alpha + sum[e];
 }
 
 #endif  // MLAKIT_SM90_WGMMA
