@@ -87,6 +87,64 @@ __device__ __forceinline__ void load_k_fragments(const uint8_t* k_chunk, int tok
   }
 }
 
+// The chunk's rows from O^T with the permuted output dims (thread row group G = 8 warp + lane / 4
+// holds dims 16G .. 16G + 15, value (tile mt, row half e) being dim 16G + 8e + mt), kPassRows (8
+// or 16) rows at a time: warpgroup 0 stores its share into rows_buf (fp32, kMergeStride apart),
+// warpgroup 1 adds its own, then all write them out (or, merged, all rows at once: they stay over
+// the stages, both warpgroups being past their last P V and every copy landed). o times factor
+// per column.
+template <typename TOut, int kN, int kPassRows = kNarrowPassRows>
+__device__ __forceinline__ void write_permuted_rows(const DecodeParams& p, const plan::Chunk& c,
+                                                    float* rows_buf, bool merged, int32_t row0,
+                                                    int wg, int lane, int group,
+                                                    const float (&o)[kDv / 64][kN / 2],
+                                                    const float (&factor)[kN / 4]) {
+  const auto col_of = [lane](int ci) { return narrow_col(lane, ci); };
+  // (pass as a constant: with a loop the compiler left o in local memory.)
+  static_assert(kPassRows == 8 || kPassRows == kNarrowPassRows);
+  constexpr int kPassCols = kPassRows / 4;  // a pass's columns among the thread's (narrow_col)
+  const auto pass = [&](auto pass_constant) {
+    constexpr int kPass = decltype(pass_constant)::value;
+    const int row_off = merged ? 0 : kPass * kPassRows;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      if (wg == w) {
+#pragma unroll
+        for (int ci = kPassCols * kPass; ci < kPassCols * (kPass + 1); ++ci) {
+          float* x = rows_buf + (col_of(ci) - row_off) * kMergeStride + 16 * group;
+          const int i0 = 4 * (ci / 2) + ci % 2;  // value of the column, row half 0
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {  // dims 16G + 4v .. + 3: row half v / 2, tiles 4 (v % 2) ..
+            const int i = i0 + 2 * (v / 2);
+            const int mt0 = 4 * (v % 2);
+            float4 val = make_float4(o[mt0][i] * factor[ci], o[mt0 + 1][i] * factor[ci],
+                                     o[mt0 + 2][i] * factor[ci], o[mt0 + 3][i] * factor[ci]);
+            float4* dst = reinterpret_cast<float4*>(x + 4 * v);
+            if (w == 1) {
+              const float4 old = *dst;
+              val.x += old.x;
+              val.y += old.y;
+              val.z += old.z;
+              val.w += old.w;
+            }
+            *dst = val;
+          }
+        }
+      }
+      consumer_sync(kEpilogueBarrier);
+    }
+    if (merged) return;
+    narrow_store_rows<TOut, kPassRows>(p, c, rows_buf, row0, row_off);
+  };
+  static_assert(kN == kPassRows || kN == 2 * kPassRows || kN == 4 * kPassRows);
+  pass(std::integral_constant<int, 0>{});
+  if constexpr (kN > kPassRows) pass(std::integral_constant<int, 1>{});
+  if constexpr (kN > 2 * kPassRows) {
+    pass(std::integral_constant<int, 2>{});
+    pass(std::integral_constant<int, 3>{});
+  }
+}
+
 template <typename TQ, typename TOut, int kN>
 __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                    int32_t cta) {
@@ -361,47 +419,8 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
                               factor);
     const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
 
-    // The rows, 16 at a time: warpgroup 0 stores its share, warpgroup 1 adds its own, then all
-    // write them out (or, merged, they stay over the stages: both warpgroups are past their
-    // last P V and every copy has landed). Each thread holds 16 adjacent dims of its columns.
     float* rows_buf = merged ? reinterpret_cast<float*>(s.kv) : s.exchange;
-    // (pass as a constant: with a loop the compiler left o in local memory.)
-    const auto pass = [&](auto pass_constant) {
-      constexpr int kPass = decltype(pass_constant)::value;
-      const int row_off = merged ? 0 : kPass * kNarrowPassRows;
-#pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        if (wg == w) {
-#pragma unroll
-          for (int ci = 4 * kPass; ci < 4 * kPass + 4; ++ci) {
-            float* x = rows_buf + (col_of(ci) - row_off) * kMergeStride + 16 * group;
-            const int i0 = 4 * (ci / 2) + ci % 2;  // value of the column, row half 0
-#pragma unroll
-            for (int v = 0; v < 4;
-                 ++v) {  // dims 16G + 4v .. + 3: row half v / 2, tiles 4 (v % 2) ..
-              const int i = i0 + 2 * (v / 2);
-              const int mt0 = 4 * (v % 2);
-              float4 val = make_float4(o[mt0][i] * factor[ci], o[mt0 + 1][i] * factor[ci],
-                                       o[mt0 + 2][i] * factor[ci], o[mt0 + 3][i] * factor[ci]);
-              float4* dst = reinterpret_cast<float4*>(x + 4 * v);
-              if (w == 1) {
-                const float4 old = *dst;
-                val.x += old.x;
-                val.y += old.y;
-                val.z += old.z;
-                val.w += old.w;
-              }
-              *dst = val;
-            }
-          }
-        }
-        consumer_sync(kEpilogueBarrier);
-      }
-      if (merged) return;
-      narrow_store_rows<TOut>(p, c, rows_buf, row0, row_off);
-    };
-    pass(std::integral_constant<int, 0>{});
-    if constexpr (kN > kNarrowPassRows) pass(std::integral_constant<int, 1>{});
+    write_permuted_rows<TOut, kN>(p, c, rows_buf, merged, row0, wg, lane, group, o, factor);
   }
   if (tid == 0) grid_stamp(4);
 }

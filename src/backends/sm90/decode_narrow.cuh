@@ -200,10 +200,10 @@ __device__ __forceinline__ void narrow_column_factors(const DecodeParams& p, Sma
   if (tid == 0) grid_stamp(7);
 }
 
-// Writes the kNarrowPassRows rows in rows_buf (fp32, kMergeStride apart) as query rows row0 +
-// row_off .. of the chunk: to out (TOut) or, split, to the fp32 partial. All 256 consumer
-// threads; a barrier at the end (rows_buf is written again next).
-template <typename TOut>
+// Writes the kPassRows rows in rows_buf (fp32, kMergeStride apart) as query rows row0 + row_off ..
+// of the chunk: to out (TOut) or, split, to the fp32 partial. All 256 consumer threads; a barrier
+// at the end (rows_buf is written again next).
+template <typename TOut, int kPassRows = kNarrowPassRows>
 __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const plan::Chunk& c,
                                                   const float* rows_buf, int32_t row0,
                                                   int row_off) {
@@ -213,10 +213,10 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
   // Rows written: all of the partial's; of out, the request's (var_q: up to its q_len).
   const int32_t live = direct ? p.out_view.live_rows(c.request, p.rows) : p.rows;
   constexpr int kFloat4s = kDv / 4;
-  static_assert(kNarrowPassRows * kFloat4s % kConsumerThreads == 0);
+  static_assert(kPassRows * kFloat4s % kConsumerThreads == 0);
   // Unrolled, so the shared-memory loads are in flight together.
 #pragma unroll
-  for (int k = 0; k < kNarrowPassRows * kFloat4s / kConsumerThreads; ++k) {
+  for (int k = 0; k < kPassRows * kFloat4s / kConsumerThreads; ++k) {
     const int idx = tid + k * kConsumerThreads;
     const int row = idx / kFloat4s, col4 = idx % kFloat4s;
     const int32_t r = row0 + row_off + row;
