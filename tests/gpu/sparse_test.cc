@@ -9,8 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "core/check.h"
@@ -38,6 +41,7 @@ struct SparseCase {
   bool v4 = false;   // the V4 layout (d_qk 512)
   int extra_topk = 0;
   int extra_page_size = 0;  // 0: page_size
+  bool odd_scales = false;  // V3.2: every scale times 1.3 (no longer a power of two)
 };
 
 std::string name(const SparseCase& c, int tactic) {
@@ -50,7 +54,7 @@ std::string name(const SparseCase& c, int tactic) {
                  c.extra_topk > 0 ? str_cat(" extra ", c.extra_topk, " page ", c.extra_page_size)
                                   : std::string(),
                  " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "",
-                 " tactic ", tactic);
+                 c.odd_scales ? " odd scales" : "", " tactic ", tactic);
 }
 
 Problem problem_of(const SparseCase& c) {
@@ -74,7 +78,21 @@ Problem problem_of(const SparseCase& c) {
 
 harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
   const std::vector<int32_t> lens = harness::make_seq_lens(c.batch, c.len, c.variable, seed);
-  return harness::make_inputs(problem_of(c), lens, {.seed = seed, .topk_lens = c.topk_lens});
+  harness::HostInputs in =
+      harness::make_inputs(problem_of(c), lens, {.seed = seed, .topk_lens = c.topk_lens});
+  if (c.odd_scales) {
+    // The kernels' exact power-of-two widening must not take these (the reference reads the
+    // same bytes).
+    for (size_t at = kDv; at + 16 <= in.kv.size(); at += kBlockwiseBytes) {
+      for (int g = 0; g < 4; ++g) {
+        float scale;
+        std::memcpy(&scale, in.kv.data() + at + 4 * g, 4);
+        if (std::isfinite(scale)) scale *= 1.3f;
+        std::memcpy(in.kv.data() + at + 4 * g, &scale, 4);
+      }
+    }
+  }
+  return in;
 }
 
 // Indices no reference can take: every -1 slot (and every slot past a request's top-k length)
@@ -131,7 +149,16 @@ void check(const SparseCase& c, uint64_t seed, int tactic, bool corrupt = false,
   StreamHolder s;
   Output got;
   MLAKIT_ASSERT_OK(run_device(*decoder, run_in, device, workspace.get(), s.stream, &got));
-  const ::testing::AssertionResult result = matches_reference(in, got, ref);
+  // Scales that are not powers of two: the 16-bit tiles round each dequantized K and V value to
+  // q's type before the products (as FlashMLA does), which moved the LSE by up to 2.6e-3 and the
+  // outputs by up to 2 ulp past the default tolerance (H200, 2026-11-28); the sparse narrow
+  // kernel (tactics 8, 9) applies the scales in fp32 and keeps the default.
+  harness::Tolerance tolerance = harness::default_tolerance(in.problem);
+  if (c.odd_scales && !(std::string_view(backend) == "sm90" && tactic >= 8)) {
+    tolerance.rtol *= 2.0;
+    tolerance.lse_atol = 5e-3;
+  }
+  const ::testing::AssertionResult result = matches_reference(in, got, ref, tolerance);
   EXPECT_TRUE(result);
   std::printf("  %-70s %s\n", name(c, tactic).c_str(), result.message());
 }
@@ -159,6 +186,9 @@ TEST(Sm90Sparse, EveryTacticAgainstReference) {
       {.blockwise = true, .h_q = 128, .topk = 4096, .batch = 2, .len = 8000, .sinks = true},
       {.q = DType::kFP16, .page_size = 32, .h_q = 128, .s_q = 2, .topk = 300, .topk_lens = true},
       {.blockwise = true, .h_q = 3, .s_q = 8, .topk = 1000, .batch = 1, .len = 5000},
+      {.blockwise = true, .h_q = 16, .s_q = 2, .topk = 63, .batch = 4, .odd_scales = true},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 20, .topk = 129, .odd_scales = true},
+      {.blockwise = true, .h_q = 64, .topk = 192, .batch = 2, .odd_scales = true},
   };
   uint64_t seed = 7100;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed);
@@ -423,6 +453,11 @@ TEST(Sm90Sanitize, Sparse) {
                     &seed, /*corrupt=*/true);
   check_each_tactic({.blockwise = true, .page_size = 1, .h_q = 128, .topk = 130, .batch = 1},
                     &seed);
+  check_each_tactic({.blockwise = true, .h_q = 16, .s_q = 2, .topk = 130, .batch = 2, .len = 300},
+                    &seed, /*corrupt=*/true);
+  check_each_tactic(
+      {.q = DType::kFP16, .blockwise = true, .h_q = 24, .topk = 70, .batch = 1, .odd_scales = true},
+      &seed);
   check_each_tactic({.page_size = 61,
                      .h_q = 16,
                      .topk = 100,

@@ -187,7 +187,17 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   const int32_t rows = p.h_q * p.s_q;
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
-  const bool split = tactic >= kSplitTactic;
+  const bool sparse_narrow = tactic >= kSparseNarrowTactic;
+  if (sparse_narrow && !sparse_narrow_runs(p)) {
+    return invalid_argument(
+        "tactic",
+        str_cat("0..", kSparseNarrowTactic - 1,
+                " (the sparse narrow kernel runs sparse decode of the V3.2 cache with a bf16 or "
+                "fp16 q and h_q up to ",
+                kMaxNarrowRows, ")"),
+        tactic);
+  }
+  const bool split = tactic >= kSplitTactic && !sparse_narrow;
   if (split && !split_kernel_runs(p)) {
     return invalid_argument("tactic",
                             str_cat("0..", kSplitTactic - 1,
@@ -195,21 +205,25 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                     "a bf16 or fp16 q)"),
                             tactic);
   }
-  const bool narrow = tactic >= kNarrowTactic && !split;
+  const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow;
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
                                     " (the narrow tile takes up to ", kMaxNarrowRows, " rows)"),
                             tactic);
   }
-  const int32_t tile_rows = !narrow                    ? kRows
+  const int32_t tile_rows = !narrow && !sparse_narrow  ? kRows
                             : rows <= kSmallNarrowRows ? kSmallNarrowRows
                                                        : kMaxNarrowRows;
+  const bool bf16 = p.q_dtype == DType::kBF16;
   const DecodeKernel& kernel =
-      split ? (p.q_dtype == DType::kBF16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
-      : fp8 ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-            : kernel_16bit(p.q_dtype == DType::kBF16, tile_rows,
-                           p.sparse() && p.kv_layout == KvLayout::kFp8V4);
+      sparse_narrow
+          ? (tile_rows == kSmallNarrowRows
+                 ? (bf16 ? decode_kernel_bf16_snarrow16() : decode_kernel_fp16_snarrow16())
+                 : (bf16 ? decode_kernel_bf16_snarrow32() : decode_kernel_fp16_snarrow32()))
+      : split ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
+      : fp8   ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
+              : kernel_16bit(bf16, tile_rows, p.sparse() && p.kv_layout == KvLayout::kFp8V4);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = problem;
@@ -218,7 +232,9 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->tile_rows = tile_rows;
   setup->split = split;
   setup->m_tiles = m_tiles;
-  const int schedule_id = split ? tactic - kSplitTactic : tactic % kNarrowTactic;
+  const int schedule_id = sparse_narrow ? tactic - kSparseNarrowTactic
+                          : split       ? tactic - kSplitTactic
+                                        : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
                                   : schedule_id == 2 ? plan::Schedule::kCluster
                                                      : plan::Schedule::kPersistent;

@@ -92,6 +92,10 @@ constexpr Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narro
                  narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
 constexpr Tactic split_persistent = {.id = sm90::kSplitTactic, .name = "split-persistent"},
                  split_one_shot = {.id = sm90::kSplitTactic + 1, .name = "split-one-shot"};
+constexpr Tactic sparse_narrow_persistent = {.id = sm90::kSparseNarrowTactic,
+                                             .name = "sparse-narrow-persistent"},
+                 sparse_narrow_one_shot = {.id = sm90::kSparseNarrowTactic + 1,
+                                           .name = "sparse-narrow-one-shot"};
 
 // The 16-bit tiles' tactics for a problem (its rows as requests), in tactics()'s order (below).
 std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
@@ -163,6 +167,11 @@ std::vector<Tactic> tactics(const Problem& problem) {
     if (rows > sm90::kMaxNarrowRows) {
       out = p.max_batch >= 64 ? std::vector<Tactic>{split_one_shot, split_persistent}
                               : std::vector<Tactic>{split_persistent, split_one_shot};
+    }
+    if (sm90::sparse_narrow_runs(p)) {
+      out = p.max_batch >= 64
+                ? std::vector<Tactic>{sparse_narrow_one_shot, sparse_narrow_persistent}
+                : std::vector<Tactic>{sparse_narrow_persistent, sparse_narrow_one_shot};
     }
     out.insert(out.end(), rest.begin(), rest.end());
     if (rows <= sm90::kMaxNarrowRows) out.insert(out.end(), {split_persistent, split_one_shot});

@@ -1,0 +1,529 @@
+// Sparse decode of the V3.2 cache (656 bytes a token: 512 e4m3, 4 fp32 scales, 64 bf16 RoPE) with
+// a 16-bit q on the narrow tile: up to 32 query rows as wgmma's N, the cached bytes widened in
+// registers as the fp8 narrow tile does (decode_fp8_narrow.cuh), so nothing widens in shared
+// memory and the producer only copies. Tactics kSparseNarrowTactic + 0 (persistent) and + 1
+// (one-shot), launch.h.
+//  - Producer (one warp): per block, one bulk copy (cp.async.bulk, 656 bytes) per token of the
+//    compacted slots into the stage, token k at k * 656 as cached; all complete on the stage's one
+//    barrier by bytes. Three or four stages (SparseNarrowLayout); the slots of the next block are
+//    read while the stage's release is awaited.
+//  - Consumers: warpgroup w takes blocks w, w + 2, ... of a chunk alone (own_blocks), as in the
+//    fp8 narrow tile. Per block:
+//      S^T = K Q^T   36 wgmma m64nNk16, A = K widened from the stage in registers (e4m3 exactly,
+//                    RoPE as cached), B = Q as the 16-bit narrow tile holds it. The 128 values of
+//                    each scale group accumulate apart (two accumulators alternate) and are added
+//                    in fp32 times the token's scale, so any fp32 scale is exact.
+//      mask, column max, P^T as decode_narrow.cuh (16-bit P^T in the exchange buffer).
+//      O^T += V^T P^T  V^T from registers: thread row group G = 8 warp + lane / 4 loads dims
+//                    16G .. 16G + 15 (scale group = warp) of each token its fragments need, pairs
+//                    and widens them times the token's scale (power-of-two scales in bf16 by one
+//                    multiply, exact; otherwise through fp32, one rounding); the stage goes back
+//                    once V is in registers. Output dims permuted as in the fp8 narrow tile.
+//    Tokens past a block's count are never copied: their S is masked, their V values are zeros.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cuda/ptx>
+#include <type_traits>
+#include <utility>
+
+#include "backends/sm90/config.h"
+#include "backends/sm90/decode_fp8_narrow.cuh"
+#include "backends/sm90/decode_narrow.cuh"
+#include "backends/sm90/device.cuh"
+#include "backends/sm90/gather.cuh"
+#include "backends/sm90/launch.h"
+#include "backends/sm90/params.h"
+#include "backends/sm90/trace.cuh"
+#include "backends/sm90/wgmma.cuh"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/fp8.cuh"
+#include "kernels/common/pdl.h"
+#include "kernels/common/ptx.h"
+#include "plan/part_plan.cuh"
+#include "plan/work.cuh"
+
+namespace mlakit::sm90 {
+
+// The shared-memory plan: the Q tile as the 16-bit narrow tile holds it (9 column chunks of
+// kTileRows x 64 in the 128-byte swizzle), stages of 64 tokens as cached (656 bytes each), the
+// exchange buffer (each warpgroup's P^T tile, then kPassRows rows of fp32 at a time for the
+// epilogue). 16 rows: 4 stages, passes of 8 rows; 32 rows: 3 stages (4 do not fit beside its Q),
+// passes of 16.
+template <int kTileRows>
+struct SparseNarrowLayout {
+  static constexpr int kStages = kTileRows == 16 ? 4 : 3;
+  static constexpr int kPassRows = kTileRows == 16 ? 8 : kNarrowPassRows;
+  static constexpr int kStageBytes = kBlockN * kBlockwiseBytes;
+  static constexpr int kQChunkBytes = kTileRows * 128;
+  static constexpr int kQBytes = kQkChunks * kQChunkBytes;
+  static constexpr int kPBytes = kTileRows * 128;  // one warpgroup's P^T: kTileRows x 64 x 2
+  static constexpr size_t kQOffset = 0;
+  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kExchangeOffset = kKvOffset + size_t{kStages} * kStageBytes;
+  static constexpr size_t kExchangeBytes = size_t{kPassRows} * kMergeStride * 4;
+  static constexpr size_t kSmallOffset = kExchangeOffset + kExchangeBytes;
+  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+  static_assert(kTileRows == 16 || kTileRows == 32);
+  static_assert(kStageBytes % 1024 == 0 && kQBytes % 1024 == 0, "swizzle atoms stay aligned");
+  static_assert(2 * kPBytes <= kExchangeBytes);
+  static_assert(kStages <= kMaxStages);
+  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+};
+
+inline constexpr int kSparseNarrowProducerRegisters = 40;
+inline constexpr int kSparseNarrowConsumerRegisters = 232;
+static_assert(fits_launch({kSparseNarrowProducerRegisters, kSparseNarrowConsumerRegisters}));
+
+#ifdef MLAKIT_SM90_WGMMA
+
+// Where a token's parts lie in its 656 bytes.
+inline constexpr int kV32ScaleAt = kDv;         // 4 fp32 scales, one per 128 dims
+inline constexpr int kV32RopeAt = kDv + 16;     // 64 bf16
+inline constexpr int kV32ScaleGroup = kDv / 4;  // dims per scale
+
+// The producer warp: the Q tile per chunk, then per block one bulk copy per token.
+template <int kN>
+__device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
+                                                      int m_tile, int32_t cta) {
+  using L = SparseNarrowLayout<kN>;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  SmallStorage& sm = *s.small;
+  const int32_t row0 = m_tile * kN;
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  while (chunks.next(&c)) {
+    const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
+    // The slots of tokens lane and lane + 32 of the block at tok0 (-1 past the chunk's end).
+    const auto slots_at = [&](int32_t tok0, int32_t(&sl)[2]) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int32_t tok = tok0 + lane + 32 * k;
+        sl[k] = tok < c.token_end ? table[tok] : -1;
+      }
+    };
+    int32_t sl[2];
+    slots_at(c.token_begin, sl);
+    issue_q<L, kN>(p, s, c, row0, n_chunk, lane);
+    ++n_chunk;
+    for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
+      int32_t next[2];
+      slots_at(tok0 + kBlockN, next);
+      const uint32_t stage = n_block % L::kStages, phase = (n_block / L::kStages) & 1;
+      const int32_t count = min(kBlockN, c.token_end - tok0);
+      uint64_t* bar = &sm.full[stage][0];
+      if (lane == 0) {
+        wait_parity(&sm.empty[stage], phase ^ 1);
+        trace(2, 8);
+        (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                                   cuda::ptx::space_shared, bar,
+                                                   static_cast<uint32_t>(count * kBlockwiseBytes));
+      }
+      __syncwarp();
+      uint8_t* dst = s.kv + stage * L::kStageBytes;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int tk = lane + 32 * k;
+        if (tk < count) {
+          cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                   dst + tk * kBlockwiseBytes,
+                                   p.kv_cache + int64_t{sl[k]} * p.kv_view.stride_page,
+                                   static_cast<uint32_t>(kBlockwiseBytes), bar);
+        }
+        sl[k] = next[k];
+      }
+      if (lane == 0) trace(2, 12);
+    }
+  }
+}
+
+// Two 16-bit RoPE values as cached (bf16) in q's type T.
+template <typename T>
+__device__ __forceinline__ uint32_t rope_pair(uint32_t v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return v;
+  } else {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+    return pack2f<T>(f.x, f.y);
+  }
+}
+
+// The A fragments of S^T = K Q^T for the 4 k-steps of column chunk j (dims 64j .. 64j + 63): K at
+// the thread's tokens (rows a and a + 8 of the stage), dims 16 kk + 2q, + 1 and + 8, + 9, in T:
+// the e4m3 values widened exactly (chunks 0..7, unscaled), the RoPE values (chunk 8) as cached.
+template <typename T>
+__device__ __forceinline__ void load_v32_k_fragments(const uint8_t* row_a, int j, int q,
+                                                     uint32_t (&a)[4][4]) {
+  constexpr int kRowB = 8 * kBlockwiseBytes;
+  if (j < kQkChunks - 1) {
+    const uint8_t* at = row_a + 64 * j + 2 * q;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint8_t* x = at + 16 * kk;
+      a[kk][0] = fp8::widen_low_pair<T>(*reinterpret_cast<const uint16_t*>(x));
+      a[kk][1] = fp8::widen_low_pair<T>(*reinterpret_cast<const uint16_t*>(x + kRowB));
+      a[kk][2] = fp8::widen_low_pair<T>(*reinterpret_cast<const uint16_t*>(x + 8));
+      a[kk][3] = fp8::widen_low_pair<T>(*reinterpret_cast<const uint16_t*>(x + kRowB + 8));
+    }
+  } else {
+    const uint8_t* at = row_a + kV32RopeAt + 4 * q;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint8_t* x = at + 32 * kk;
+      a[kk][0] = rope_pair<T>(*reinterpret_cast<const uint32_t*>(x));
+      a[kk][1] = rope_pair<T>(*reinterpret_cast<const uint32_t*>(x + kRowB));
+      a[kk][2] = rope_pair<T>(*reinterpret_cast<const uint32_t*>(x + 16));
+      a[kk][3] = rope_pair<T>(*reinterpret_cast<const uint32_t*>(x + kRowB + 16));
+    }
+  }
+}
+
+// Two e4m3 values (bytes 1 and 3 of y) times their tokens' scales (lo, hi) as two T: exact bits
+// times the factor 2^120 x scale in one bf16 multiply when `pow2` (every scale a power of two in
+// [2^-120, 2^7], pow2_scale), else through fp32 (one rounding).
+template <typename T, bool kPow2>
+__device__ __forceinline__ uint32_t widen_scaled(uint32_t y, uint32_t factor2, float lo, float hi) {
+  if constexpr (kPow2) {
+    const uint32_t bits = ((y >> 4) & 0x07f007f0u) | (y & 0x80008000u);
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&factor2));
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const uint32_t h = fp8::widen_odd_bytes<__half>(y);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    return pack2f<T>(f.x * lo, f.y * hi);
+  }
+}
+
+// The A fragments of one k-step of O^T += V^T P^T from the 16-byte pieces x[0..3] (tokens 2q,
+// 2q + 1, 2q + 8, 2q + 9 of the k-step) and their scales: register (tile mt, e) pairs the two
+// tokens' byte of dim 16G + 8(e % 2) + mt (as decode_fp8_narrow.cuh's 16-bit path).
+template <typename T, bool kPow2>
+__device__ __forceinline__ void widen_v_fragments(const uint4 (&x)[4], const float (&sc)[4],
+                                                  uint32_t (&a)[kDv / 64][4]) {
+  uint32_t f01 = 0, f23 = 0;
+  if constexpr (kPow2) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(sc[0] * 0x1.0p120f, sc[1] * 0x1.0p120f);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(sc[2] * 0x1.0p120f, sc[3] * 0x1.0p120f);
+    f01 = *reinterpret_cast<const uint32_t*>(&lo);
+    f23 = *reinterpret_cast<const uint32_t*>(&hi);
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t sel = 0x4000u + 0x1010u * i;  // byte i of each token into bytes 1 and 3
+      const int mt = 4 * (k % 2) + i, e = k / 2;
+      a[mt][e] =
+          widen_scaled<T, kPow2>(fp8::prmt(word(x[0], k), word(x[1], k), sel), f01, sc[0], sc[1]);
+      a[mt][e + 2] =
+          widen_scaled<T, kPow2>(fp8::prmt(word(x[2], k), word(x[3], k), sel), f23, sc[2], sc[3]);
+    }
+  }
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void consume_sparse_narrow(const DecodeParams& p, const Smem& s,
+                                                      int m_tile, int32_t cta) {
+  static_assert(kN == kNarrowPassRows || kN == 2 * kNarrowPassRows, "16 or 32 rows");
+  using L = SparseNarrowLayout<kN>;
+  constexpr int kVals = kN / 2;      // accumulator values per thread of one m64nN product
+  constexpr int kCols = kN / 4;      // the distinct columns (query rows) among them
+  constexpr int kMTiles = kDv / 64;  // O^T: 8 products of 64 output dims
+  constexpr int kRowB = 8 * kBlockwiseBytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int t = tid % 128;
+  const int lane = t % 32, warp = t / 32, q = lane % 4;
+  // The thread's tokens of a block (rows of S^T): tok_a and tok_a + 8; its columns: value i is
+  // column col(ci(i)); its output dims: 16 G .. 16 G + 15, all in scale group `warp`.
+  const int tok_a = 16 * warp + lane / 4;
+  const int group = 8 * warp + lane / 4;
+  const auto ci_of = narrow_ci;
+  const auto col_of = [lane](int ci) { return narrow_col(lane, ci); };
+  SmallStorage& sm = *s.small;
+  const int32_t row0 = m_tile * kN;
+  // The cache's extra scale (fp8::read_scales: 1 unless given) on the scores and the outputs.
+  const fp8::Scales scales = fp8::read_scales(p);
+  const float scale_log2 = p.scale_log2 * scales.qk;
+  uint8_t* const p_tile = reinterpret_cast<uint8_t*>(s.exchange) + wg * L::kPBytes;
+  const uint32_t p_addr = ptx::smem_u32(p_tile);
+  const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
+  const uint64_t p_desc = smem_desc_sw128(p_addr, 0, 1024);
+
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
+  while (chunks.next(&c)) {
+    int32_t limit[kCols];
+    int32_t min_limit = c.token_end;
+#pragma unroll
+    for (int ci = 0; ci < kCols; ++ci) {
+      limit[ci] = visible_limit(p, c, row0 + col_of(ci));
+      min_limit = min(min_limit, limit[ci]);
+    }
+    const OwnBlocks share = own_blocks(c, n_block, wg);
+    const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
+    float m[kCols], l[kCols];
+#pragma unroll
+    for (int ci = 0; ci < kCols; ++ci) {
+      m[ci] = -INFINITY;
+      l[ci] = 0.0f;
+    }
+    float o[kMTiles][kVals];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int i = 0; i < kVals; ++i) o[mt][i] = 0.0f;
+    }
+    wait_parity(&sm.q_full, n_chunk & 1);
+    ++n_chunk;
+    if (last_own < 0 && t == 0) arrive(&sm.q_empty);
+
+#pragma unroll 1
+    for (int32_t b = first_own; b < n_blocks; b += 2) {
+      const uint32_t nb = n_block + static_cast<uint32_t>(b);
+      const uint32_t stage = nb % L::kStages, phase = (nb / L::kStages) & 1;
+      const int32_t tok0 = c.token_begin + b * kBlockN;
+      const int32_t valid = c.token_end - tok0;
+      const uint8_t* kv_stage = s.kv + stage * L::kStageBytes;
+      const uint8_t* row_a = kv_stage + tok_a * kBlockwiseBytes;
+      trace(wg, 0);
+      wait_parity(&sm.full[stage][0], phase);
+      if (nb == 0 && t == 0) grid_stamp(2);
+      trace(wg, 1);
+
+      // S^T = K Q^T: scale group g (column chunks 2g, 2g + 1), then the RoPE chunk (group 4), each
+      // into its accumulator part[g % kBuf], added in fp32 times its tokens' scales once done. With
+      // 16 rows two chunks' fragments and two accumulators alternate (one chunk widened, one
+      // group added while the next one's products run); with 32 rows one of each (two spilled
+      // 312 bytes).
+      constexpr int kBuf = kN == kNarrowPassRows ? 2 : 1;
+      float st[kVals], part[kBuf][kVals];
+      const auto add_group = [&](int g) {
+        float(&pg)[kVals] = part[g % kBuf];
+        fence_accumulators(pg);
+        // The tokens' scales of the group, read when needed (kept, they cost 32 rows 8 registers).
+        const float fa = g < 4 ? *reinterpret_cast<const float*>(row_a + kV32ScaleAt + 4 * g) : 1;
+        const float fb =
+            g < 4 ? *reinterpret_cast<const float*>(row_a + kRowB + kV32ScaleAt + 4 * g) : 1;
+#pragma unroll
+        for (int i = 0; i < kVals; ++i) {
+          const float x = pg[i] * ((i / 2) % 2 == 0 ? fa : fb);
+          st[i] = g == 0 ? x : st[i] + x;
+        }
+      };
+      uint32_t a[kBuf][4][4];
+#pragma unroll
+      for (int j = 0; j < kQkChunks; ++j) {
+        // Chunk j - kBuf, whose registers these are, is done; so is group g's last chunk 2g + 1
+        // from j = 2g + 1 + kBuf on.
+        if (j >= kBuf) wgmma_wait_group<kBuf - 1>();
+        if (j >= 1 + kBuf && (j - 1 - kBuf) % 2 == 0) add_group((j - 1 - kBuf) / 2);
+        load_v32_k_fragments<T>(row_a, j, q, a[j % kBuf]);
+        const int g = j / 2;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64nNk16_rs<T, kN>(part[g % kBuf], a[j % kBuf][kk],
+                                   desc_advance(q_desc, j * L::kQChunkBytes + kk * 32),
+                                   (j % 2 == 0 && kk == 0) ? 0 : 1);
+        }
+        wgmma_commit_group();
+      }
+      if constexpr (kBuf == 2) {
+        wgmma_wait_group<1>();
+        add_group(3);
+      }
+      wgmma_wait_group<0>();
+      add_group(4);
+      trace(wg, 3);
+      if (b == last_own && t == 0) arrive(&sm.q_empty);
+
+      // Mask, column max of the block, the steps of the running maxima.
+      MaxStep step[kCols];
+      const bool moved = narrow_column_steps<kN>(st, limit, min_limit, /*bad=*/0, tok0, tok_a, wg,
+                                                 sm, wg_sync, scale_log2, m, step);
+
+      // P^T (row = query row, 64 tokens in the 128-byte swizzle), the sums.
+      float sum[kCols];
+#pragma unroll
+      for (int ci = 0; ci < kCols; ++ci) sum[ci] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVals; ++i) {
+        const int ci = ci_of(i);
+        const float pv = ptx::ex2_approx_ftz_f32(st[i] * scale_log2 - step[ci].scaled);
+        sum[ci] += pv;
+        const uint32_t at = p_addr + swizzled(col_of(ci), 2 * (tok_a + 8 * ((i / 2) % 2)));
+        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(at), "h"(bits16<T>(pv)) : "memory");
+      }
+#pragma unroll
+      for (int ci = 0; ci < kCols; ++ci) l[ci] = l[ci] * step[ci].alpha + sum[ci];
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // P^T, for wgmma
+      wg_sync.sync();  // (also: every thread has read col_max)
+      trace(wg, 4);
+
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+          for (int i = 0; i < kVals; ++i) o[mt][i] *= step[ci_of(i)].alpha;
+        }
+      }
+
+      // O^T += V^T P^T, V^T from registers.
+      const uint8_t* v_at = kv_stage + 16 * group;
+      const uint8_t* scale_at = kv_stage + kV32ScaleAt + 4 * warp;
+      const bool tail = valid < kBlockN;  // tokens past the count: never copied, zeros here
+      constexpr int kABuffers = kN == kNarrowPassRows ? 2 : 1;
+      uint32_t av[kABuffers][kMTiles][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint4 x[4];  // tokens 2q, 2q + 1, 2q + 8, 2q + 9 of the k-step: every bank once
+        float sc[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int tok = 16 * kk + 2 * q + 8 * (j / 2) + j % 2;
+          x[j] = *reinterpret_cast<const uint4*>(v_at + tok * kBlockwiseBytes);
+          sc[j] = *reinterpret_cast<const float*>(scale_at + tok * kBlockwiseBytes);
+          if (tail && tok >= valid) {
+            x[j] = make_uint4(0, 0, 0, 0);
+            sc[j] = 1.0f;
+          }
+        }
+        if (kk == 3) arrive(&sm.empty[stage]);  // V is in registers
+        // k-step kk - kABuffers, whose registers these are, is done.
+        if (kk >= kABuffers) wgmma_wait_group<kABuffers - 1>();
+        const bool pow2 = std::is_same_v<T, __nv_bfloat16> &&
+                          __all_sync(0xffffffffu, pow2_scale(sc[0]) && pow2_scale(sc[1]) &&
+                                                      pow2_scale(sc[2]) && pow2_scale(sc[3]));
+        if (pow2) {
+          widen_v_fragments<T, true>(x, sc, av[kk % kABuffers]);
+        } else {
+          widen_v_fragments<T, false>(x, sc, av[kk % kABuffers]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          wgmma_m64nNk16_rs<T, kN>(o[mt], av[kk % kABuffers][mt], desc_advance(p_desc, kk * 32), 1);
+        }
+        wgmma_commit_group();
+      }
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) fence_accumulators(o[mt]);
+      trace(wg, 5);
+    }
+    n_block += static_cast<uint32_t>(n_blocks);
+    if (wg == 0 && t == 0) grid_stamp(3);
+
+    // Epilogue: each column's LSE and factor (times the cache's extra scale), then the rows.
+    float factor[kCols];
+    narrow_column_factors<kN>(p, sm, c, row0, m, l, scale_log2, 0.0f, scales.v, factor);
+    write_permuted_rows<T, kN, L::kPassRows>(p, c, s.exchange, /*merged=*/false, row0, wg, lane,
+                                             group, o, factor);
+  }
+}
+
+#endif  // MLAKIT_SM90_WGMMA
+
+// T: q's type and out's (bf16 or fp16); kN: 16 or 32 rows. Schedules persistent and one-shot.
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_narrow_kernel(const __grid_constant__ DecodeParams p) {
+  using L = SparseNarrowLayout<kN>;
+#ifdef MLAKIT_SM90_WGMMA
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = ptx::smem_u32(smem_raw);
+  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  const Smem s{.q = base + L::kQOffset,
+               .kv = base + L::kKvOffset,
+               .exchange = reinterpret_cast<float*>(base + L::kExchangeOffset),
+               .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
+  SmallStorage& sm = *s.small;
+  const int32_t m_tiles = (p.rows + kN - 1) / kN;
+  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
+  const auto cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  if (threadIdx.x == 0) grid_stamp(0);
+  if (threadIdx.x == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
+    for (int i = 0; i < L::kStages; ++i) {
+      cuda::ptx::mbarrier_init(&sm.full[i][0], 1);  // the producer's arrival and the bytes
+      cuda::ptx::mbarrier_init(&sm.empty[i], 128);  // every thread of the owning warpgroup
+    }
+    cuda::ptx::mbarrier_init(&sm.q_full, 1);
+    cuda::ptx::mbarrier_init(&sm.q_empty, 2);
+    for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.wg_sync[w], 128);
+    trace_reset();
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
+  pdl::griddepcontrol_wait();
+  pdl::griddepcontrol_launch_dependents();
+  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
+    const plan::PartPlan pp = plan::part_for_cta(p, cta);
+    if (threadIdx.x == 0) sm.part = pp;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) grid_stamp(1);
+  if (threadIdx.x >= kConsumerThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
+    if (threadIdx.x < kConsumerThreads + 32) produce_sparse_narrow<kN>(p, s, m_tile, cta);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowConsumerRegisters));
+    consume_sparse_narrow<T, kN>(p, s, m_tile, cta);
+  }
+  if (threadIdx.x == 0) grid_stamp(5);
+  trace_finish();
+#endif
+}
+
+template <typename T, int kN>
+Status prepare_sparse_narrow() {
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(sparse_narrow_kernel<T, kN>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          SparseNarrowLayout<kN>::kSmemBytes));
+  cudaFuncAttributes attributes{};
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, sparse_narrow_kernel<T, kN>));
+  if (attributes.binaryVersion != 90) {
+    return unsupported(
+        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
+        "with 90a); this build runs sm_",
+        attributes.binaryVersion, " code on the device");
+  }
+  return Status::Ok();
+}
+
+template <typename T, int kN>
+Status launch_sparse_narrow(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
+                            bool pdl) {
+  if (cluster != 1) {
+    return Status(StatusCode::kInternal, "the sparse narrow kernel runs without clusters");
+  }
+  trace_print_at_exit();
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(sparse_narrow_kernel<T, kN>, grid, dim3(kThreads),
+                                           SparseNarrowLayout<kN>::kSmemBytes, stream, pdl, 1u, p));
+  return Status::Ok();
+}
+
+template <typename T, int kN>
+Status sparse_narrow_max_active_clusters(int, int* count) {
+  *count = 0;
+  return Status::Ok();
+}
+
+template <typename T, int kN>
+const DecodeKernel& sparse_narrow_kernel_entry() {
+  static constexpr DecodeKernel kEntry{
+      .prepare = prepare_sparse_narrow<T, kN>,
+      .launch = launch_sparse_narrow<T, kN>,
+      .max_active_clusters = sparse_narrow_max_active_clusters<T, kN>};
+  return kEntry;
+}
+
+}  // namespace mlakit::sm90
