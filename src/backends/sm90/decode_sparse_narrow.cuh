@@ -3,10 +3,9 @@
 // registers as the fp8 narrow tile does (decode_fp8_narrow.cuh), so nothing widens in shared
 // memory and the producer only copies. Tactics kSparseNarrowTactic + 0 (persistent) and + 1
 // (one-shot), launch.h.
-//  - Producer (one warp): per block, one bulk copy (cp.async.bulk, 656 bytes) per token of the
-//    compacted slots into the stage, token k at k * 656 as cached; all complete on the stage's one
-//    barrier by bytes. Three or four stages (SparseNarrowLayout); the slots of the next block are
-//    read while the stage's release is awaited.
+//  - Producer (the warpgroup, produce_sparse_narrow): per block, the tokens of the compacted slots
+//    copied by cp.async into the stage as cached, token k at k * 656. Three or four stages
+//    (SparseNarrowLayout).
 //  - Consumers: warpgroup w takes blocks w, w + 2, ... of a chunk alone (own_blocks), as in the
 //    fp8 narrow tile. Per block:
 //      S^T = K Q^T   36 wgmma m64nNk16, A = K widened from the stage in registers (e4m3 exactly,
@@ -85,58 +84,69 @@ inline constexpr int kV32ScaleAt = kDv;         // 4 fp32 scales, one per 128 di
 inline constexpr int kV32RopeAt = kDv + 16;     // 64 bf16
 inline constexpr int kV32ScaleGroup = kDv / 4;  // dims per scale
 
-// The producer warp: the Q tile per chunk, then per block one bulk copy per token.
-template <int kN>
+// The producer warpgroup: the Q tile per chunk (its first warp), then each block's tokens as
+// cached by cp.async: warp w copies tokens 16w .. 16w + 15, their 16 x 41 pieces of 16 bytes
+// spread over the lanes in order (piece i of the warp's bytes is lane i % 32's, instruction
+// i / 32), so every instruction reads whole 512-byte runs; pieces of tokens past the block's
+// count are zero-filled without a read. Each thread's copies then arrive on the stage's barrier
+// (cp.async.mbarrier.arrive.noinc, 128 arrivals) and it moves on: nothing waits for them here.
+// (One bulk copy per token, from one warp, issued at ~5000 cycles a block on the H200: the
+// copies, not the consumers, set the pace; 2026-11-28.) The slots are read two blocks ahead.
+// L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
+template <typename L, int kN>
 __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
                                                       int m_tile, int32_t cta) {
-  using L = SparseNarrowLayout<kN>;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  constexpr int kPieces = kBlockwiseBytes / 16;  // 41 a token
+  constexpr int kWarpTokens = kBlockN / 4;       // 16 a warp
+  static_assert(kBlockwiseBytes % 16 == 0);
+  const int t = static_cast<int>(threadIdx.x) - kConsumerThreads;
+  const int warp = __shfl_sync(0xffffffffu, t / 32, 0);
+  const int lane = t % 32;
   SmallStorage& sm = *s.small;
   const int32_t row0 = m_tile * kN;
+  const uint32_t kv_smem = ptx::smem_u32(s.kv);
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
-    const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
-    // The slots of tokens lane and lane + 32 of the block at tok0 (-1 past the chunk's end).
-    const auto slots_at = [&](int32_t tok0, int32_t(&sl)[2]) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int32_t tok = tok0 + lane + 32 * k;
-        sl[k] = tok < c.token_end ? table[tok] : -1;
-      }
-    };
-    int32_t sl[2];
-    slots_at(c.token_begin, sl);
-    issue_q<L, kN>(p, s, c, row0, n_chunk, lane);
+    if (warp == 0) issue_q<L, kN>(p, s, c, row0, n_chunk, lane);
     ++n_chunk;
-    for (int32_t tok0 = c.token_begin; tok0 < c.token_end; tok0 += kBlockN, ++n_block) {
-      int32_t next[2];
-      slots_at(tok0 + kBlockN, next);
+    const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
+    // Lane j < 16 holds the slot of token 16 warp + j of the block at tok0 (-1 past the end).
+    const auto slot_at = [&](int32_t tok0) {
+      const int32_t tok = tok0 + kWarpTokens * warp + lane % kWarpTokens;
+      return tok < c.token_end ? table[tok] : -1;
+    };
+    int32_t tok0 = c.token_begin;
+    int32_t sa = slot_at(tok0), sb = slot_at(tok0 + kBlockN);
+    const auto block = [&](int32_t& sl) {
+      if (tok0 >= c.token_end) return false;
       const uint32_t stage = n_block % L::kStages, phase = (n_block / L::kStages) & 1;
-      const int32_t count = min(kBlockN, c.token_end - tok0);
-      uint64_t* bar = &sm.full[stage][0];
-      if (lane == 0) {
-        wait_parity(&sm.empty[stage], phase ^ 1);
-        trace(2, 8);
-        (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                                   cuda::ptx::space_shared, bar,
-                                                   static_cast<uint32_t>(count * kBlockwiseBytes));
-      }
-      __syncwarp();
-      uint8_t* dst = s.kv + stage * L::kStageBytes;
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int tk = lane + 32 * k;
-        if (tk < count) {
-          cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                   dst + tk * kBlockwiseBytes,
-                                   p.kv_cache + int64_t{sl[k]} * p.kv_view.stride_page,
-                                   static_cast<uint32_t>(kBlockwiseBytes), bar);
+      wait_parity(&sm.empty[stage], phase ^ 1);
+      if (t == 0) trace(2, 8);
+      const uint32_t dst = kv_smem + stage * L::kStageBytes + warp * kWarpTokens * kBlockwiseBytes;
+#pragma unroll 1  // unrolled, the producer's 40 registers spilled 400-670 bytes
+      for (int i = 0; i < (kWarpTokens * kPieces + 31) / 32; ++i) {
+        const int idx = 32 * i + lane;
+        const int tk = idx / kPieces;
+        const int32_t slot = __shfl_sync(0xffffffffu, sl, tk % kWarpTokens);
+        if (idx < kWarpTokens * kPieces) {
+          ptx::cp_async_cg_shared_global(dst + idx * 16,
+                                         p.kv_cache +
+                                             int64_t{max(slot, 0)} * p.kv_view.stride_page +
+                                             (idx - kPieces * tk) * 16,
+                                         slot >= 0 ? 16 : 0);
         }
-        sl[k] = next[k];
       }
-      if (lane == 0) trace(2, 12);
+      ptx::cp_async_mbarrier_arrive_noinc(ptx::smem_u32(&sm.full[stage][0]));
+      if (t == 0) trace(2, 10);
+      sl = slot_at(tok0 + 2 * kBlockN);
+      tok0 += kBlockN;
+      ++n_block;
+      if (t == 0) trace(2, 12);
+      return true;
+    };
+    while (block(sa) && block(sb)) {
     }
   }
 }
@@ -453,7 +463,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
-      cuda::ptx::mbarrier_init(&sm.full[i][0], 1);  // the producer's arrival and the bytes
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kGatherThreads);  // every producer thread's copies
       cuda::ptx::mbarrier_init(&sm.empty[i], 128);  // every thread of the owning warpgroup
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
@@ -473,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) grid_stamp(1);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
-    if (threadIdx.x < kConsumerThreads + 32) produce_sparse_narrow<kN>(p, s, m_tile, cta);
+    produce_sparse_narrow<L, kN>(p, s, m_tile, cta);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowConsumerRegisters));
     consume_sparse_narrow<T, kN>(p, s, m_tile, cta);

@@ -67,6 +67,14 @@ __device__ __forceinline__ void ldmatrix_sync_x4_trans(uint32_t (&r)[4], uint32_
                : "r"(addr));
 }
 
+// movmatrix.sync.aligned.m8n8.trans.b16 d, a (sm_75): the warp's 8 x 8 matrix of 16-bit values
+// (lane i holding row i / 4, columns 2 (i % 4) and + 1) transposed, in the same layout.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+  return d;
+}
+
 // ldmatrix.sync.aligned.m8n8.x2.shared.b16 {r0, r1}, [addr] (sm_75); lanes 0-15 give addresses.
 __device__ __forceinline__ void ldmatrix_sync_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
@@ -81,6 +89,12 @@ __device__ __forceinline__ void cp_async_cg_shared_global(uint32_t dst, const vo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes)
                : "memory");
+}
+
+// cp.async.mbarrier.arrive.noinc.shared::cta.b64 [bar] (sm_80): an arrival on the mbarrier once
+// every cp.async the thread issued before has landed (the barrier's count includes it).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 // cp.async.ca.shared.global [dst], [src], 4, src_bytes (sm_80): copies src_bytes (0 or 4)
