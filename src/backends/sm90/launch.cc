@@ -187,7 +187,17 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   const int32_t rows = p.h_q * p.s_q;
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
-  const bool sparse_narrow = tactic >= kSparseNarrowTactic;
+  const bool sparse_mma = tactic >= kSparseMmaTactic;
+  if (sparse_mma && !sparse_mma_runs(p)) {
+    return invalid_argument(
+        "tactic",
+        str_cat("0..", kSparseMmaTactic - 1,
+                " (the sparse mma kernel runs sparse decode of the V3.2 cache with a bf16 q and "
+                "h_q up to ",
+                kSmallNarrowRows, ")"),
+        tactic);
+  }
+  const bool sparse_narrow = tactic >= kSparseNarrowTactic && !sparse_mma;
   if (sparse_narrow && !sparse_narrow_runs(p)) {
     return invalid_argument(
         "tactic",
@@ -205,19 +215,20 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                     "a bf16 or fp16 q)"),
                             tactic);
   }
-  const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow;
+  const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma;
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
                                     " (the narrow tile takes up to ", kMaxNarrowRows, " rows)"),
                             tactic);
   }
-  const int32_t tile_rows = !narrow && !sparse_narrow  ? kRows
-                            : rows <= kSmallNarrowRows ? kSmallNarrowRows
-                                                       : kMaxNarrowRows;
+  const int32_t tile_rows = !narrow && !sparse_narrow && !sparse_mma ? kRows
+                            : rows <= kSmallNarrowRows               ? kSmallNarrowRows
+                                                                     : kMaxNarrowRows;
   const bool bf16 = p.q_dtype == DType::kBF16;
   const DecodeKernel& kernel =
-      sparse_narrow
+      sparse_mma ? decode_kernel_bf16_smma()
+      : sparse_narrow
           ? (tile_rows == kSmallNarrowRows
                  ? (bf16 ? decode_kernel_bf16_snarrow16() : decode_kernel_fp16_snarrow16())
                  : (bf16 ? decode_kernel_bf16_snarrow32() : decode_kernel_fp16_snarrow32()))
@@ -232,9 +243,10 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->tile_rows = tile_rows;
   setup->split = split;
   setup->m_tiles = m_tiles;
-  const int schedule_id = sparse_narrow ? tactic - kSparseNarrowTactic
-                          : split       ? tactic - kSplitTactic
-                                        : tactic % kNarrowTactic;
+  const int schedule_id = sparse_mma      ? tactic - kSparseMmaTactic
+                          : sparse_narrow ? tactic - kSparseNarrowTactic
+                          : split         ? tactic - kSplitTactic
+                                          : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
                                   : schedule_id == 2 ? plan::Schedule::kCluster
                                                      : plan::Schedule::kPersistent;

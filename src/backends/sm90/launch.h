@@ -64,6 +64,8 @@ const DecodeKernel& decode_kernel_bf16_snarrow16();
 const DecodeKernel& decode_kernel_bf16_snarrow32();
 const DecodeKernel& decode_kernel_fp16_snarrow16();
 const DecodeKernel& decode_kernel_fp16_snarrow32();
+// Defined in decode_bf16_smma.cu: the sparse mma kernel of the V3.2 cache (decode_sparse_mma.cuh).
+const DecodeKernel& decode_kernel_bf16_smma();
 // Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
@@ -83,6 +85,8 @@ inline bool split_kernel_runs(const Problem& p) {
          (p.q_dtype == DType::kBF16 || p.q_dtype == DType::kFP16);
 }
 inline constexpr int kMaxNarrowRows = 32;
+// The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.
+inline constexpr int kSmallNarrowRows = 16;
 // kSparseNarrowTactic + 0 (persistent) and + 1 (one-shot): sparse decode of the V3.2 cache with a
 // 16-bit q on the sparse narrow kernel (decode_sparse_narrow.cuh), tiles of 16 or 32 rows, up to
 // kMaxNarrowRows rows (h_q x s_q as requests: h_q).
@@ -90,8 +94,12 @@ inline constexpr int kSparseNarrowTactic = 8;
 inline bool sparse_narrow_runs(const Problem& p) {
   return split_kernel_runs(p) && p.h_q <= kMaxNarrowRows;
 }
-// The narrow tile's two sizes: 16 rows up to this many, else kMaxNarrowRows.
-inline constexpr int kSmallNarrowRows = 16;
+// kSparseMmaTactic + 0 (persistent) and + 1 (one-shot): sparse decode of the V3.2 cache with a
+// bf16 q and h_q up to 16 on the sparse mma kernel (decode_sparse_mma.cuh).
+inline constexpr int kSparseMmaTactic = 10;
+inline bool sparse_mma_runs(const Problem& p) {
+  return split_kernel_runs(p) && p.q_dtype == DType::kBF16 && p.h_q <= kSmallNarrowRows;
+}
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {

@@ -96,6 +96,10 @@ constexpr Tactic sparse_narrow_persistent = {.id = sm90::kSparseNarrowTactic,
                                              .name = "sparse-narrow-persistent"},
                  sparse_narrow_one_shot = {.id = sm90::kSparseNarrowTactic + 1,
                                            .name = "sparse-narrow-one-shot"};
+constexpr Tactic sparse_mma_persistent = {.id = sm90::kSparseMmaTactic,
+                                          .name = "sparse-mma-persistent"},
+                 sparse_mma_one_shot = {.id = sm90::kSparseMmaTactic + 1,
+                                        .name = "sparse-mma-one-shot"};
 
 // The 16-bit tiles' tactics for a problem (its rows as requests), in tactics()'s order (below).
 std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
@@ -155,23 +159,31 @@ std::vector<Tactic> tactics(const Problem& problem) {
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
     return out;
   }
-  // Sparse decode of the V3.2 cache with a 16-bit q: the split kernel's tactics
-  // (decode_sparse_v32.cuh) first past 32 rows, last otherwise; its one-shot schedule first from
-  // 64 rows as requests (batch x s_q), its persistent one below. On an H200 (topk 2048, h_q 64 and
-  // 128, s_q 1 and 2; bench/results/2026-11-28-h200-sparse-split) one-shot was 3-19% faster from
-  // 64 rows as requests, persistent 4-9% faster up to 16 (one row within 2%), the two within 4% at
-  // 32.
+  // Sparse decode of the V3.2 cache with a 16-bit q, by rows (h_q; a sparse problem's rows are
+  // requests of one query token, batch x s_q of them): past 32 rows the split kernel
+  // (decode_sparse_v32.cuh) first; up to 16 with a bf16 q the sparse mma kernel
+  // (decode_sparse_mma.cuh) first, then the sparse narrow kernel (decode_sparse_narrow.cuh); up
+  // to 32 otherwise the sparse narrow kernel first. Each kernel's one-shot schedule first from 64
+  // rows as requests, its persistent one below; the split kernel's tactics last up to 32 rows.
+  // On an H200 (topk 2048, s_q 1 and 2; bench/results/2026-11-28-h200-sparse-split and
+  // -sparse-narrow): split one-shot was 3-19% faster than split persistent from 64 rows as
+  // requests, persistent 4-9% faster up to 16; at h_q 8 and 16 the mma kernel's persistent
+  // schedule was 8-25% faster than any other up to 32 rows as requests, its one-shot one the
+  // fastest or within 1% of it from 64; at h_q 32 the narrow kernel's one-shot schedule was 9-22%
+  // faster than its persistent one from 64 rows as requests.
   if (sm90::split_kernel_runs(p)) {
     std::vector<Tactic> rest = dense_order(p, cluster_first);
     std::vector<Tactic> out;
-    if (rows > sm90::kMaxNarrowRows) {
-      out = p.max_batch >= 64 ? std::vector<Tactic>{split_one_shot, split_persistent}
-                              : std::vector<Tactic>{split_persistent, split_one_shot};
-    }
+    const bool one_shot_first = p.max_batch >= 64;
+    const auto pair = [one_shot_first](Tactic persistent, Tactic one_shot) {
+      return one_shot_first ? std::vector<Tactic>{one_shot, persistent}
+                            : std::vector<Tactic>{persistent, one_shot};
+    };
+    if (rows > sm90::kMaxNarrowRows) out = pair(split_persistent, split_one_shot);
+    if (sm90::sparse_mma_runs(p)) out = pair(sparse_mma_persistent, sparse_mma_one_shot);
     if (sm90::sparse_narrow_runs(p)) {
-      out = p.max_batch >= 64
-                ? std::vector<Tactic>{sparse_narrow_one_shot, sparse_narrow_persistent}
-                : std::vector<Tactic>{sparse_narrow_persistent, sparse_narrow_one_shot};
+      const std::vector<Tactic> narrow = pair(sparse_narrow_persistent, sparse_narrow_one_shot);
+      out.insert(out.end(), narrow.begin(), narrow.end());
     }
     out.insert(out.end(), rest.begin(), rest.end());
     if (rows <= sm90::kMaxNarrowRows) out.insert(out.end(), {split_persistent, split_one_shot});

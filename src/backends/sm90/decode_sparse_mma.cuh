@@ -1,0 +1,451 @@
+// Sparse decode of the V3.2 cache with a bf16 q and up to 16 query rows, on mma.sync: the 8
+// consumer warps share every block, each owning 64 of the 512 latent dims (so one scale group:
+// warp w, group w / 2), which it widens once and uses twice. Tactics kSparseMmaTactic + 0
+// (persistent) and + 1 (one-shot), launch.h. The producer and the stages are the sparse narrow
+// kernel's (decode_sparse_narrow.cuh: the tokens copied as cached by cp.async).
+// Per block of 64 tokens, warp w (lane = 4 r + t):
+//   loads     the e4m3 bytes of its dims, 4 a thread (dims 16 ks + 4t .. + 3 of its 64, token
+//             8 nt + r, ks 0..3, nt 0..7), the RoPE values of dims 16w .. 16w + 15 (warps 0..3),
+//             the scales it needs; then the stage goes back (every consumer thread arrives), long
+//             before the block is done.
+//   S_w       its part of S = Q K^T over its dims: 32 mma m16n8k16 (A = Q from registers, loaded
+//             once a chunk; B = K widened exactly: a k-step's 16 dims are taken in the order
+//             4t, 4t + 1 | 4t + 2, 4t + 3 so that one 32-bit load gives both B registers, and Q's
+//             registers follow the same order), times each token's scale, plus the RoPE part;
+//             written to shared memory.
+//   softmax   warp w sums the 8 parts of tokens 8w .. 8w + 7 (lane: head lane / 2, 4 tokens),
+//             the heads' block maxima meet in shared memory; P times each token's scale of each
+//             group (4 bf16 copies of P, one per scale group) goes to shared memory.
+//   O_w       += P_g V over its dims: 32 mma m16n8k16, A = P_g by ldmatrix, B = the widened K
+//             registers transposed by movmatrix (8 x 8 blocks): V is the latent, already widened.
+// Three barriers of the 256 consumer threads per block. The output dims come out in the same
+// per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row, one 16-byte store.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cuda/ptx>
+
+#include "backends/sm90/config.h"
+#include "backends/sm90/decode_sparse_narrow.cuh"
+#include "backends/sm90/device.cuh"
+#include "backends/sm90/launch.h"
+#include "backends/sm90/params.h"
+#include "backends/sm90/trace.cuh"
+#include "core/check.h"
+#include "core/cuda_check.h"
+#include "kernels/common/fp8.cuh"
+#include "kernels/common/pdl.h"
+#include "kernels/common/ptx.h"
+#include "plan/part_plan.cuh"
+#include "plan/work.cuh"
+
+namespace mlakit::sm90 {
+
+inline constexpr int kMmaWarps = kConsumerThreads / 32;  // 8
+inline constexpr int kMmaRows = 16;                      // query rows: mma's M
+inline constexpr int kRedStride = kBlockN + 8;           // floats a row of a warp's S part
+inline constexpr int kPStride = kBlockN + 8;             // bf16 a row of a P copy (144 bytes)
+
+// The shared-memory plan: Q (16 rows, as the 16-bit narrow tile holds it), three stages of 64
+// tokens as cached, each warp's part of S, the heads' block maxima and steps, the four P copies,
+// then SmallStorage. 196 KB.
+struct SparseMmaLayout {
+  static constexpr int kStages = 3;
+  static constexpr int kStageBytes = kBlockN * kBlockwiseBytes;
+  static constexpr int kQChunkBytes = kMmaRows * 128;
+  static constexpr int kQBytes = kQkChunks * kQChunkBytes;
+  static constexpr size_t kQOffset = 0;
+  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kRedOffset = kKvOffset + size_t{kStages} * kStageBytes;
+  static constexpr size_t kRedBytes = size_t{kMmaWarps} * kMmaRows * kRedStride * 4;
+  // Per head: the 8 warps' block maxima, then (epilogue) their sums; the step, the running max,
+  // the epilogue's factor.
+  static constexpr size_t kHeadOffset = kRedOffset + kRedBytes;
+  static constexpr size_t kHeadBytes = size_t{kMmaRows} * (2 * kMmaWarps + 4) * 4;
+  static constexpr size_t kPOffset = kHeadOffset + kHeadBytes;
+  static constexpr size_t kPBytes = size_t{4} * kMmaRows * kPStride * 2;
+  static constexpr size_t kSmallOffset = (kPOffset + kPBytes + 15) / 16 * 16;
+  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+  static_assert(kStageBytes % 1024 == 0 && kQBytes % 1024 == 0);
+  static_assert(kPOffset % 16 == 0 && kRedOffset % 16 == 0);
+  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+};
+
+#ifdef MLAKIT_SM90_WGMMA
+
+// Per head h: maxima[w] (the warps' block maxima, then the epilogue's sums), step, m, factor.
+struct MmaHeads {
+  float* base;
+  __device__ __forceinline__ float* maxima(int h) const { return base + h * (2 * kMmaWarps + 4); }
+  __device__ __forceinline__ float* sums(int h) const { return maxima(h) + kMmaWarps; }
+  __device__ __forceinline__ float& alpha(int h) const { return maxima(h)[2 * kMmaWarps]; }
+  __device__ __forceinline__ float& max(int h) const { return maxima(h)[2 * kMmaWarps + 1]; }
+  __device__ __forceinline__ float& factor(int h) const { return maxima(h)[2 * kMmaWarps + 2]; }
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float part_of(const float4& v, int g) {
+  return g == 0 ? v.x : g == 1 ? v.y : g == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const Smem& s,
+                                                   uint8_t* base, int m_tile, int32_t cta) {
+  using L = SparseMmaLayout;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int w = __shfl_sync(0xffffffffu, tid / 32, 0);
+  const int lane = tid % 32, r = lane / 4, t = lane % 4;
+  const int group = w / 2;                // the scale group of the warp's dims
+  const bool rope = w < 4;                // warps 0..3 also take 16 RoPE dims each
+  const int hh = lane / 2;                // softmax: the thread's head
+  const int tq = 8 * w + 4 * (lane % 2);  // and its 4 tokens of each block
+  SmallStorage& sm = *s.small;
+  float* const red = reinterpret_cast<float*>(base + L::kRedOffset);
+  const MmaHeads heads{reinterpret_cast<float*>(base + L::kHeadOffset)};
+  __nv_bfloat16* const pbuf = reinterpret_cast<__nv_bfloat16*>(base + L::kPOffset);
+  const int32_t row0 = m_tile * kMmaRows;
+  const fp8::Scales scales = fp8::read_scales(p);
+  const float scale_log2 = p.scale_log2 * scales.qk;
+
+  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  plan::Chunk c;
+  uint32_t n_chunk = 0, n_block = 0;
+  while (chunks.next(&c)) {
+    const int32_t limit = visible_limit(p, c, row0 + hh);
+    float m = -INFINITY, l = 0.0f;  // head hh's running max and the thread's share of its sum
+    float o[4][2][4];               // [ks][half][c]: rows r, r + 8; dims 16 ks + 4t + 2 half ..
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[ks][hf][i] = 0.0f;
+      }
+    }
+    // Q's registers: rows r, r + 8; dims 64w + 16 ks + 4t .. + 3 (the RoPE's 512 + 16w + 4t ..).
+    wait_parity(&sm.q_full, n_chunk & 1);
+    ++n_chunk;
+    uint32_t qa[4][4], qr[4];
+    {
+      const uint8_t* q = s.q;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const uint2 v = *reinterpret_cast<const uint2*>(q + w * L::kQChunkBytes +
+                                                          swizzled(r + 8 * e, 32 * ks + 8 * t));
+          qa[ks][e] = v.x;
+          qa[ks][e + 2] = v.y;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint2 v = rope ? *reinterpret_cast<const uint2*>(q + 8 * L::kQChunkBytes +
+                                                               swizzled(r + 8 * e, 32 * w + 8 * t))
+                             : make_uint2(0, 0);
+        qr[e] = v.x;
+        qr[e + 2] = v.y;
+      }
+    }
+    arrive(&sm.q_empty);
+
+    const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
+#pragma unroll 1
+    for (int32_t b = 0; b < n_blocks; ++b) {
+      const uint32_t nb = n_block + static_cast<uint32_t>(b);
+      const uint32_t stage = nb % L::kStages, phase = (nb / L::kStages) & 1;
+      const int32_t tok0 = c.token_begin + b * kBlockN;
+      const int32_t valid = c.token_end - tok0;  // tokens past it were never copied
+      const uint8_t* st = s.kv + stage * L::kStageBytes;
+      if (w % 4 == 0) trace(w / 4, 0);
+      wait_parity(&sm.full[stage][0], phase);
+      if (nb == 0 && tid == 0) grid_stamp(2);
+      if (w % 4 == 0) trace(w / 4, 1);
+
+      // Everything this block needs from the stage, then the stage goes back.
+      uint32_t kraw[4][8];
+      uint2 rraw[8];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int tok = 8 * nt + r;
+        const uint8_t* row = st + tok * kBlockwiseBytes;
+        const bool in = tok < valid;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          kraw[ks][nt] =
+              in ? *reinterpret_cast<const uint32_t*>(row + 64 * w + 16 * ks + 4 * t) : 0u;
+        }
+        rraw[nt] = rope && in ? *reinterpret_cast<const uint2*>(row + kV32RopeAt + 32 * w + 8 * t)
+                              : make_uint2(0, 0);
+      }
+      float ssc[8][2];  // the scale of tokens 8 nt + 2t + e (S's columns), group `group`
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          ssc[nt][e] = *reinterpret_cast<const float*>(st + (8 * nt + 2 * t + e) * kBlockwiseBytes +
+                                                       kV32ScaleAt + 4 * group);
+        }
+      }
+      float4 psc[4];  // the four scales of the softmax's tokens tq .. tq + 3 (0 past valid)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        psc[i] =
+            tq + i < valid
+                ? *reinterpret_cast<const float4*>(st + (tq + i) * kBlockwiseBytes + kV32ScaleAt)
+                : make_float4(0, 0, 0, 0);
+      }
+      arrive(&sm.empty[stage]);
+
+      // S_w: K widened (kept: it is V below), the products, the scales, the RoPE part.
+      uint32_t kb[4][8][2];
+      float sacc[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sacc[nt][i] = 0.0f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          fp8::widen4<__nv_bfloat16>(kraw[ks][nt], kb[ks][nt][0], kb[ks][nt][1]);
+          ptx::mma_sync_m16n8k16_f32_bf16(sacc[nt], qa[ks], kb[ks][nt][0], kb[ks][nt][1]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        sacc[nt][0] *= ssc[nt][0];
+        sacc[nt][1] *= ssc[nt][1];
+        sacc[nt][2] *= ssc[nt][0];
+        sacc[nt][3] *= ssc[nt][1];
+        if (rope) ptx::mma_sync_m16n8k16_f32_bf16(sacc[nt], qr, rraw[nt].x, rraw[nt].y);
+      }
+      // The part, as [warp][head][token].
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          *reinterpret_cast<float2*>(red + (w * kMmaRows + r + 8 * e) * kRedStride + 8 * nt +
+                                     2 * t) = make_float2(sacc[nt][2 * e], sacc[nt][2 * e + 1]);
+        }
+      }
+      consumer_sync(kEpilogueBarrier);
+      if (w % 4 == 0) trace(w / 4, 3);
+
+      // Softmax: head hh, tokens tq .. tq + 3.
+      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int v = 0; v < kMmaWarps; ++v) {
+        const float4 y =
+            *reinterpret_cast<const float4*>(red + (v * kMmaRows + hh) * kRedStride + tq);
+        x[0] += y.x;
+        x[1] += y.y;
+        x[2] += y.z;
+        x[3] += y.w;
+      }
+      float bm = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (tok0 + tq + i >= limit) x[i] = -INFINITY;
+        bm = fmaxf(bm, x[i]);
+      }
+      bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+      if (lane % 2 == 0) heads.maxima(hh)[w] = bm;
+      consumer_sync(kEpilogueBarrier);
+      float mx = m;
+      {
+        const float4 a = *reinterpret_cast<const float4*>(heads.maxima(hh));
+        const float4 b4 = *reinterpret_cast<const float4*>(heads.maxima(hh) + 4);
+        mx = fmaxf(fmaxf(fmaxf(mx, a.x), fmaxf(a.y, a.z)), fmaxf(fmaxf(a.w, b4.x), b4.y));
+        mx = fmaxf(mx, fmaxf(b4.z, b4.w));
+      }
+      const MaxStep step = max_step(m, mx, scale_log2);
+      float pv[4], sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pv[i] = ptx::ex2_approx_ftz_f32(x[i] * scale_log2 - step.scaled);
+        sum += pv[i];
+      }
+      l = l * step.alpha + sum;
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        const uint2 v =
+            make_uint2(pack_bf16(pv[0] * part_of(psc[0], g), pv[1] * part_of(psc[1], g)),
+                       pack_bf16(pv[2] * part_of(psc[2], g), pv[3] * part_of(psc[3], g)));
+        *reinterpret_cast<uint2*>(pbuf + (g * kMmaRows + hh) * kPStride + tq) = v;
+      }
+      if (w == 0 && lane % 2 == 0) heads.alpha(hh) = step.alpha;
+      consumer_sync(kEpilogueBarrier);
+      if (w % 4 == 0) trace(w / 4, 4);
+
+      // O_w *= alpha; O_w += P_g V.
+      const float a0 = heads.alpha(r), a1 = heads.alpha(r + 8);
+      if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            o[ks][hf][0] *= a0;
+            o[ks][hf][1] *= a0;
+            o[ks][hf][2] *= a1;
+            o[ks][hf][3] *= a1;
+          }
+        }
+      }
+      const uint32_t p_addr =
+          ptx::smem_u32(pbuf + (group * kMmaRows + lane % 16) * kPStride + 8 * (lane / 16));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t pa[4];
+        ptx::ldmatrix_sync_x4(pa, p_addr + 32 * j);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            ptx::mma_sync_m16n8k16_f32_bf16(o[ks][hf], pa, ptx::movmatrix_trans(kb[ks][2 * j][hf]),
+                                            ptx::movmatrix_trans(kb[ks][2 * j + 1][hf]));
+          }
+        }
+      }
+      if (w % 4 == 0) trace(w / 4, 5);
+    }
+    n_block += static_cast<uint32_t>(n_blocks);
+    if (tid == 0) grid_stamp(3);
+
+    // Epilogue: head hh's sum over the 16 threads that hold parts of it, its LSE and factor.
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    if (lane % 2 == 0) heads.sums(hh)[w] = l;
+    if (w == 0 && lane % 2 == 0) heads.max(hh) = m;
+    consumer_sync(kEpilogueBarrier);
+    const bool direct = c.slot == -1;
+    if (tid < kMmaRows) {
+      const int h = tid;
+      const int32_t row = row0 + h;
+      float total = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kMmaWarps; ++v) total += heads.sums(h)[v];
+      const float mh = heads.max(h);
+      const float scaled = mh == -INFINITY ? 0.0f : mh * scale_log2;
+      const bool any = total > 0.0f;
+      const float lse = any ? (scaled + log2f(total)) * kLn2 : -INFINITY;
+      float factor = any ? 1.0f / total : 0.0f;
+      if (row < p.rows) {
+        if (direct && p.sinks != nullptr && any) factor /= 1.0f + expf(p.sinks[row % p.h_q] - lse);
+        if (!direct) {
+          p.plan.partial_lse[int64_t{c.slot} * p.rows + row] = lse;
+        } else if (p.lse != nullptr && row < p.out_view.live_rows(c.request, p.rows)) {
+          p.lse[p.out_view.lse_index(c.request, row, p.rows)] = lse * p.lse_scale;
+        }
+      }
+      heads.factor(h) = factor * scales.v;
+    }
+    consumer_sync(kEpilogueBarrier);
+    const int32_t live = direct ? p.out_view.live_rows(c.request, p.rows) : p.rows;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t row = row0 + r + 8 * e;
+      if (row >= live) continue;
+      const float f = heads.factor(r + 8 * e);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const int dim = 64 * w + 16 * ks + 4 * t;
+        const float4 v = make_float4(o[ks][0][2 * e] * f, o[ks][0][2 * e + 1] * f,
+                                     o[ks][1][2 * e] * f, o[ks][1][2 * e + 1] * f);
+        if (direct) {
+          __nv_bfloat16* g =
+              static_cast<__nv_bfloat16*>(p.out) + p.out_view.offset(c.request, row) + dim;
+          *reinterpret_cast<uint2*>(g) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+        } else {
+          *reinterpret_cast<float4*>(p.plan.partial_out + (int64_t{c.slot} * p.rows + row) * kDv +
+                                     dim) = v;
+        }
+      }
+    }
+    // The heads' sums and factors are read before the next chunk writes them.
+    consumer_sync(kEpilogueBarrier);
+  }
+  if (tid == 0) grid_stamp(4);
+}
+
+#endif  // MLAKIT_SM90_WGMMA
+
+// Schedules persistent and one-shot; q and out bf16.
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_mma_kernel(const __grid_constant__ DecodeParams p) {
+#ifdef MLAKIT_SM90_WGMMA
+  using L = SparseMmaLayout;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = ptx::smem_u32(smem_raw);
+  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  const Smem s{.q = base + L::kQOffset,
+               .kv = base + L::kKvOffset,
+               .exchange = nullptr,
+               .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
+  SmallStorage& sm = *s.small;
+  const int32_t m_tiles = (p.rows + kMmaRows - 1) / kMmaRows;
+  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
+  const auto cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  if (threadIdx.x == 0) grid_stamp(0);
+  if (threadIdx.x == 0) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
+    for (int i = 0; i < L::kStages; ++i) {
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kGatherThreads);  // every producer thread's copies
+      cuda::ptx::mbarrier_init(&sm.empty[i], kConsumerThreads);
+    }
+    cuda::ptx::mbarrier_init(&sm.q_full, 1);
+    cuda::ptx::mbarrier_init(&sm.q_empty, kConsumerThreads);
+    trace_reset();
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
+  pdl::griddepcontrol_wait();
+  pdl::griddepcontrol_launch_dependents();
+  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
+    const plan::PartPlan pp = plan::part_for_cta(p, cta);
+    if (threadIdx.x == 0) sm.part = pp;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) grid_stamp(1);
+  if (threadIdx.x >= kConsumerThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
+    produce_sparse_narrow<L, kMmaRows>(p, s, m_tile, cta);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowConsumerRegisters));
+    consume_sparse_mma(p, s, base, m_tile, cta);
+  }
+  if (threadIdx.x == 0) grid_stamp(5);
+  trace_finish();
+#endif
+}
+
+inline Status prepare_sparse_mma() {
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
+      sparse_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SparseMmaLayout::kSmemBytes));
+  cudaFuncAttributes attributes{};
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, sparse_mma_kernel));
+  if (attributes.binaryVersion != 90) {
+    return unsupported(
+        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
+        "with 90a); this build runs sm_",
+        attributes.binaryVersion, " code on the device");
+  }
+  return Status::Ok();
+}
+
+inline Status launch_sparse_mma(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
+                                bool pdl) {
+  if (cluster != 1) {
+    return Status(StatusCode::kInternal, "the sparse mma kernel runs without clusters");
+  }
+  trace_print_at_exit();
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(sparse_mma_kernel, grid, dim3(kThreads),
+                                           SparseMmaLayout::kSmemBytes, stream, pdl, 1u, p));
+  return Status::Ok();
+}
+
+}  // namespace mlakit::sm90
