@@ -20,6 +20,8 @@
 //             registers transposed by movmatrix (8 x 8 blocks): V is the latent, already widened.
 // Three barriers of the 256 consumer threads per block. The output dims come out in the same
 // per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row, one 16-byte store.
+// Trace points (trace.cuh): warps 0 and 4 (roles 0, 1) 0 block start, 1 its data landed, 3 the S
+// parts out, 4 P out, 5 P V done; the producer's as in decode_sparse_narrow.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -159,7 +161,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       const uint32_t nb = n_block + static_cast<uint32_t>(b);
       const uint32_t stage = nb % L::kStages, phase = (nb / L::kStages) & 1;
       const int32_t tok0 = c.token_begin + b * kBlockN;
-      const int32_t valid = c.token_end - tok0;  // tokens past it were never copied
+      const int32_t valid = c.token_end - tok0;  // tokens past it: zero-filled, masked
       const uint8_t* st = s.kv + stage * L::kStageBytes;
       if (w % 4 == 0) trace(w / 4, 0);
       wait_parity(&sm.full[stage][0], phase);

@@ -18,7 +18,10 @@
 //                    and widens them times the token's scale (power-of-two scales in bf16 by one
 //                    multiply, exact; otherwise through fp32, one rounding); the stage goes back
 //                    once V is in registers. Output dims permuted as in the fp8 narrow tile.
-//    Tokens past a block's count are never copied: their S is masked, their V values are zeros.
+//    Tokens past a block's count are zero-filled; their S is masked, their V values are zeros.
+// Trace points (trace.cuh, trace builds only): each consumer warpgroup 0 block start, 1 its data
+// landed, 3 S done, 4 P^T out, 5 P V done; the producer (its thread 0) 8 the stage free, 10 the
+// block's copies issued, 12 the slots of the block two ahead requested.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -389,7 +392,7 @@ __device__ __forceinline__ void consume_sparse_narrow(const DecodeParams& p, con
       // O^T += V^T P^T, V^T from registers.
       const uint8_t* v_at = kv_stage + 16 * group;
       const uint8_t* scale_at = kv_stage + kV32ScaleAt + 4 * warp;
-      const bool tail = valid < kBlockN;  // tokens past the count: never copied, zeros here
+      const bool tail = valid < kBlockN;  // past the count: zero-filled, and zeros here too
       constexpr int kABuffers = kN == kNarrowPassRows ? 2 : 1;
       uint32_t av[kABuffers][kMTiles][4];
 #pragma unroll

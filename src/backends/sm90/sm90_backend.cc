@@ -217,7 +217,9 @@ const BackendEntry& sm90_backend_entry() {
           "Tactics: cluster, persistent, one-shot, and the same three with "
           "the narrow tile (h_q x s_q <= 32; any h_q with an fp8 cache, in tiles of 32 rows); for "
           "sparse decode of the V3.2 cache with a 16-bit q also split-persistent and "
-          "split-one-shot (a producer warpgroup widening from registers)",
+          "split-one-shot (a producer warpgroup widening from registers), sparse-narrow-"
+          "persistent and -one-shot (h_q <= 32; the cache widened in registers) and "
+          "sparse-mma-persistent and -one-shot (bf16 q, h_q <= 16; mma.sync)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,
