@@ -5,20 +5,8 @@
 
 namespace mlakit::sm90 {
 
-namespace {
-
-Status sparse_mma_max_active_clusters(int, int* count) {
-  *count = 0;
-  return Status::Ok();
-}
-
-}  // namespace
-
 const DecodeKernel& decode_kernel_bf16_smma() {
-  static constexpr DecodeKernel kEntry{.prepare = prepare_sparse_mma,
-                                       .launch = launch_sparse_mma,
-                                       .max_active_clusters = sparse_mma_max_active_clusters};
-  return kEntry;
+  return UnclusteredEntry<sparse_mma_kernel, SparseMmaLayout::kSmemBytes>::entry();
 }
 
 }  // namespace mlakit::sm90

@@ -411,19 +411,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status prepare_decode() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes));
-  cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(
-      cudaFuncGetAttributes(&attributes, decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>));
-  if (attributes.binaryVersion != 90) {
-    return unsupported(
-        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
-        "with 90a); this build runs sm_",
-        attributes.binaryVersion, " code on the device");
-  }
-  return Status::Ok();
+  return prepare_kernel(
+      reinterpret_cast<const void*>(&decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>),
+      LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes);
 }
 
 template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>

@@ -33,6 +33,7 @@
 #include "backends/sm90/device.cuh"
 #include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
+#include "backends/sm90/sparse_entry.cuh"
 #include "backends/sm90/trace.cuh"
 #include "core/check.h"
 #include "core/cuda_check.h"
@@ -382,8 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef MLAKIT_SM90_WGMMA
   using L = SparseMmaLayout;
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw = ptx::smem_u32(smem_raw);
-  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  uint8_t* base = aligned_smem(smem_raw);
   const Smem s{.q = base + L::kQOffset,
                .kv = base + L::kKvOffset,
                .exchange = nullptr,
@@ -404,15 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
-  pdl::griddepcontrol_wait();
-  pdl::griddepcontrol_launch_dependents();
-  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
-    const plan::PartPlan pp = plan::part_for_cta(p, cta);
-    if (threadIdx.x == 0) sm.part = pp;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) grid_stamp(1);
+  sparse_prologue(p, sm, cta);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
     produce_sparse_narrow<L, kMmaRows>(p, s, m_tile, cta);
@@ -423,31 +415,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) grid_stamp(5);
   trace_finish();
 #endif
-}
-
-inline Status prepare_sparse_mma() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
-      sparse_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SparseMmaLayout::kSmemBytes));
-  cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, sparse_mma_kernel));
-  if (attributes.binaryVersion != 90) {
-    return unsupported(
-        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
-        "with 90a); this build runs sm_",
-        attributes.binaryVersion, " code on the device");
-  }
-  return Status::Ok();
-}
-
-inline Status launch_sparse_mma(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
-                                bool pdl) {
-  if (cluster != 1) {
-    return Status(StatusCode::kInternal, "the sparse mma kernel runs without clusters");
-  }
-  trace_print_at_exit();
-  MLAKIT_CUDA_RETURN(pdl::launch_clustered(sparse_mma_kernel, grid, dim3(kThreads),
-                                           SparseMmaLayout::kSmemBytes, stream, pdl, 1u, p));
-  return Status::Ok();
 }
 
 }  // namespace mlakit::sm90

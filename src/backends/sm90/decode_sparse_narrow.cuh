@@ -38,6 +38,7 @@
 #include "backends/sm90/gather.cuh"
 #include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
+#include "backends/sm90/sparse_entry.cuh"
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
 #include "core/check.h"
@@ -452,8 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = SparseNarrowLayout<kN>;
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw = ptx::smem_u32(smem_raw);
-  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  uint8_t* base = aligned_smem(smem_raw);
   const Smem s{.q = base + L::kQOffset,
                .kv = base + L::kKvOffset,
                .exchange = reinterpret_cast<float*>(base + L::kExchangeOffset),
@@ -475,15 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
-  pdl::griddepcontrol_wait();
-  pdl::griddepcontrol_launch_dependents();
-  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
-    const plan::PartPlan pp = plan::part_for_cta(p, cta);
-    if (threadIdx.x == 0) sm.part = pp;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) grid_stamp(1);
+  sparse_prologue(p, sm, cta);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
     produce_sparse_narrow<L, kN>(p, s, m_tile, cta);
@@ -497,46 +489,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <typename T, int kN>
-Status prepare_sparse_narrow() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(sparse_narrow_kernel<T, kN>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          SparseNarrowLayout<kN>::kSmemBytes));
-  cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, sparse_narrow_kernel<T, kN>));
-  if (attributes.binaryVersion != 90) {
-    return unsupported(
-        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
-        "with 90a); this build runs sm_",
-        attributes.binaryVersion, " code on the device");
-  }
-  return Status::Ok();
-}
-
-template <typename T, int kN>
-Status launch_sparse_narrow(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
-                            bool pdl) {
-  if (cluster != 1) {
-    return Status(StatusCode::kInternal, "the sparse narrow kernel runs without clusters");
-  }
-  trace_print_at_exit();
-  MLAKIT_CUDA_RETURN(pdl::launch_clustered(sparse_narrow_kernel<T, kN>, grid, dim3(kThreads),
-                                           SparseNarrowLayout<kN>::kSmemBytes, stream, pdl, 1u, p));
-  return Status::Ok();
-}
-
-template <typename T, int kN>
-Status sparse_narrow_max_active_clusters(int, int* count) {
-  *count = 0;
-  return Status::Ok();
-}
-
-template <typename T, int kN>
 const DecodeKernel& sparse_narrow_kernel_entry() {
-  static constexpr DecodeKernel kEntry{
-      .prepare = prepare_sparse_narrow<T, kN>,
-      .launch = launch_sparse_narrow<T, kN>,
-      .max_active_clusters = sparse_narrow_max_active_clusters<T, kN>};
-  return kEntry;
+  return UnclusteredEntry<sparse_narrow_kernel<T, kN>, SparseNarrowLayout<kN>::kSmemBytes>::entry();
 }
 
 }  // namespace mlakit::sm90

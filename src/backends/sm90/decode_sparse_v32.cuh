@@ -31,6 +31,7 @@
 #include "backends/sm90/gather.cuh"
 #include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
+#include "backends/sm90/sparse_entry.cuh"
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
 #include "backends/sm90/wide_epilogue.cuh"
@@ -400,8 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = Layout<kRows>;
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw = ptx::smem_u32(smem_raw);
-  uint8_t* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  uint8_t* base = aligned_smem(smem_raw);
   const Smem s{.q = base + L::kQOffset,
                .kv = base + L::kKvOffset,
                .exchange = reinterpret_cast<float*>(base + L::kExchangeOffset),
@@ -423,15 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  // Everything below reads seq_lens or the plan (PDL contract, kernels/common/pdl.h).
-  pdl::griddepcontrol_wait();
-  pdl::griddepcontrol_launch_dependents();
-  if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
-    const plan::PartPlan pp = plan::part_for_cta(p, cta);
-    if (threadIdx.x == 0) sm.part = pp;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) grid_stamp(1);
+  sparse_prologue(p, sm, cta);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitProducerRegisters));
     produce_split<T>(p, s, m_tile, cta);
@@ -448,45 +440,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <typename T>
-Status prepare_sparse_v32() {
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(sparse_v32_kernel<T>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          Layout<kRows>::kSmemBytes));
-  cudaFuncAttributes attributes{};
-  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, sparse_v32_kernel<T>));
-  if (attributes.binaryVersion != 90) {
-    return unsupported(
-        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
-        "with 90a); this build runs sm_",
-        attributes.binaryVersion, " code on the device");
-  }
-  return Status::Ok();
-}
-
-template <typename T>
-Status launch_sparse_v32(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
-                         bool pdl) {
-  if (cluster != 1) {
-    return Status(StatusCode::kInternal, "the split sparse kernel runs without clusters");
-  }
-  trace_print_at_exit();
-  MLAKIT_CUDA_RETURN(pdl::launch_clustered(sparse_v32_kernel<T>, grid, dim3(kThreads),
-                                           Layout<kRows>::kSmemBytes, stream, pdl, 1u, p));
-  return Status::Ok();
-}
-
-template <typename T>
-Status sparse_v32_max_active_clusters(int cluster, int* count) {
-  *count = cluster == 1 ? 1 : 0;
-  return Status::Ok();
-}
-
-template <typename T>
 const DecodeKernel& sparse_v32_kernel_entry() {
-  static constexpr DecodeKernel kEntry{.prepare = prepare_sparse_v32<T>,
-                                       .launch = launch_sparse_v32<T>,
-                                       .max_active_clusters = sparse_v32_max_active_clusters<T>};
-  return kEntry;
+  return UnclusteredEntry<sparse_v32_kernel<T>, Layout<kRows>::kSmemBytes>::entry();
 }
 
 }  // namespace mlakit::sm90

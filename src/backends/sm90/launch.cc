@@ -182,6 +182,20 @@ const DecodeKernel& kernel_e4m3(DType q, DType out, int32_t tile_rows) {
 
 }  // namespace
 
+Status prepare_kernel(const void* kernel, size_t smem_bytes) {
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem_bytes)));
+  cudaFuncAttributes attributes{};
+  MLAKIT_CUDA_RETURN(cudaFuncGetAttributes(&attributes, kernel));
+  if (attributes.binaryVersion != 90) {
+    return unsupported(
+        "backend sm90 needs the library built for sm_90a (CMAKE_CUDA_ARCHITECTURES "
+        "with 90a); this build runs sm_",
+        attributes.binaryVersion, " code on the device");
+  }
+  return Status::Ok();
+}
+
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup) {
   const Problem p = plan::rows_as_requests(problem);
   const int32_t rows = p.h_q * p.s_q;

@@ -26,6 +26,10 @@ struct DecodeKernel {
   Status (*max_active_clusters)(int cluster, int* count);
 };
 
+// Sets a decode kernel's dynamic shared-memory limit; fails, naming the build, when the library
+// has no sm_90a code for it (a DecodeKernel's prepare).
+Status prepare_kernel(const void* kernel, size_t smem_bytes);
+
 // Defined in decode_<dtype>.cu (the wide tile of 64 rows) and decode_<dtype>_narrow<rows>.cu.
 const DecodeKernel& decode_kernel_bf16();
 const DecodeKernel& decode_kernel_fp16();
