@@ -183,31 +183,11 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
   while (chunks.next(&c)) {
-    // Tokens each column sees: the chunk's, and with causal MTP fewer for early tokens.
-    int32_t limit[kCols];
-    int32_t min_limit = c.token_end;
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) {
-      limit[ci] = visible_limit(p, c, row0 + col_of(ci));
-      min_limit = min(min_limit, limit[ci]);
-    }
-    const OwnBlocks share = own_blocks(c, n_block, wg);
+    int32_t limit[kCols], min_limit;
+    float m[kCols], l[kCols], o[kMTiles][kVals];
+    const OwnBlocks share = start_narrow_chunk<kN>(p, c, sm, row0, lane, wg, n_block, n_chunk,
+                                                   limit, min_limit, m, l, o);
     const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
-    float m[kCols], l[kCols];
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) {
-      m[ci] = -INFINITY;
-      l[ci] = 0.0f;
-    }
-    float o[kMTiles][kVals];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int i = 0; i < kVals; ++i) o[mt][i] = 0.0f;
-    }
-    wait_parity(&sm.q_full, n_chunk & 1);
-    ++n_chunk;
-    if (last_own < 0 && t == 0) arrive(&sm.q_empty);
 
 #pragma unroll 1
     for (int32_t b = first_own; b < n_blocks; b += 2) {

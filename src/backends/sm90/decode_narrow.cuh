@@ -233,6 +233,35 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
   consumer_sync(kEpilogueBarrier);
 }
 
+// A narrow consumer warpgroup's chunk start: each of its columns' visible limit (with causal MTP
+// fewer tokens for early query tokens) and the least of them, its share of the chunk's blocks,
+// the running maxima and sums reset, O^T zeroed, and Q waited for (given back at once when the
+// warpgroup has no block of the chunk).
+template <int kN>
+__device__ __forceinline__ OwnBlocks start_narrow_chunk(
+    const DecodeParams& p, const plan::Chunk& c, SmallStorage& sm, int32_t row0, int lane, int wg,
+    uint32_t n_block, uint32_t& n_chunk, int32_t (&limit)[kN / 4], int32_t& min_limit,
+    float (&m)[kN / 4], float (&l)[kN / 4], float (&o)[kDv / 64][kN / 2]) {
+  min_limit = c.token_end;
+#pragma unroll
+  for (int ci = 0; ci < kN / 4; ++ci) {
+    limit[ci] = visible_limit(p, c, row0 + narrow_col(lane, ci));
+    min_limit = min(min_limit, limit[ci]);
+    m[ci] = -INFINITY;
+    l[ci] = 0.0f;
+  }
+#pragma unroll
+  for (int mt = 0; mt < kDv / 64; ++mt) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) o[mt][i] = 0.0f;
+  }
+  const OwnBlocks share = own_blocks(c, n_block, wg);
+  wait_parity(&sm.q_full, n_chunk & 1);
+  ++n_chunk;
+  if (share.last < 0 && threadIdx.x % 128 == 0) arrive(&sm.q_empty);
+  return share;
+}
+
 template <typename T, int kN, bool kV4>
 __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                int32_t cta) {
@@ -267,31 +296,11 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};
   while (chunks.next(&c)) {
-    // Tokens each column sees: the chunk's, and with causal MTP fewer for early tokens.
-    int32_t limit[kCols];
-    int32_t min_limit = c.token_end;
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) {
-      limit[ci] = visible_limit(p, c, row0 + col_of(ci));
-      min_limit = min(min_limit, limit[ci]);
-    }
-    const OwnBlocks share = own_blocks(c, n_block, wg);
+    int32_t limit[kCols], min_limit;
+    float m[kCols], l[kCols], o[kMTiles][kVals];
+    const OwnBlocks share = start_narrow_chunk<kN>(p, c, sm, row0, lane, wg, n_block, n_chunk,
+                                                   limit, min_limit, m, l, o);
     const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
-    float m[kCols], l[kCols];
-#pragma unroll
-    for (int ci = 0; ci < kCols; ++ci) {
-      m[ci] = -INFINITY;
-      l[ci] = 0.0f;
-    }
-    float o[kMTiles][kVals];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int i = 0; i < kVals; ++i) o[mt][i] = 0.0f;
-    }
-    wait_parity(&sm.q_full, n_chunk & 1);
-    ++n_chunk;
-    if (last_own < 0 && t == 0) arrive(&sm.q_empty);
 
 #pragma unroll 1
     for (int32_t b = first_own; b < n_blocks; b += 2) {
