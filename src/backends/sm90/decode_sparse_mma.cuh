@@ -35,12 +35,8 @@
 #include "backends/sm90/params.h"
 #include "backends/sm90/sparse_entry.cuh"
 #include "backends/sm90/trace.cuh"
-#include "core/check.h"
-#include "core/cuda_check.h"
 #include "kernels/common/fp8.cuh"
-#include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
-#include "plan/part_plan.cuh"
 #include "plan/work.cuh"
 
 namespace mlakit::sm90 {
@@ -86,11 +82,6 @@ struct MmaHeads {
   __device__ __forceinline__ float& max(int h) const { return maxima(h)[2 * kMmaWarps + 1]; }
   __device__ __forceinline__ float& factor(int h) const { return maxima(h)[2 * kMmaWarps + 2]; }
 };
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 __device__ __forceinline__ float part_of(const float4& v, int g) {
   return g == 0 ? v.x : g == 1 ? v.y : g == 2 ? v.z : v.w;
@@ -277,9 +268,9 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       l = l * step.alpha + sum;
 #pragma unroll
       for (int g = 0; g < 4; ++g) {
-        const uint2 v =
-            make_uint2(pack_bf16(pv[0] * part_of(psc[0], g), pv[1] * part_of(psc[1], g)),
-                       pack_bf16(pv[2] * part_of(psc[2], g), pv[3] * part_of(psc[3], g)));
+        const uint2 v = make_uint2(
+            pack2f<__nv_bfloat16>(pv[0] * part_of(psc[0], g), pv[1] * part_of(psc[1], g)),
+            pack2f<__nv_bfloat16>(pv[2] * part_of(psc[2], g), pv[3] * part_of(psc[3], g)));
         *reinterpret_cast<uint2*>(pbuf + (g * kMmaRows + hh) * kPStride + tq) = v;
       }
       if (w == 0 && lane % 2 == 0) heads.alpha(hh) = step.alpha;
@@ -362,7 +353,8 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
         if (direct) {
           __nv_bfloat16* g =
               static_cast<__nv_bfloat16*>(p.out) + p.out_view.offset(c.request, row) + dim;
-          *reinterpret_cast<uint2*>(g) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+          *reinterpret_cast<uint2*>(g) =
+              make_uint2(pack2f<__nv_bfloat16>(v.x, v.y), pack2f<__nv_bfloat16>(v.z, v.w));
         } else {
           *reinterpret_cast<float4*>(p.plan.partial_out + (int64_t{c.slot} * p.rows + row) * kDv +
                                      dim) = v;

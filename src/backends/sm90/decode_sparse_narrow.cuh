@@ -41,12 +41,8 @@
 #include "backends/sm90/sparse_entry.cuh"
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
-#include "core/check.h"
-#include "core/cuda_check.h"
 #include "kernels/common/fp8.cuh"
-#include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
-#include "plan/part_plan.cuh"
 #include "plan/work.cuh"
 
 namespace mlakit::sm90 {
@@ -84,9 +80,8 @@ static_assert(fits_launch({kSparseNarrowProducerRegisters, kSparseNarrowConsumer
 #ifdef MLAKIT_SM90_WGMMA
 
 // Where a token's parts lie in its 656 bytes.
-inline constexpr int kV32ScaleAt = kDv;         // 4 fp32 scales, one per 128 dims
-inline constexpr int kV32RopeAt = kDv + 16;     // 64 bf16
-inline constexpr int kV32ScaleGroup = kDv / 4;  // dims per scale
+inline constexpr int kV32ScaleAt = kDv;      // 4 fp32 scales, one per 128 dims
+inline constexpr int kV32RopeAt = kDv + 16;  // 64 bf16
 
 // The producer warpgroup: the Q tile per chunk (its first warp), then each block's tokens as
 // cached by cp.async: warp w copies tokens 16w .. 16w + 15, their 16 x 41 pieces of 16 bytes

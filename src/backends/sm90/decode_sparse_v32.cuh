@@ -35,12 +35,8 @@
 #include "backends/sm90/trace.cuh"
 #include "backends/sm90/wgmma.cuh"
 #include "backends/sm90/wide_epilogue.cuh"
-#include "core/check.h"
-#include "core/cuda_check.h"
 #include "kernels/common/fp8.cuh"
-#include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
-#include "plan/part_plan.cuh"
 #include "plan/work.cuh"
 
 namespace mlakit::sm90 {
