@@ -42,9 +42,13 @@
 namespace mlakit::sm90 {
 
 inline constexpr int kMmaWarps = kConsumerThreads / 32;  // 8
-inline constexpr int kMmaRows = 16;                      // query rows: mma's M
-inline constexpr int kRedStride = kBlockN + 8;           // floats a row of a warp's S part
-inline constexpr int kPStride = kBlockN + 8;             // bf16 a row of a P copy (144 bytes)
+// Registers after setmaxnreg (the producer's and the CTA's shape: decode_sparse_narrow.cuh).
+inline constexpr int kMmaProducerRegisters = 40;
+inline constexpr int kMmaConsumerRegisters = 216;
+static_assert(fits_sparse_launch({kMmaProducerRegisters, kMmaConsumerRegisters}));
+inline constexpr int kMmaRows = 16;             // query rows: mma's M
+inline constexpr int kRedStride = kBlockN + 8;  // floats a row of a warp's S part
+inline constexpr int kPStride = kBlockN + 8;    // bf16 a row of a P copy (144 bytes)
 
 // The shared-memory plan: Q (16 rows, as the 16-bit narrow tile holds it), three stages of 64
 // tokens as cached, each warp's part of S, the heads' block maxima and steps, the four P copies,
@@ -370,7 +374,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 #endif  // MLAKIT_SM90_WGMMA
 
 // Schedules persistent and one-shot; q and out bf16.
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kSparseThreads, 1)
     sparse_mma_kernel(const __grid_constant__ DecodeParams p) {
 #ifdef MLAKIT_SM90_WGMMA
   using L = SparseMmaLayout;
@@ -388,7 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
-      cuda::ptx::mbarrier_init(&sm.full[i][0], kGatherThreads);  // every producer thread's copies
+      // every producer thread's copies
+      cuda::ptx::mbarrier_init(&sm.full[i][0], 32 * kSparseProducerWarps);
       cuda::ptx::mbarrier_init(&sm.empty[i], kConsumerThreads);
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
@@ -398,10 +403,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   sparse_prologue(p, sm, cta);
   if (threadIdx.x >= kConsumerThreads) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
-    produce_sparse_narrow<L, kMmaRows>(p, s, m_tile, cta);
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kMmaProducerRegisters));
+    produce_sparse_narrow<L, kMmaRows, kSparseProducerWarps>(p, s, m_tile, cta);
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowConsumerRegisters));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMmaConsumerRegisters));
     consume_sparse_mma(p, s, base, m_tile, cta);
   }
   if (threadIdx.x == 0) grid_stamp(5);

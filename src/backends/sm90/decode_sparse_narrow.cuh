@@ -73,9 +73,19 @@ struct SparseNarrowLayout {
   static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
 };
 
-inline constexpr int kSparseNarrowProducerRegisters = 40;
+// The producer of the sparse narrow and mma kernels: two warpgroups. A warp's cp.async stream of
+// random 656-byte rows runs at ~0.5 TB/s on the H200 whatever its depth: 4 warps an SM gather
+// ~2.0 TB/s, 8 ~3.1, 16 ~3.4 (bench/micro/gather_copy_rate.cu, 2026-11-28).
+inline constexpr int kSparseProducerWarps = 8;
+inline constexpr int kSparseThreads = kConsumerThreads + 32 * kSparseProducerWarps;  // 512
+// Registers after setmaxnreg: the CTA starts with 128 each (65536 / 512).
+constexpr bool fits_sparse_launch(RegisterSplit r) {
+  return 32 * kSparseProducerWarps * r.producer + kConsumerThreads * r.consumer <=
+         kSparseThreads * (65536 / kSparseThreads / 8 * 8);
+}
+inline constexpr int kSparseNarrowProducerRegisters = 24;
 inline constexpr int kSparseNarrowConsumerRegisters = 232;
-static_assert(fits_launch({kSparseNarrowProducerRegisters, kSparseNarrowConsumerRegisters}));
+static_assert(fits_sparse_launch({kSparseNarrowProducerRegisters, kSparseNarrowConsumerRegisters}));
 
 #ifdef MLAKIT_SM90_WGMMA
 
@@ -83,21 +93,23 @@ static_assert(fits_launch({kSparseNarrowProducerRegisters, kSparseNarrowConsumer
 inline constexpr int kV32ScaleAt = kDv;      // 4 fp32 scales, one per 128 dims
 inline constexpr int kV32RopeAt = kDv + 16;  // 64 bf16
 
-// The producer warpgroup: the Q tile per chunk (its first warp), then each block's tokens as
-// cached by cp.async: warp w copies tokens 16w .. 16w + 15, their 16 x 41 pieces of 16 bytes
-// spread over the lanes in order (piece i of the warp's bytes is lane i % 32's, instruction
-// i / 32), so every instruction reads whole 512-byte runs; pieces of tokens past the block's
-// count are zero-filled without a read. Each thread's copies then arrive on the stage's barrier
-// (cp.async.mbarrier.arrive.noinc, 128 arrivals) and it moves on: nothing waits for them here.
-// (One bulk copy per token, from one warp, issued at ~5000 cycles a block on the H200: the
-// copies, not the consumers, set the pace; 2026-11-28.) The slots are read two blocks ahead.
+// The producer's kWarps warps: the Q tile per chunk (the first warp), then each block's tokens as
+// cached by cp.async: warp w copies tokens kT w .. kT w + kT - 1 (kT = 64 / kWarps), their kT x 41
+// pieces of 16 bytes spread over the lanes in order (piece i of the warp's bytes is lane i % 32's,
+// instruction i / 32), so every instruction reads whole 512-byte runs; pieces of tokens past the
+// block's count are zero-filled without a read. Each thread's copies then arrive on the stage's
+// barrier (cp.async.mbarrier.arrive.noinc, 32 kWarps arrivals) and it moves on: nothing waits for
+// them here. A warp's stream runs at a fixed rate (above): the sparse mma kernel at h_q 16, batch
+// 128 took 103 us with 4 warps, 90 with 8; with 8, the copies alone (consumers only releasing)
+// 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The slots are read two blocks
+// ahead.
 // L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
-template <typename L, int kN>
+template <typename L, int kN, int kWarps = 4>
 __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
                                                       int m_tile, int32_t cta) {
   constexpr int kPieces = kBlockwiseBytes / 16;  // 41 a token
-  constexpr int kWarpTokens = kBlockN / 4;       // 16 a warp
-  static_assert(kBlockwiseBytes % 16 == 0);
+  constexpr int kWarpTokens = kBlockN / kWarps;  // 16 or 8 a warp
+  static_assert(kBlockwiseBytes % 16 == 0 && kBlockN % kWarps == 0);
   const int t = static_cast<int>(threadIdx.x) - kConsumerThreads;
   const int warp = __shfl_sync(0xffffffffu, t / 32, 0);
   const int lane = t % 32;
@@ -424,7 +436,7 @@ __device__ __forceinline__ void consume_sparse_narrow(const DecodeParams& p, con
 
 // T: q's type and out's (bf16 or fp16); kN: 16 or 32 rows. Schedules persistent and one-shot.
 template <typename T, int kN>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kSparseThreads, 1)
     sparse_narrow_kernel(const __grid_constant__ DecodeParams p) {
   using L = SparseNarrowLayout<kN>;
 #ifdef MLAKIT_SM90_WGMMA
@@ -442,7 +454,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
-      cuda::ptx::mbarrier_init(&sm.full[i][0], kGatherThreads);  // every producer thread's copies
+      // every producer thread's copies
+      cuda::ptx::mbarrier_init(&sm.full[i][0], 32 * kSparseProducerWarps);
       cuda::ptx::mbarrier_init(&sm.empty[i], 128);  // every thread of the owning warpgroup
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
@@ -454,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   sparse_prologue(p, sm, cta);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowProducerRegisters));
-    produce_sparse_narrow<L, kN>(p, s, m_tile, cta);
+    produce_sparse_narrow<L, kN, kSparseProducerWarps>(p, s, m_tile, cta);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSparseNarrowConsumerRegisters));
     consume_sparse_narrow<T, kN>(p, s, m_tile, cta);
@@ -466,7 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T, int kN>
 const DecodeKernel& sparse_narrow_kernel_entry() {
-  return UnclusteredEntry<sparse_narrow_kernel<T, kN>, SparseNarrowLayout<kN>::kSmemBytes>::entry();
+  return UnclusteredEntry<sparse_narrow_kernel<T, kN>, SparseNarrowLayout<kN>::kSmemBytes,
+                          kSparseThreads>::entry();
 }
 
 }  // namespace mlakit::sm90

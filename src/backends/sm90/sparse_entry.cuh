@@ -45,7 +45,7 @@ __device__ __forceinline__ void sparse_prologue(const DecodeParams& p, SmallStor
 }
 
 // The entry of kernel kKernel (kThreads threads, kSmemBytes of dynamic shared memory, no cluster).
-template <auto kKernel, size_t kSmemBytes>
+template <auto kKernel, size_t kSmemBytes, int kBlockThreads = kThreads>
 struct UnclusteredEntry {
   static Status prepare() {
     return prepare_kernel(reinterpret_cast<const void*>(kKernel), kSmemBytes);
@@ -55,7 +55,7 @@ struct UnclusteredEntry {
     if (cluster != 1) return Status(StatusCode::kInternal, "a sparse kernel runs without clusters");
     trace_print_at_exit();
     MLAKIT_CUDA_RETURN(
-        pdl::launch_clustered(kKernel, grid, dim3(kThreads), kSmemBytes, stream, pdl, 1u, p));
+        pdl::launch_clustered(kKernel, grid, dim3(kBlockThreads), kSmemBytes, stream, pdl, 1u, p));
     return Status::Ok();
   }
   static Status max_active_clusters(int cluster, int* count) {
