@@ -1,11 +1,11 @@
 // The sm90 sparse decode kernel of the V3.2 blockwise cache (656 bytes a token) with a 16-bit q:
 // a kernel of its own, beside the dense kernels' gather (gather.cuh), for the 64-row tile
-// (docs/sparse-decode.md, "The split kernel"). Three warpgroups with fixed roles:
-//  - producer (152 registers): each thread holds its share of two tokens of the next block in
-//    registers (loaded before the block's stage is free), then, once the stage comes back,
-//    widens them to q's type and stores them into the stage in the 128-byte swizzle the wgmmas
-//    read; then loads the block after, its slots two blocks ahead and the rows of the block after
-//    that into L2.
+// (docs/sparse-decode.md, "The split kernel"). Four warpgroups with fixed roles:
+//  - producer (two warpgroups, 80 registers): each thread holds its share of one token of the
+//    next block in registers (loaded before the block's stage is free), then, once the stage
+//    comes back, widens it to q's type and stores it into the stage in the 128-byte swizzle the
+//    wgmmas read; then loads the block after, its slots two blocks ahead and the rows of the
+//    block after that into L2.
 //  - S warpgroup (192): per block S = Q K^T (m64n64k16 x 36), the mask, the online softmax, P over
 //    the stage's RoPE chunk (free once S is done) with the block's row max, then O[:, 0:256] += P
 //    V (P from registers).
@@ -41,12 +41,15 @@
 
 namespace mlakit::sm90 {
 
-// Registers after setmaxnreg of the split kernel's warpgroups: 128 x (192 + 160 + 152) is the
-// 168 x 384 the CTA starts with.
+// The split kernel's CTA: the S and V warpgroups and a producer of two warpgroups (8 warps: a
+// warp's loads of random rows stream at a fixed rate, bench/micro/gather_copy_rate.cu), 512
+// threads that start with 128 registers each. After setmaxnreg: 128 x (192 + 160) + 256 x 80.
+inline constexpr int kSplitThreads = kConsumerThreads + 256;
 inline constexpr int kSplitSRegisters = 192;
 inline constexpr int kSplitVRegisters = 160;
-inline constexpr int kSplitProducerRegisters = 152;
-static_assert(128 * (kSplitSRegisters + kSplitVRegisters + kSplitProducerRegisters) <= 168 * 384);
+inline constexpr int kSplitProducerRegisters = 80;
+static_assert(128 * (kSplitSRegisters + kSplitVRegisters) + 256 * kSplitProducerRegisters <=
+              kSplitThreads * (65536 / kSplitThreads));
 
 #ifdef MLAKIT_SM90_WGMMA
 
@@ -58,6 +61,11 @@ __device__ __forceinline__ uint4 ld_stream_v4(const uint8_t* a) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(a));
   return v;
+}
+
+// Columns 128 h .. 128 h + 127 of an N 256 accumulator (the same fragment order).
+__device__ __forceinline__ float (&half_of(float (&o)[128], int h))[64] {
+  return *reinterpret_cast<float(*)[64]>(o + 64 * h);
 }
 
 // A producer thread's share of one token: quarter u (0..3) of its 512 e4m3 values (16 bytes at
@@ -87,76 +95,62 @@ __device__ __forceinline__ void load_token(const DecodeParams& p, int32_t slot, 
   x.rope[1] = ld_stream_v4(tok + kRope + 64 + 16 * u);
 }
 
-// Tokens tk0 and tk0 + 32 of the stage at `stage` from a thread's shares: column chunk d's 16-byte
-// pieces 2u and 2u + 1 (16 values widened), the RoPE chunk's pieces u and u + 4 (as they are for
-// a bf16 q). With a bf16 q the whole warp takes the exact power-of-two widening when every scale
-// it holds allows it (a uniform branch: per value, ptxas computed both widenings and selected).
+// Token tk of the stage at `stage` from a thread's share: column chunk d's 16-byte pieces 2u and
+// 2u + 1 (16 values widened), the RoPE chunk's pieces u and u + 4 (as they are for a bf16 q).
+// With a bf16 q the whole warp takes the exact power-of-two widening when every scale it holds
+// allows it (a uniform branch: per value, ptxas computed both widenings and selected).
 template <typename T>
-__device__ __forceinline__ void store_tokens(uint32_t stage, int tk0, int u,
-                                             const SplitToken (&x)[2], float k_scale) {
-  float scales[2][4];
+__device__ __forceinline__ void store_token(uint32_t stage, int tk, int u, const SplitToken& x,
+                                            float k_scale) {
+  const float scales[4] = {
+      __uint_as_float(x.scales.x) * k_scale, __uint_as_float(x.scales.y) * k_scale,
+      __uint_as_float(x.scales.z) * k_scale, __uint_as_float(x.scales.w) * k_scale};
   bool pow2 = true;
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    scales[k][0] = __uint_as_float(x[k].scales.x) * k_scale;
-    scales[k][1] = __uint_as_float(x[k].scales.y) * k_scale;
-    scales[k][2] = __uint_as_float(x[k].scales.z) * k_scale;
-    scales[k][3] = __uint_as_float(x[k].scales.w) * k_scale;
-#pragma unroll
-    for (int g = 0; g < 4; ++g) pow2 = pow2 && pow2_scale(scales[k][g]);
-  }
-  auto put = [&](int k, int d, const uint32_t(&w)[8]) {
+  for (int g = 0; g < 4; ++g) pow2 = pow2 && pow2_scale(scales[g]);
+  auto put = [&](int d, const uint32_t(&w)[8]) {
     const uint32_t at = stage + d * kChunkBytes;
-    const int tk = tk0 + 32 * k;
     st_shared_v4(at + swizzled(tk, u * 32), w[0], w[1], w[2], w[3]);
     st_shared_v4(at + swizzled(tk, u * 32 + 16), w[4], w[5], w[6], w[7]);
   };
   if (std::is_same_v<T, __nv_bfloat16> && __all_sync(0xffffffffu, pow2)) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-#pragma unroll
-      for (int d = 0; d < 8; ++d) {
-        uint32_t w[8];
-        dequant16_pow2(x[k].nope[d], scales[k][d / 2], w);
-        put(k, d, w);
-      }
+    for (int d = 0; d < 8; ++d) {
+      uint32_t w[8];
+      dequant16_pow2(x.nope[d], scales[d / 2], w);
+      put(d, w);
     }
   } else {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-#pragma unroll
-      for (int d = 0; d < 8; ++d) {
-        uint32_t w[8];
-        dequant16_any<T>(x[k].nope[d], scales[k][d / 2], w);
-        put(k, d, w);
-      }
+    for (int d = 0; d < 8; ++d) {
+      uint32_t w[8];
+      dequant16_any<T>(x.nope[d], scales[d / 2], w);
+      put(d, w);
     }
   }
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
+  for (int h = 0; h < 2; ++h) {
+    uint32_t w[4] = {x.rope[h].x, x.rope[h].y, x.rope[h].z, x.rope[h].w};
+    if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t w[4] = {x[k].rope[h].x, x[k].rope[h].y, x[k].rope[h].z, x[k].rope[h].w};
-      if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-          w[i] = pack2f<__half>(f.x, f.y);
-        }
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+        w[i] = pack2f<__half>(f.x, f.y);
       }
-      st_shared_v4(stage + kPChunk * kChunkBytes + swizzled(tk0 + 32 * k, 16 * u + 64 * h), w[0],
-                   w[1], w[2], w[3]);
     }
+    st_shared_v4(stage + kPChunk * kChunkBytes + swizzled(tk, 16 * u + 64 * h), w[0], w[1], w[2],
+                 w[3]);
   }
 }
 
-// The producer warpgroup (threads 256..383). Thread t of it holds quarter u = lane / 8 of tokens
-// 8 (t / 32) + lane % 8 and that + 32 of each block: per warp store instruction 8 tokens' same
-// piece, conflict-free in the swizzle. Walks the same chunks as the consumers; block by block:
-// wait for the stage, widen and store the held block, arrive on the stage's barrier (128
-// arrivals), then load the next block of the chunk. The slots run two blocks ahead of the loads
-// and the rows of the block after the next go into L2 meanwhile, so that neither load waits for
-// another. A chunk starts with its first block's slots and loads, then (producer warp 0) its Q
+// The producer (threads 256..511). Thread t of it holds quarter u = lane / 8 of token
+// 8 (t / 32) + lane % 8 of each block: per warp store instruction 8 tokens' same piece,
+// conflict-free in the swizzle. Walks the same chunks as the consumers; block by block: wait for
+// the stage, widen and store the held block, arrive on the stage's barrier (256 arrivals), then
+// load the next block of the chunk. (With one warpgroup holding two tokens a thread, h_q 64 and
+// 128 at batch 128 took 6-7% longer on the H200, 2026-11-28.) The slots run two blocks ahead of the
+// loads and the rows of the block after the next go into L2 meanwhile, so that neither load waits
+// for another. A chunk starts with its first block's slots and loads, then (producer warp 0) its Q
 // tile, which waits until the S warpgroup is done with the previous one. One call site each for
 // the chunk walk and the loads (the producer's code is fetched beside the consumers').
 template <typename T>
@@ -167,7 +161,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
   const int warp = __shfl_sync(0xffffffffu, t / 32, 0);
   const int lane = t % 32;
   const int u = lane / 8;
-  const int tk0 = warp * 8 + lane % 8;  // and tk0 + 32
+  const int tk = warp * 8 + lane % 8;
   SmallStorage& sm = *s.small;
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const float k_scale = fp8::read_scales(p).v;
@@ -175,51 +169,39 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   plan::Chunk c{};
   uint32_t n_chunk = 0, n_block = 0;
-  SplitToken x[2];
-  // The slots of tokens tk0, tk0 + 32 of the block at tok0 (-1 past the chunk's end).
-  auto slots_at = [&](int32_t tok0, int32_t(&sl)[2]) {
+  SplitToken x;
+  // The slot of token tk of the block at tok0 (-1 past the chunk's end).
+  auto slot_at = [&](int32_t tok0) {
     const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int32_t tok = tok0 + tk0 + 32 * k;
-      sl[k] = tok < c.token_end ? table[tok] : -1;
-    }
+    const int32_t tok = tok0 + tk;
+    return tok < c.token_end ? table[tok] : -1;
   };
-  auto prefetch = [&](const int32_t(&sl)[2]) {
-    if (u == 0) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        if (sl[k] >= 0) {
-          prefetch_l2(p.kv_cache + int64_t{sl[k]} * p.kv_view.stride_page, kBlockwiseBytes);
-        }
-      }
+  auto prefetch = [&](int32_t sl) {
+    if (u == 0 && sl >= 0) {
+      prefetch_l2(p.kv_cache + int64_t{sl} * p.kv_view.stride_page, kBlockwiseBytes);
     }
   };
   // sl1: the slots of the block to load next; sl2, sl3: of the two after it (sl3's rows are
   // prefetched into L2 as sl1's are loaded: two blocks of the producer's time ahead).
-  int32_t tok0 = 0, sl1[2] = {-1, -1}, sl2[2] = {-1, -1}, sl3[2] = {-1, -1};
+  int32_t tok0 = 0, sl1 = -1, sl2 = -1, sl3 = -1;
   bool load = false;  // the block at tok0 is to be loaded
   while (true) {
     if (load) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) load_token(p, sl1[k], u, x[k]);
+      load_token(p, sl1, u, x);
       load = false;
       prefetch(sl3);
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        sl1[k] = sl2[k];
-        sl2[k] = sl3[k];
-      }
-      slots_at(tok0 + 3 * kBlockN, sl3);
+      sl1 = sl2;
+      sl2 = sl3;
+      sl3 = slot_at(tok0 + 3 * kBlockN);
       continue;
     }
     if (tok0 >= c.token_end) {
       if (!chunks.next(&c)) return;
       // The slots first (nothing waits on them yet), then the Q tile, then the first loads.
       tok0 = c.token_begin;
-      slots_at(tok0, sl1);
-      slots_at(tok0 + kBlockN, sl2);
-      slots_at(tok0 + 2 * kBlockN, sl3);
+      sl1 = slot_at(tok0);
+      sl2 = slot_at(tok0 + kBlockN);
+      sl3 = slot_at(tok0 + 2 * kBlockN);
       if (warp == 0) issue_q<L, kRows>(p, s, c, row0, n_chunk, lane);
       ++n_chunk;
       if (tok0 < c.token_end) {
@@ -232,7 +214,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
     const uint32_t stage_addr = kv_addr + stage * kTileBytes;
     wait_parity(&sm.empty[stage], phase ^ 1);
     if (warp == 0) trace(2, 8);
-    store_tokens<T>(stage_addr, tk0, u, x, k_scale);
+    store_token<T>(stage_addr, tk, u, x, k_scale);
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by wgmma
     arrive(&sm.full[stage][0]);
     if (warp == 0) trace(2, 12);
@@ -317,7 +299,13 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
-        wgmma_m64n256k16_rs_tb<T>(o, a, desc_advance(v_desc, kk * 16 * 128), 1);
+        // Two N 128 halves: an N 256 instruction's 128 accumulators do not fit the 128 registers
+        // a thread of a 512-thread CTA starts with (ptxas checks each instruction against it).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wgmma_m64n128k16_rs_tb<T>(half_of(o, h), a,
+                                    desc_advance(v_desc, h * 2 * kChunkBytes + kk * 16 * 128), 1);
+        }
       }
       wgmma_commit_group();
       wgmma_wait_group<0>();
@@ -374,8 +362,11 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        wgmma_m64n256k16_tb<T>(o, desc_advance(p_desc, kk * 32),
-                               desc_advance(v_desc, kk * 16 * 128), 1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wgmma_m64n128k16_tb<T>(half_of(o, h), desc_advance(p_desc, kk * 32),
+                                 desc_advance(v_desc, h * 2 * kChunkBytes + kk * 16 * 128), 1);
+        }
       }
       wgmma_commit_group();
       wgmma_wait_group<0>();
@@ -392,7 +383,7 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
 
 // T: q's type and out's (bf16 or fp16). Schedules persistent and one-shot.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kSplitThreads, 1)
     sparse_v32_kernel(const __grid_constant__ DecodeParams p) {
   using L = Layout<kRows>;
 #ifdef MLAKIT_SM90_WGMMA
@@ -410,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < kStages; ++i) {
-      cuda::ptx::mbarrier_init(&sm.full[i][0], kGatherThreads);
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kSplitThreads - kConsumerThreads);
       cuda::ptx::mbarrier_init(&sm.empty[i], 2);
       cuda::ptx::mbarrier_init(&sm.published[i], 128);
     }
@@ -424,7 +415,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitProducerRegisters));
     produce_split<T>(p, s, m_tile, cta);
   } else if (threadIdx.x >= 128) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitVRegisters));
+    // 512 threads start with 128 registers: the V warpgroup's 160 are an increase.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitVRegisters));
     consume_split_v<T>(p, s, m_tile, cta);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitSRegisters));
@@ -437,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T>
 const DecodeKernel& sparse_v32_kernel_entry() {
-  return UnclusteredEntry<sparse_v32_kernel<T>, Layout<kRows>::kSmemBytes>::entry();
+  return UnclusteredEntry<sparse_v32_kernel<T>, Layout<kRows>::kSmemBytes, kSplitThreads>::entry();
 }
 
 }  // namespace mlakit::sm90

@@ -220,6 +220,54 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_tb(float (&d)[128], const ui
 #endif
 }
 
+// As wgmma_m64n256k16_tb with N 128 (d: 64 accumulators).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n128k16_tb(float (&d)[64], uint64_t desc_a,
+                                                    uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            66) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLAKIT_WGMMA_N128_REGS
+                "%64, %65, p, 1, 1, 0, 1;\n}\n"
+        : MLAKIT_WGMMA_N128_OUTPUTS
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else {
+    static_assert(std::is_same_v<T, __half>);
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            66) "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLAKIT_WGMMA_N128_REGS
+                "%64, %65, p, 1, 1, 0, 1;\n}\n"
+        : MLAKIT_WGMMA_N128_OUTPUTS
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+#endif
+}
+
+// As wgmma_m64n256k16_rs_tb with N 128 (d: 64 accumulators).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            69) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLAKIT_WGMMA_N128_REGS
+                "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : MLAKIT_WGMMA_N128_OUTPUTS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  } else {
+    static_assert(std::is_same_v<T, __half>);
+    asm volatile(
+        MLAKIT_WGMMA_SCALE_D(
+            69) "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLAKIT_WGMMA_N128_REGS
+                "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : MLAKIT_WGMMA_N128_OUTPUTS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+  }
+#endif
+}
+
 // The narrow tile's operands (N 16: %0..%7, then %8 desc_a, %9 desc_b, %10 scale_d, %11 the A
 // transpose; N 32: %0..%15, then %16..%19).
 #define MLAKIT_WGMMA_N16_TAIL "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
