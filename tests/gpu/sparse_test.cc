@@ -189,6 +189,8 @@ TEST(Sm90Sparse, EveryTacticAgainstReference) {
       {.blockwise = true, .h_q = 16, .s_q = 2, .topk = 63, .batch = 4, .odd_scales = true},
       {.q = DType::kFP16, .blockwise = true, .h_q = 20, .topk = 129, .odd_scales = true},
       {.blockwise = true, .h_q = 64, .topk = 192, .batch = 2, .odd_scales = true},
+      {.blockwise = true, .h_q = 32, .topk = 300, .batch = 2, .topk_lens = true, .sinks = true},
+      {.blockwise = true, .h_q = 20, .s_q = 2, .topk = 129, .batch = 3, .odd_scales = true},
   };
   uint64_t seed = 7100;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed);

@@ -1,4 +1,4 @@
-// Sparse decode of the V3.2 cache with a bf16 q and up to 16 query rows, on mma.sync: the 8
+// Sparse decode of the V3.2 cache with a bf16 q, tiles of 16 query rows, on mma.sync: the 8
 // consumer warps share every block, each owning 64 of the 512 latent dims (so one scale group:
 // warp w, group w / 2), which it widens once and uses twice. Tactics kSparseMmaTactic + 0
 // (persistent) and + 1 (one-shot), launch.h. The producer and the stages are the sparse narrow

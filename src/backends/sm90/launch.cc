@@ -208,7 +208,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
         str_cat("0..", kSparseMmaTactic - 1,
                 " (the sparse mma kernel runs sparse decode of the V3.2 cache with a bf16 q and "
                 "h_q up to ",
-                kSmallNarrowRows, ")"),
+                kMaxNarrowRows, ")"),
         tactic);
   }
   const bool sparse_narrow = tactic >= kSparseNarrowTactic && !sparse_mma;
@@ -237,7 +237,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                             tactic);
   }
   const int32_t tile_rows = !narrow && !sparse_narrow && !sparse_mma ? kRows
-                            : rows <= kSmallNarrowRows               ? kSmallNarrowRows
+                            : rows <= kSmallNarrowRows || sparse_mma ? kSmallNarrowRows
                                                                      : kMaxNarrowRows;
   const bool bf16 = p.q_dtype == DType::kBF16;
   const DecodeKernel& kernel =
