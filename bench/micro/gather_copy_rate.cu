@@ -3,9 +3,11 @@
 // rows in flight in a ring of their own:
 //   cp.async  every lane copies 16-byte pieces (cp.async.cg), one commit group a row;
 //   bulk      lane 0 issues one cp.async.bulk a row, completing on the slot's mbarrier.
-// Before a slot is reused its row is waited for and one word of it read. Against the same bytes
-// in order. (bench/micro/gather_rate.cu measures loads into registers from many warps; on an
-// H200 they reached ~3.2 TB/s on random rows from 1024 threads an SM, ~1.2 TB/s from 256.)
+// Before a slot is reused its row is waited for and one word of it read. Each warp reads its
+// row numbers 32 rows ahead, as the decode kernels read their slots ahead. Against the same bytes
+// in order. On an H200 (2026-11-28, bench/results/2026-11-28-h200-sparse-producer, call 2): a
+// warp's copies stream at a fixed rate whatever its depth, so 4 warps an SM gather ~2.0 TB/s, 8
+// ~3.1, 16 and 32 ~3.4; random rows as fast as in order; bulk copies 10-28% slower.
 // Build and run on an sm_90a GPU (~13 GB of device memory):
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -o gather_copy_rate \
 //     bench/micro/gather_copy_rate.cu && ./gather_copy_rate

@@ -28,7 +28,9 @@ namespace {
 
 // Warp w of the grid reads rows w, w + warps, ... (kRows of them at a time, all their loads in
 // flight before any is used): row r starts at base + rows[r] * row_bytes (or r * row_bytes when
-// rows is null); its 16-byte pieces are spread over the lanes in order (row_bytes <= 1024).
+// rows is null); its 16-byte pieces are spread over the lanes in order (row_bytes <= 1024). The
+// row numbers are loaded in the loop, so random rows also wait for that load each time: their
+// rates here are lower bounds (gather_copy_rate.cu reads the numbers ahead).
 template <int kRows>
 __global__ void gather(const uint8_t* base, const int64_t* rows, int64_t n_rows, int row_bytes,
                        uint32_t* sink) {
