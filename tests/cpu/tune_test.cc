@@ -318,10 +318,11 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     int first;
   } cases[] = {
       {64, 1, 128, DType::kBF16, 7}, {128, 2, 32, DType::kFP16, 7}, {128, 1, 8, DType::kBF16, 6},
-      {64, 2, 16, DType::kBF16, 6},  {40, 1, 1, DType::kBF16, 6},   {16, 1, 128, DType::kBF16, 11},
+      {64, 2, 16, DType::kBF16, 6},  {40, 1, 1, DType::kFP16, 6},   {16, 1, 128, DType::kBF16, 11},
       {16, 1, 8, DType::kBF16, 10},  {8, 2, 8, DType::kFP16, 8},    {8, 2, 32, DType::kFP16, 9},
       {32, 1, 64, DType::kBF16, 11}, {32, 2, 8, DType::kBF16, 10},  {32, 2, 64, DType::kBF16, 9},
-      {32, 1, 128, DType::kFP16, 9}};
+      {32, 1, 128, DType::kFP16, 9}, {64, 1, 1, DType::kBF16, 10},  {64, 2, 1, DType::kBF16, 10},
+      {128, 1, 1, DType::kBF16, 10}, {128, 2, 1, DType::kBF16, 6},  {40, 1, 1, DType::kBF16, 10}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,
@@ -345,10 +346,10 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     const bool narrow = std::find(ids.begin(), ids.end(), 8) != ids.end() &&
                         std::find(ids.begin(), ids.end(), 9) != ids.end();
     EXPECT_EQ(narrow, c.h_q <= 32) << "h_q " << c.h_q;
-    // The sparse mma kernel's (10, 11): a bf16 q and up to 32 heads only.
+    // The sparse mma kernel's (10, 11): a bf16 q only.
     const bool mma = std::find(ids.begin(), ids.end(), 10) != ids.end() &&
                      std::find(ids.begin(), ids.end(), 11) != ids.end();
-    EXPECT_EQ(mma, c.h_q <= 32 && c.q == DType::kBF16) << "h_q " << c.h_q;
+    EXPECT_EQ(mma, c.q == DType::kBF16) << "h_q " << c.h_q;
   }
   for (const bool v4 : {false, true}) {
     Problem p{.h_q = 64, .page_size = 64, .max_batch = 64, .max_seq_len = 8192};

@@ -206,9 +206,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
     return invalid_argument(
         "tactic",
         str_cat("0..", kSparseMmaTactic - 1,
-                " (the sparse mma kernel runs sparse decode of the V3.2 cache with a bf16 q and "
-                "h_q up to ",
-                kMaxNarrowRows, ")"),
+                " (the sparse mma kernel runs sparse decode of the V3.2 cache with a bf16 q)"),
         tactic);
   }
   const bool sparse_narrow = tactic >= kSparseNarrowTactic && !sparse_mma;

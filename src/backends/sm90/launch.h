@@ -99,11 +99,11 @@ inline bool sparse_narrow_runs(const Problem& p) {
   return split_kernel_runs(p) && p.h_q <= kMaxNarrowRows;
 }
 // kSparseMmaTactic + 0 (persistent) and + 1 (one-shot): sparse decode of the V3.2 cache with a
-// bf16 q and h_q up to 32 on the sparse mma kernel (decode_sparse_mma.cuh), in tiles of 16 rows
-// (past 16 two tiles, each gathering every token).
+// bf16 q on the sparse mma kernel (decode_sparse_mma.cuh), in tiles of 16 rows (past 16 each
+// tile gathers every token: the split kernel's one gather wins from a few requests on).
 inline constexpr int kSparseMmaTactic = 10;
 inline bool sparse_mma_runs(const Problem& p) {
-  return split_kernel_runs(p) && p.q_dtype == DType::kBF16 && p.h_q <= kMaxNarrowRows;
+  return split_kernel_runs(p) && p.q_dtype == DType::kBF16;
 }
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).

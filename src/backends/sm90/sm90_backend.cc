@@ -160,41 +160,44 @@ std::vector<Tactic> tactics(const Problem& problem) {
     return out;
   }
   // Sparse decode of the V3.2 cache with a 16-bit q, by rows (h_q; a sparse problem's rows are
-  // requests of one query token, batch x s_q of them): past 32 rows the split kernel
-  // (decode_sparse_v32.cuh) first; with a bf16 q the sparse mma kernel (decode_sparse_mma.cuh)
-  // first up to 16 rows, and up to 32 rows while there are at most 64 rows as requests (its two
-  // 16-row tiles each gather every token), then the sparse narrow kernel
-  // (decode_sparse_narrow.cuh); otherwise up to 32 rows the sparse narrow kernel first. Each
-  // kernel's one-shot schedule first from 64 rows as requests, its persistent one below; the
-  // split kernel's tactics last up to 32 rows. On an H200 (topk 2048, s_q 1 and 2;
-  // bench/results/2026-11-28-h200-sparse-split, -sparse-narrow and -sparse-producer): split
-  // one-shot was 3-19% faster than split persistent from 64 rows as requests, persistent 4-9%
-  // faster up to 16; at h_q 8 and 16 the mma kernel's persistent schedule was 8-25% faster than
-  // any other up to 32 rows as requests, its one-shot one the fastest or within 1% of it from 64;
-  // at h_q 32 the mma kernel was 6-46% faster than the narrow kernel up to 64 rows as requests,
-  // the narrow kernel's one-shot schedule 22-29% faster than the mma kernel's from 128.
+  // requests of one query token, batch x s_q of them). With a bf16 q the sparse mma kernel
+  // (decode_sparse_mma.cuh, tiles of 16 rows, each gathering every token) first up to 16 rows,
+  // up to 32 while there are at most 64 rows as requests, and past 32 while its tiles of all
+  // requests number at most 8 (batch 1 at h_q 64 and 128). Otherwise the split kernel
+  // (decode_sparse_v32.cuh) first past 32 rows, the sparse narrow kernel
+  // (decode_sparse_narrow.cuh) first up to 32. Each kernel's one-shot schedule first from 64 rows
+  // as requests, its persistent one below; the split kernel's tactics last up to 32 rows. On an
+  // H200 (topk 2048, s_q 1 and 2; bench/results/2026-11-28-h200-sparse-split, -sparse-narrow and
+  // -sparse-producer): split one-shot was 3-19% faster than split persistent from 64 rows as
+  // requests, persistent 4-9% faster up to 16; at h_q 8 and 16 the mma kernel's persistent
+  // schedule was 8-25% faster than any other up to 32 rows as requests, its one-shot one the
+  // fastest or within 1% of it from 64; at h_q 32 the mma kernel was 6-46% faster than the narrow
+  // kernel up to 64 rows as requests, the narrow kernel's one-shot schedule 22-29% faster than the
+  // mma kernel's from 128; at h_q 64 batch 1 the mma kernel took 15.9 us (s_q 1) and 19.2 (s_q 2)
+  // against the split kernel's 20.2 and 20.7, at h_q 128 17.5 (s_q 1) against 20.5 but 24.3 (s_q
+  // 2) against 23.6, and from batch 8 it was slower at both.
   if (sm90::split_kernel_runs(p)) {
-    std::vector<Tactic> rest = dense_order(p, cluster_first);
     std::vector<Tactic> out;
+    const auto append = [&out](const std::vector<Tactic>& tactics) {
+      out.insert(out.end(), tactics.begin(), tactics.end());
+    };
     const bool one_shot_first = p.max_batch >= 64;
     const auto pair = [one_shot_first](Tactic persistent, Tactic one_shot) {
       return one_shot_first ? std::vector<Tactic>{one_shot, persistent}
                             : std::vector<Tactic>{persistent, one_shot};
     };
-    if (rows > sm90::kMaxNarrowRows) out = pair(split_persistent, split_one_shot);
+    const bool mma = sm90::sparse_mma_runs(p);
+    const int64_t mma_tiles =
+        int64_t{(rows + sm90::kSmallNarrowRows - 1) / sm90::kSmallNarrowRows} * p.max_batch;
     const bool mma_first =
-        sm90::sparse_mma_runs(p) && (rows <= sm90::kSmallNarrowRows || p.max_batch <= 64);
-    if (mma_first) out = pair(sparse_mma_persistent, sparse_mma_one_shot);
-    if (sm90::sparse_narrow_runs(p)) {
-      const std::vector<Tactic> narrow = pair(sparse_narrow_persistent, sparse_narrow_one_shot);
-      out.insert(out.end(), narrow.begin(), narrow.end());
-    }
-    if (sm90::sparse_mma_runs(p) && !mma_first) {
-      const std::vector<Tactic> mma = pair(sparse_mma_persistent, sparse_mma_one_shot);
-      out.insert(out.end(), mma.begin(), mma.end());
-    }
-    out.insert(out.end(), rest.begin(), rest.end());
-    if (rows <= sm90::kMaxNarrowRows) out.insert(out.end(), {split_persistent, split_one_shot});
+        mma && (rows <= sm90::kSmallNarrowRows ||
+                (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
+    if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
+    if (rows > sm90::kMaxNarrowRows) append(pair(split_persistent, split_one_shot));
+    if (sm90::sparse_narrow_runs(p)) append(pair(sparse_narrow_persistent, sparse_narrow_one_shot));
+    if (mma && !mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
+    append(dense_order(p, cluster_first));
+    if (rows <= sm90::kMaxNarrowRows) append({split_persistent, split_one_shot});
     return out;
   }
   return dense_order(p, cluster_first);
