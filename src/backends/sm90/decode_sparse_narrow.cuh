@@ -104,7 +104,7 @@ inline constexpr int kV32RopeAt = kDv + 16;  // 64 bf16
 // 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The slots are read two blocks
 // ahead.
 // L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
-template <typename L, int kN, int kWarps = 4>
+template <typename L, int kN, int kWarps>
 __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
                                                       int m_tile, int32_t cta) {
   constexpr int kPieces = kBlockwiseBytes / 16;  // 41 a token

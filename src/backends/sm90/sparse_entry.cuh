@@ -44,8 +44,9 @@ __device__ __forceinline__ void sparse_prologue(const DecodeParams& p, SmallStor
   if (threadIdx.x == 0) grid_stamp(1);
 }
 
-// The entry of kernel kKernel (kThreads threads, kSmemBytes of dynamic shared memory, no cluster).
-template <auto kKernel, size_t kSmemBytes, int kBlockThreads = kThreads>
+// The entry of kernel kKernel (kBlockThreads threads, kSmemBytes of dynamic shared memory, no
+// cluster).
+template <auto kKernel, size_t kSmemBytes, int kBlockThreads>
 struct UnclusteredEntry {
   static Status prepare() {
     return prepare_kernel(reinterpret_cast<const void*>(kKernel), kSmemBytes);
