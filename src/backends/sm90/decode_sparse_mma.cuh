@@ -42,10 +42,12 @@
 namespace mlakit::sm90 {
 
 inline constexpr int kMmaWarps = kConsumerThreads / 32;  // 8
-// Registers after setmaxnreg (the producer's and the CTA's shape: decode_sparse_narrow.cuh).
+// Registers after setmaxnreg (the CTA's shape: kSparseThreads, sparse_entry.cuh; the producer:
+// decode_sparse_narrow.cuh).
 inline constexpr int kMmaProducerRegisters = 40;
 inline constexpr int kMmaConsumerRegisters = 216;
-static_assert(fits_sparse_launch({kMmaProducerRegisters, kMmaConsumerRegisters}));
+static_assert(fits_sparse_launch(kMmaConsumerRegisters, kMmaConsumerRegisters,
+                                 kMmaProducerRegisters));
 inline constexpr int kMmaRows = 16;             // query rows: mma's M
 inline constexpr int kRedStride = kBlockN + 8;  // floats a row of a warp's S part
 inline constexpr int kPStride = kBlockN + 8;    // bf16 a row of a P copy (144 bytes)
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
       // every producer thread's copies
-      cuda::ptx::mbarrier_init(&sm.full[i][0], 32 * kSparseProducerWarps);
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kSparseProducerThreads);
       cuda::ptx::mbarrier_init(&sm.empty[i], kConsumerThreads);
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);

@@ -73,19 +73,11 @@ struct SparseNarrowLayout {
   static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
 };
 
-// The producer of the sparse narrow and mma kernels: two warpgroups. A warp's cp.async stream of
-// random 656-byte rows runs at ~0.5 TB/s on the H200 whatever its depth: 4 warps an SM gather
-// ~2.0 TB/s, 8 ~3.1, 16 ~3.4 (bench/micro/gather_copy_rate.cu, 2026-11-28).
-inline constexpr int kSparseProducerWarps = 8;
-inline constexpr int kSparseThreads = kConsumerThreads + 32 * kSparseProducerWarps;  // 512
-// Registers after setmaxnreg: the CTA starts with 128 each (65536 / 512).
-constexpr bool fits_sparse_launch(RegisterSplit r) {
-  return 32 * kSparseProducerWarps * r.producer + kConsumerThreads * r.consumer <=
-         kSparseThreads * (65536 / kSparseThreads / 8 * 8);
-}
+// Registers after setmaxnreg (the CTA's shape: kSparseThreads, sparse_entry.cuh).
 inline constexpr int kSparseNarrowProducerRegisters = 24;
 inline constexpr int kSparseNarrowConsumerRegisters = 232;
-static_assert(fits_sparse_launch({kSparseNarrowProducerRegisters, kSparseNarrowConsumerRegisters}));
+static_assert(fits_sparse_launch(kSparseNarrowConsumerRegisters, kSparseNarrowConsumerRegisters,
+                                 kSparseNarrowProducerRegisters));
 
 #ifdef MLAKIT_SM90_WGMMA
 
@@ -99,11 +91,10 @@ inline constexpr int kV32RopeAt = kDv + 16;  // 64 bf16
 // instruction i / 32), so every instruction reads whole 512-byte runs; pieces of tokens past the
 // block's count are zero-filled without a read. Each thread's copies then arrive on the stage's
 // barrier (cp.async.mbarrier.arrive.noinc, 32 kWarps arrivals) and it moves on: nothing waits for
-// them here. A warp's stream runs at a fixed rate (above): the sparse mma kernel at h_q 16, batch
-// 128 took 103 us with 4 warps, 90 with 8; with 8, the copies alone (consumers only releasing)
-// 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The slots are read two blocks
-// ahead.
-// L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
+// them here. A warp's stream runs at a fixed rate (sparse_entry.cuh): the sparse mma kernel at h_q
+// 16, batch 128 took 103 us with 4 warps, 90 with 8; with 8, the copies alone (consumers only
+// releasing) 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The slots are read two
+// blocks ahead. L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
 template <typename L, int kN, int kWarps>
 __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
                                                       int m_tile, int32_t cta) {
@@ -455,7 +446,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
       // every producer thread's copies
-      cuda::ptx::mbarrier_init(&sm.full[i][0], 32 * kSparseProducerWarps);
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kSparseProducerThreads);
       cuda::ptx::mbarrier_init(&sm.empty[i], 128);  // every thread of the owning warpgroup
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);

@@ -41,15 +41,12 @@
 
 namespace mlakit::sm90 {
 
-// The split kernel's CTA: the S and V warpgroups and a producer of two warpgroups (8 warps: a
-// warp's loads of random rows stream at a fixed rate, bench/micro/gather_copy_rate.cu), 512
-// threads that start with 128 registers each. After setmaxnreg: 128 x (192 + 160) + 256 x 80.
-inline constexpr int kSplitThreads = kConsumerThreads + 256;
+// Registers after setmaxnreg of the S and V warpgroups and the producer (the CTA's shape:
+// kSparseThreads, sparse_entry.cuh).
 inline constexpr int kSplitSRegisters = 192;
 inline constexpr int kSplitVRegisters = 160;
 inline constexpr int kSplitProducerRegisters = 80;
-static_assert(128 * (kSplitSRegisters + kSplitVRegisters) + 256 * kSplitProducerRegisters <=
-              kSplitThreads * (65536 / kSplitThreads));
+static_assert(fits_sparse_launch(kSplitSRegisters, kSplitVRegisters, kSplitProducerRegisters));
 
 #ifdef MLAKIT_SM90_WGMMA
 
@@ -383,7 +380,7 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
 
 // T: q's type and out's (bf16 or fp16). Schedules persistent and one-shot.
 template <typename T>
-__global__ void __launch_bounds__(kSplitThreads, 1)
+__global__ void __launch_bounds__(kSparseThreads, 1)
     sparse_v32_kernel(const __grid_constant__ DecodeParams p) {
   using L = Layout<kRows>;
 #ifdef MLAKIT_SM90_WGMMA
@@ -401,7 +398,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < kStages; ++i) {
-      cuda::ptx::mbarrier_init(&sm.full[i][0], kSplitThreads - kConsumerThreads);
+      cuda::ptx::mbarrier_init(&sm.full[i][0], kSparseProducerThreads);
       cuda::ptx::mbarrier_init(&sm.empty[i], 2);
       cuda::ptx::mbarrier_init(&sm.published[i], 128);
     }
@@ -429,7 +426,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
 
 template <typename T>
 const DecodeKernel& sparse_v32_kernel_entry() {
-  return UnclusteredEntry<sparse_v32_kernel<T>, Layout<kRows>::kSmemBytes, kSplitThreads>::entry();
+  return UnclusteredEntry<sparse_v32_kernel<T>, Layout<kRows>::kSmemBytes, kSparseThreads>::entry();
 }
 
 }  // namespace mlakit::sm90

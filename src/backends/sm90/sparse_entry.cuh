@@ -22,6 +22,19 @@
 
 namespace mlakit::sm90 {
 
+// The sparse kernels' CTA: two consumer warpgroups and a producer of two warpgroups. A warp's
+// stream of random 656-byte rows runs at a fixed rate on the H200 whatever its depth: 4 warps an
+// SM gather ~2.0 TB/s, 8 ~3.1, 16 ~3.4 (bench/micro/gather_copy_rate.cu, 2026-11-28).
+inline constexpr int kSparseProducerWarps = 8;
+inline constexpr int kSparseProducerThreads = 32 * kSparseProducerWarps;
+inline constexpr int kSparseThreads = kConsumerThreads + kSparseProducerThreads;  // 512
+// Registers after setmaxnreg of the two consumer warpgroups and the producer's threads, within
+// what the CTA starts with (65536 / 512 = 128 a thread).
+constexpr bool fits_sparse_launch(int consumer0, int consumer1, int producer) {
+  return 128 * (consumer0 + consumer1) + kSparseProducerThreads * producer <=
+         kSparseThreads * (65536 / kSparseThreads / 8 * 8);
+}
+
 // The first 1024-aligned byte of the dynamic shared memory (the swizzled tiles need it; the
 // allocation has 1024 bytes to spare).
 __device__ __forceinline__ uint8_t* aligned_smem(uint8_t* smem_raw) {
