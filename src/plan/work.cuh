@@ -22,6 +22,26 @@ struct Chunk {
 // Chunk::slot of the cluster schedule: the cluster's CTAs merge their results (plan.h).
 inline constexpr int32_t kSlotCluster = -2;
 
+// The cluster schedule's one chunk of CTA `cta` (chunk cta % S of request cta / S), whose request
+// is seq_len tokens long.
+__device__ __forceinline__ Chunk cluster_chunk(const PlanView& view, int32_t cta, int32_t seq_len) {
+  const int32_t splits = view.max_splits, size = view.cluster_size;
+  const int32_t request = cta / splits, split = cta % splits;
+  const int32_t blocks = ceil_div(seq_len, view.block_n);
+  const int32_t per = ceil_div(blocks, splits);
+  const int32_t begin = min(split * per, blocks);
+  const int32_t end = min(begin + per, blocks);
+  Chunk chunk{.request = request,
+              .seq_len = seq_len,
+              .token_begin = begin * view.block_n,
+              .token_end = min(end * view.block_n, seq_len),
+              .slot = size > 1     ? kSlotCluster
+                      : splits > 1 ? request * splits + split
+                                   : -1};
+  if (chunk.token_end < chunk.token_begin) chunk.token_end = chunk.token_begin;
+  return chunk;
+}
+
 // The chunks of CTA `cta` (its index among the CTAs of one query tile) in order, under any
 // schedule: persistent, the non-empty chunks of part `cta`; one-shot, chunk cta / batch of
 // request cta % batch (split-major: the CTAs of the first chunks, which always have work, are
@@ -48,21 +68,8 @@ class ChunkIterator {
   __device__ __forceinline__ bool next(Chunk* chunk) {
     if (schedule_ == Schedule::kCluster) {
       if (request_++ > 0) return false;
-      const int32_t splits = view_.max_splits, size = view_.cluster_size;
-      const int32_t request = cta_ / splits, split = cta_ % splits;
-      const int32_t seq_len = clamped_len(seq_lens_, request, batch_, max_len_);
-      const int32_t blocks = ceil_div(seq_len, view_.block_n);
-      const int32_t per = ceil_div(blocks, splits);
-      const int32_t begin = min(split * per, blocks);
-      const int32_t end = min(begin + per, blocks);
-      *chunk = Chunk{.request = request,
-                     .seq_len = seq_len,
-                     .token_begin = begin * view_.block_n,
-                     .token_end = min(end * view_.block_n, seq_len),
-                     .slot = size > 1     ? kSlotCluster
-                             : splits > 1 ? request * splits + split
-                                          : -1};
-      if (chunk->token_end < chunk->token_begin) chunk->token_end = chunk->token_begin;
+      const int32_t request = cta_ / view_.max_splits;
+      *chunk = cluster_chunk(view_, cta_, clamped_len(seq_lens_, request, batch_, max_len_));
       return true;
     }
     if (schedule_ == Schedule::kOneShot) {

@@ -302,11 +302,12 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 }
 
 // Sparse decode of the V3.2 cache with a 16-bit q: the split kernel's tactics (6 persistent, 7
-// one-shot) first past 32 rows, one-shot from 64 rows as requests (batch x s_q); up to 32 rows
-// they come last. Up to 32 heads the sparse narrow kernel's (8 persistent, 9 one-shot, same
-// rule) come first, after the sparse mma kernel's (10, 11, same rule; a bf16 q and up to 16
-// heads; up to 32 after the narrow kernel's). Other sparse caches and dense problems list none of
-// them.
+// one-shot, 12 cluster) first past 32 rows: cluster first from 8 to 128 of its 64-row tiles (rows
+// as requests x tiles a request), else one-shot from 64 rows as requests (batch x s_q) and
+// persistent below, cluster after them; up to 32 rows they come last (6, 7, 12). Up to 32 heads the
+// sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
+// kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's).
+// Other sparse caches and dense problems list none of them.
 TEST(Tuner, Sm90SparseV32TacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
   if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
@@ -316,13 +317,17 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     int h_q, s_q, batch;
     DType q;
     int first;
-  } cases[] = {
-      {64, 1, 128, DType::kBF16, 7}, {128, 2, 32, DType::kFP16, 7}, {128, 1, 8, DType::kBF16, 6},
-      {64, 2, 16, DType::kBF16, 6},  {40, 1, 1, DType::kFP16, 6},   {16, 1, 128, DType::kBF16, 11},
-      {16, 1, 8, DType::kBF16, 10},  {8, 2, 8, DType::kFP16, 8},    {8, 2, 32, DType::kFP16, 9},
-      {32, 1, 64, DType::kBF16, 11}, {32, 2, 8, DType::kBF16, 10},  {32, 2, 64, DType::kBF16, 9},
-      {32, 1, 128, DType::kFP16, 9}, {64, 1, 1, DType::kBF16, 10},  {64, 2, 1, DType::kBF16, 10},
-      {128, 1, 1, DType::kBF16, 10}, {128, 2, 1, DType::kBF16, 6},  {40, 1, 1, DType::kBF16, 10}};
+  } cases[] = {{64, 1, 128, DType::kBF16, 12}, {128, 2, 32, DType::kFP16, 12},
+               {128, 1, 8, DType::kBF16, 12},  {64, 2, 16, DType::kBF16, 12},
+               {40, 1, 1, DType::kFP16, 6},    {16, 1, 128, DType::kBF16, 11},
+               {128, 2, 64, DType::kBF16, 7},  {64, 2, 128, DType::kFP16, 7},
+               {64, 1, 4, DType::kFP16, 6},    {16, 1, 8, DType::kBF16, 10},
+               {8, 2, 8, DType::kFP16, 8},     {8, 2, 32, DType::kFP16, 9},
+               {32, 1, 64, DType::kBF16, 11},  {32, 2, 8, DType::kBF16, 10},
+               {32, 2, 64, DType::kBF16, 9},   {32, 1, 128, DType::kFP16, 9},
+               {64, 1, 1, DType::kBF16, 10},   {64, 2, 1, DType::kBF16, 10},
+               {128, 1, 1, DType::kBF16, 10},  {128, 2, 1, DType::kBF16, 6},
+               {40, 1, 1, DType::kBF16, 10}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,
@@ -341,7 +346,10 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     for (const Tactic& t : order) ids.push_back(t.id);
     EXPECT_NE(std::find(ids.begin(), ids.end(), 6), ids.end());
     EXPECT_NE(std::find(ids.begin(), ids.end(), 7), ids.end());
-    if (c.h_q <= 32) EXPECT_TRUE(ids[ids.size() - 2] == 6 && ids.back() == 7);
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 12), ids.end());
+    if (c.h_q <= 32) {
+      EXPECT_TRUE(ids[ids.size() - 3] == 6 && ids[ids.size() - 2] == 7 && ids.back() == 12);
+    }
     // The sparse narrow kernel's tactics, first, up to 32 heads only.
     const bool narrow = std::find(ids.begin(), ids.end(), 8) != ids.end() &&
                         std::find(ids.begin(), ids.end(), 9) != ids.end();

@@ -31,9 +31,10 @@ __device__ __forceinline__ void cluster_sync() {
   cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
 
-// Called by the 256 consumer threads between two cluster barriers. kv: this CTA's KV stages (its
-// result); request, m_tile and cluster (c of C): the cluster's.
-template <typename T, int kTileRows>
+// Called by kThreads threads (the 256 consumer threads, or one warpgroup: threads k kThreads ..
+// (k + 1) kThreads - 1) between two cluster barriers. kv: this CTA's KV stages (its result);
+// request, m_tile and cluster (c of C): the cluster's.
+template <typename T, int kTileRows, int kThreads = kConsumerThreads>
 __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8_t* kv,
                                               SmallStorage& sm, int m_tile, int32_t request,
                                               int32_t cluster) {
@@ -44,7 +45,8 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
   const int rank = static_cast<int>(cuda::ptx::get_sreg_cluster_ctarank());
   const int row_begin = rank * kTileRows / splits;
   const int row_end = (rank + 1) * kTileRows / splits;
-  const int tid = static_cast<int>(threadIdx.x);
+  const int tid =
+      static_cast<int>(kThreads == kConsumerThreads ? threadIdx.x : threadIdx.x % kThreads);
   // Rows written: all of a partial's; of out, the request's (var_q: up to its q_len).
   const int32_t live = clusters > 1 ? p.rows : p.out_view.live_rows(request, p.rows);
   // 1. Per row: the merged LSE and each result's weight, exp(lse_k - lse) times the sink factor.
@@ -81,30 +83,51 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
       }
     }
   }
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kMergeBarrier), "n"(kConsumerThreads) : "memory");
-  // 2. Every float4 of the rows: the weighted sum of the S results.
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kMergeBarrier), "n"(kThreads) : "memory");
+  // 2. Every float4 of the rows: the weighted sum of the S results. Each thread takes kUnroll
+  // float4s at a time and requests all their S remote loads before it sums any (a load of
+  // distributed shared memory waits hundreds of cycles; one at a time, 64 of them a thread took
+  // ~3 us at S 2 with 128 threads).
   const uint32_t buf = ptx::smem_u32(kv);
   constexpr int kFloat4s = kDv / 4;
-  for (int idx = tid; idx < (row_end - row_begin) * kFloat4s; idx += kConsumerThreads) {
-    const int row = row_begin + idx / kFloat4s;
-    const int col4 = idx % kFloat4s;
-    const int32_t r = m_tile * kTileRows + row;
-    if (r >= live) continue;
-    const uint32_t at = buf + 4 * (row * kMergeStride + 4 * col4);
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int k = 0; k < splits; ++k) {
-      const float w = sm.merge_weight[row][k];
-      const float4 v = ptx::ld_shared_cluster_v4_f32(ptx::mapa_shared_cluster(at, k));
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+  constexpr int kUnroll = 2;
+  const int total = (row_end - row_begin) * kFloat4s;
+  for (int idx0 = tid; idx0 < total; idx0 += kUnroll * kThreads) {
+    float4 v[kUnroll][kMaxClusterCtas];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int idx = min(idx0 + u * kThreads, total - 1);  // past the end: a float4 read twice
+      const uint32_t at =
+          buf + 4 * ((row_begin + idx / kFloat4s) * kMergeStride + 4 * (idx % kFloat4s));
+#pragma unroll
+      for (int k = 0; k < kMaxClusterCtas; ++k) {
+        if (k < splits) v[u][k] = ptx::ld_shared_cluster_v4_f32(ptx::mapa_shared_cluster(at, k));
+      }
     }
-    if (clusters > 1) {
-      *reinterpret_cast<float4*>(p.plan.partial_out + (first_row + r) * kDv + 4 * col4) = acc;
-    } else {
-      T* g = static_cast<T*>(p.out) + p.out_view.offset(request, r) + 4 * col4;  // a view
-      *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int idx = idx0 + u * kThreads;
+      const int row = row_begin + idx / kFloat4s;
+      const int col4 = idx % kFloat4s;
+      const int32_t r = m_tile * kTileRows + row;
+      if (idx >= total || r >= live) continue;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int k = 0; k < kMaxClusterCtas; ++k) {
+        if (k < splits) {
+          const float w = sm.merge_weight[row][k];
+          acc.x += w * v[u][k].x;
+          acc.y += w * v[u][k].y;
+          acc.z += w * v[u][k].z;
+          acc.w += w * v[u][k].w;
+        }
+      }
+      if (clusters > 1) {
+        *reinterpret_cast<float4*>(p.plan.partial_out + (first_row + r) * kDv + 4 * col4) = acc;
+      } else {
+        T* g = static_cast<T*>(p.out) + p.out_view.offset(request, r) + 4 * col4;  // a view
+        *reinterpret_cast<uint2*>(g) = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
+      }
     }
   }
 }

@@ -5,6 +5,8 @@
 
 namespace mlakit::sm90 {
 
-const DecodeKernel& decode_kernel_bf16_sv32() { return sparse_v32_kernel_entry<__nv_bfloat16>(); }
+const DecodeKernel& decode_kernel_bf16_sv32() {
+  return sparse_v32_kernel_entry<__nv_bfloat16, false>();
+}
 
 }  // namespace mlakit::sm90

@@ -5,6 +5,6 @@
 
 namespace mlakit::sm90 {
 
-const DecodeKernel& decode_kernel_fp16_sv32() { return sparse_v32_kernel_entry<__half>(); }
+const DecodeKernel& decode_kernel_fp16_sv32() { return sparse_v32_kernel_entry<__half, false>(); }
 
 }  // namespace mlakit::sm90

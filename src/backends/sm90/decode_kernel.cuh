@@ -429,16 +429,9 @@ Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t
 // cluster's CTAs share a GPC, so this can be less than SMs / cluster).
 template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status max_active_clusters(int cluster, int* count) {
-  cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(
-      count, decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>, &config));
-  return Status::Ok();
+  return count_active_clusters(
+      reinterpret_cast<const void*>(&decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>), kThreads,
+      LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes, cluster, count);
 }
 
 // The entry of one instantiation (launch.h); each decode_<dtype>*.cu defines one.

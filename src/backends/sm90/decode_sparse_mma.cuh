@@ -388,8 +388,9 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
                .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
   SmallStorage& sm = *s.small;
   const int32_t m_tiles = (p.rows + kMmaRows - 1) / kMmaRows;
-  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
-  const auto cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  const SparseCta at = sparse_cta<false>(p, m_tiles);
+  const int m_tile = at.m_tile;
+  const int32_t cta = at.cta;
   if (threadIdx.x == 0) grid_stamp(0);
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
@@ -403,7 +404,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  sparse_prologue(p, sm, cta);
+  sparse_prologue(p, sm, at);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kMmaProducerRegisters));
     produce_sparse_narrow<L, kMmaRows, kSparseProducerWarps>(p, s, m_tile, cta);

@@ -13,8 +13,11 @@
 //    factor it derives from the published max (max_step, the same inputs as the S warpgroup's).
 // Stages: the wide tile's two 72 KB stages (Layout<kRows>); a stage goes back when both consumer
 // warpgroups' P V of it are done. Schedules: persistent and one-shot (the chunk iterator), the
-// wide tile's epilogue (write_wide_chunk) and combine. Tokens past a chunk's count are stored as
-// zeros (never read) and masked. Trace builds (trace.cuh) stamp, in CTA 0: role 0 (S warpgroup)
+// wide tile's epilogue (write_wide_chunk) and combine; or the cluster schedule (tactic 12, an
+// instantiation of its own): the indices read as given, each checked as the producer reads it
+// (one out of range: zeros, marked in the stage's bad_tokens and masked), the S results of a
+// cluster merged by the S warpgroups (sparse_entry.cuh). Tokens past a chunk's count are stored
+// as zeros (never read) and masked. Trace builds (trace.cuh) stamp, in CTA 0: role 0 (S warpgroup)
 // 0 a block's loop entry, 1 its stage seen full, 3 S done, 4 P published, 5 P V done; role 1 (V
 // warpgroup) 0, 7 P seen, 5; role 2 (producer warp 0) 8 the stage seen free, 12 the block stored;
 // the grid timeline 0 entry, 1 past the setup, 2 the first block seen full, 3 the S warpgroup's
@@ -58,6 +61,17 @@ __device__ __forceinline__ uint4 ld_stream_v4(const uint8_t* a) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(a));
   return v;
+}
+
+// The chunks of CTA `cta`: the cluster schedule's one (kCluster: SparseClusterChunks, which reads
+// the rows' lengths as DecodeParams::direct_s_q says), else plan::ChunkIterator's.
+template <bool kCluster>
+__device__ __forceinline__ auto split_chunks(const DecodeParams& p, SmallStorage& sm, int32_t cta) {
+  if constexpr (kCluster) {
+    return SparseClusterChunks(p, cta);
+  } else {
+    return plan::ChunkIterator(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  }
 }
 
 // Columns 128 h .. 128 h + 127 of an N 256 accumulator (the same fragment order).
@@ -150,7 +164,7 @@ __device__ __forceinline__ void store_token(uint32_t stage, int tk, int u, const
 // for another. A chunk starts with its first block's slots and loads, then (producer warp 0) its Q
 // tile, which waits until the S warpgroup is done with the previous one. One call site each for
 // the chunk walk and the loads (the producer's code is fetched beside the consumers').
-template <typename T>
+template <typename T, bool kCluster>
 __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem& s, int m_tile,
                                               int32_t cta) {
   using L = Layout<kRows>;
@@ -163,15 +177,24 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const float k_scale = fp8::read_scales(p).v;
   const int32_t row0 = m_tile * kRows;
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  auto chunks = split_chunks<kCluster>(p, sm, cta);
   plan::Chunk c{};
   uint32_t n_chunk = 0, n_block = 0;
   SplitToken x;
+  bool held_bad = false;  // kCluster: the held token has no index to read (masked)
   // The slot of token tk of the block at tok0 (-1 past the chunk's end).
   auto slot_at = [&](int32_t tok0) {
     const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
     const int32_t tok = tok0 + tk;
-    return tok < c.token_end ? table[tok] : -1;
+    const int32_t slot = tok < c.token_end ? table[tok] : -1;
+    if constexpr (kCluster) {
+      // Indices as given (or compacted slots): one out of range is never read, its token masked.
+      if (slot < 0 || slot >= p.direct_tokens) return -1;
+      if (p.direct_page_pitch == p.direct_page_size) return slot;
+      return slot / p.direct_page_size * p.direct_page_pitch + slot % p.direct_page_size;
+    } else {
+      return slot;
+    }
   };
   auto prefetch = [&](int32_t sl) {
     if (u == 0 && sl >= 0) {
@@ -184,6 +207,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
   bool load = false;  // the block at tok0 is to be loaded
   while (true) {
     if (load) {
+      held_bad = sl1 < 0;
       load_token(p, sl1, u, x);
       load = false;
       prefetch(sl3);
@@ -212,6 +236,11 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
     wait_parity(&sm.empty[stage], phase ^ 1);
     if (warp == 0) trace(2, 8);
     store_token<T>(stage_addr, tk, u, x, k_scale);
+    if constexpr (kCluster) {
+      // The block's masked tokens (bit j: token j), a byte per warp: lanes 0..7 hold its tokens.
+      const uint32_t bad = __ballot_sync(0xffffffffu, held_bad);
+      if (lane == 0) reinterpret_cast<uint8_t*>(&sm.bad_tokens[stage])[warp] = bad & 0xffu;
+    }
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by wgmma
     arrive(&sm.full[stage][0]);
     if (warp == 0) trace(2, 12);
@@ -223,7 +252,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
 
 // The S warpgroup (threads 0..127): S, softmax, P published over the stage's RoPE chunk with the
 // block's row max (SmallStorage::row_max[stage]), its half of O from P in registers.
-template <typename T>
+template <typename T, bool kCluster>
 __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Smem& s, int m_tile,
                                                 int32_t cta) {
   const int t = static_cast<int>(threadIdx.x);
@@ -234,7 +263,7 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  auto chunks = split_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -277,12 +306,15 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
       fence_accumulators(sc);
       trace(0, 3);
       if (b == n_blocks - 1 && t == 0) arrive(&sm.q_empty);
-      if (tok0 + kBlockN > min(limit[0], limit[1])) {
+      // kCluster: tokens without an index to read (the producer's bad_tokens, page_mask.cuh).
+      uint64_t bad = 0;
+      if constexpr (kCluster) bad = ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));
+      if (tok0 + kBlockN > min(limit[0], limit[1]) || bad != 0) {
         const int32_t j_base = 2 * (lane % 4);
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
           const int32_t j = j_base + 8 * (i / 4) + (i % 2);
-          if (tok0 + j >= limit[(i / 2) % 2]) sc[i] = -INFINITY;
+          if (tok0 + j >= limit[(i / 2) % 2] || plan::bad_token(bad, j)) sc[i] = -INFINITY;
         }
       }
       MaxStep step[2];
@@ -318,7 +350,7 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
 }
 
 // The V warpgroup (threads 128..255): its half of O from the published P and max.
-template <typename T>
+template <typename T, bool kCluster>
 __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Smem& s, int m_tile,
                                                 int32_t cta) {
   const int t = static_cast<int>(threadIdx.x) - 128;
@@ -328,7 +360,7 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  auto chunks = split_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -378,8 +410,11 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
 
 #endif  // MLAKIT_SM90_WGMMA
 
-// T: q's type and out's (bf16 or fp16). Schedules persistent and one-shot.
-template <typename T>
+// T: q's type and out's (bf16 or fp16). Schedules persistent and one-shot, or (kCluster) the
+// cluster schedule alone: an instantiation of its own, so that the merge's code leaves the other
+// two as they were (in one kernel it moved ptxas's register allocation of the producer, 124 bytes
+// of spills instead of 60, and tactics 6 and 7 ran ~10% slower on the H200).
+template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kSparseThreads, 1)
     sparse_v32_kernel(const __grid_constant__ DecodeParams p) {
   using L = Layout<kRows>;
@@ -392,8 +427,9 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
                .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
   SmallStorage& sm = *s.small;
   const int32_t m_tiles = (p.rows + kRows - 1) / kRows;
-  const int m_tile = static_cast<int>(blockIdx.x % m_tiles);
-  const auto cta = static_cast<int32_t>(blockIdx.x / m_tiles);
+  const SparseCta at = sparse_cta<kCluster>(p, m_tiles);
+  const int m_tile = at.m_tile;
+  const int32_t cta = at.cta;
   if (threadIdx.x == 0) grid_stamp(0);
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
@@ -407,26 +443,30 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  sparse_prologue(p, sm, cta);
+  sparse_prologue<kCluster>(p, sm, at);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitProducerRegisters));
-    produce_split<T>(p, s, m_tile, cta);
+    produce_split<T, kCluster>(p, s, m_tile, cta);
+    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows>(p, false);
   } else if (threadIdx.x >= 128) {
     // 512 threads start with 128 registers: the V warpgroup's 160 are an increase.
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitVRegisters));
-    consume_split_v<T>(p, s, m_tile, cta);
+    consume_split_v<T, kCluster>(p, s, m_tile, cta);
+    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows>(p, false);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitSRegisters));
-    consume_split_s<T>(p, s, m_tile, cta);
+    consume_split_s<T, kCluster>(p, s, m_tile, cta);
+    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows>(p, true);
   }
   if (threadIdx.x == 0) grid_stamp(5);
   trace_finish();
 #endif
 }
 
-template <typename T>
+template <typename T, bool kCluster>
 const DecodeKernel& sparse_v32_kernel_entry() {
-  return UnclusteredEntry<sparse_v32_kernel<T>, Layout<kRows>::kSmemBytes, kSparseThreads>::entry();
+  return SparseEntry<sparse_v32_kernel<T, kCluster>, Layout<kRows>::kSmemBytes,
+                     kSparseThreads>::entry();
 }
 
 }  // namespace mlakit::sm90

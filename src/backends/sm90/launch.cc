@@ -16,6 +16,7 @@
 #include "core/cuda_check.h"
 #include "core/views.h"
 #include "kernels/common/combine.h"
+#include "kernels/common/pdl.h"
 #include "kernels/common/tensor_map.h"
 #include "plan/compact.h"
 #include "plan/cp_lengths.h"
@@ -196,12 +197,26 @@ Status prepare_kernel(const void* kernel, size_t smem_bytes) {
   return Status::Ok();
 }
 
+Status count_active_clusters(const void* kernel, int threads, size_t smem_bytes, int cluster,
+                             int* count) {
+  cudaLaunchAttribute attribute[1] = {pdl::cluster_dimension(static_cast<unsigned>(cluster))};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = smem_bytes;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveClusters(count, kernel, &config));
+  return Status::Ok();
+}
+
 Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, Setup* setup) {
   const Problem p = plan::rows_as_requests(problem);
   const int32_t rows = p.h_q * p.s_q;
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
-  const bool sparse_mma = tactic >= kSparseMmaTactic;
+  const bool split_cluster = tactic == kSplitClusterTactic;
+  const bool sparse_mma = tactic >= kSparseMmaTactic && tactic < kSplitClusterTactic;
   if (sparse_mma && !sparse_mma_runs(p)) {
     return invalid_argument(
         "tactic",
@@ -209,7 +224,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                 " (the sparse mma kernel runs sparse decode of the V3.2 cache with a bf16 q)"),
         tactic);
   }
-  const bool sparse_narrow = tactic >= kSparseNarrowTactic && !sparse_mma;
+  const bool sparse_narrow = tactic >= kSparseNarrowTactic && tactic < kSparseMmaTactic;
   if (sparse_narrow && !sparse_narrow_runs(p)) {
     return invalid_argument(
         "tactic",
@@ -219,7 +234,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                 kMaxNarrowRows, ")"),
         tactic);
   }
-  const bool split = tactic >= kSplitTactic && !sparse_narrow;
+  const bool split = split_cluster || (tactic >= kSplitTactic && tactic < kSparseNarrowTactic);
   if (split && !split_kernel_runs(p)) {
     return invalid_argument("tactic",
                             str_cat("0..", kSplitTactic - 1,
@@ -244,6 +259,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
           ? (tile_rows == kSmallNarrowRows
                  ? (bf16 ? decode_kernel_bf16_snarrow16() : decode_kernel_fp16_snarrow16())
                  : (bf16 ? decode_kernel_bf16_snarrow32() : decode_kernel_fp16_snarrow32()))
+      : split_cluster
+          ? (bf16 ? decode_kernel_bf16_sv32_cluster() : decode_kernel_fp16_sv32_cluster())
       : split ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
       : fp8   ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
               : kernel_16bit(bf16, tile_rows, p.sparse() && p.kv_layout == KvLayout::kFp8V4);
@@ -257,6 +274,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->m_tiles = m_tiles;
   const int schedule_id = sparse_mma      ? tactic - kSparseMmaTactic
                           : sparse_narrow ? tactic - kSparseNarrowTactic
+                          : split_cluster ? 2
                           : split         ? tactic - kSplitTactic
                                           : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
@@ -385,7 +403,24 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   }
   params.kv_paged = kv_paged ? 1 : 0;
   params.fill = Fill::kPages;
-  if (sparse) {
+  params.direct_s_q = 0;
+  params.direct_tokens = INT32_MAX;
+  params.direct_page_size = params.direct_page_pitch = 1;
+  // The split kernel's cluster schedule reads the indices as given (each checked on the device,
+  // padded pages read by their pitch): one index list, every query token its own row of indices
+  // (no var_q packing). No compaction kernel runs.
+  const bool direct = sparse && setup.split && cluster && !p.has_extra() && !p.var_q;
+  if (direct) {
+    params.block_table = args.indices;
+    params.block_table_stride = p.topk;
+    params.seq_lens = args.topk_lens;  // per request; null: topk each
+    params.max_len = p.topk;
+    params.direct_s_q = p.s_q;
+    params.direct_tokens = static_cast<int32_t>(kv_rows);
+    params.direct_page_size = p.page_size;
+    params.direct_page_pitch = sparse_page_pitch;
+    params.fill = Fill::kGatherV32;
+  } else if (sparse) {
     plan::CompactParams compact =
         plan::compact_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
     compact.main.page_pitch = sparse_page_pitch;

@@ -30,6 +30,12 @@ struct DecodeKernel {
 // has no sm_90a code for it (a DecodeKernel's prepare).
 Status prepare_kernel(const void* kernel, size_t smem_bytes);
 
+// How many clusters of `cluster` CTAs of `kernel` (`threads` threads, `smem_bytes` of dynamic
+// shared memory; prepared) the device runs at once: a cluster's CTAs share a GPC, so this can be
+// less than the SMs / cluster (a DecodeKernel's max_active_clusters).
+Status count_active_clusters(const void* kernel, int threads, size_t smem_bytes, int cluster,
+                             int* count);
+
 // Defined in decode_<dtype>.cu (the wide tile of 64 rows) and decode_<dtype>_narrow<rows>.cu.
 const DecodeKernel& decode_kernel_bf16();
 const DecodeKernel& decode_kernel_fp16();
@@ -62,6 +68,9 @@ const DecodeKernel& decode_kernel_e4m3_fp16_wide();
 // Defined in decode_<q>_sv32.cu: the split sparse kernel of the V3.2 cache (decode_sparse_v32.cuh).
 const DecodeKernel& decode_kernel_bf16_sv32();
 const DecodeKernel& decode_kernel_fp16_sv32();
+// Defined in decode_<q>_sv32c.cu: the same kernel under the cluster schedule (kSplitClusterTactic).
+const DecodeKernel& decode_kernel_bf16_sv32_cluster();
+const DecodeKernel& decode_kernel_fp16_sv32_cluster();
 // Defined in decode_<q>_snarrow<rows>.cu: the sparse narrow kernel of the V3.2 cache
 // (decode_sparse_narrow.cuh).
 const DecodeKernel& decode_kernel_bf16_snarrow16();
@@ -105,6 +114,10 @@ inline constexpr int kSparseMmaTactic = 10;
 inline bool sparse_mma_runs(const Problem& p) {
   return split_kernel_runs(p) && p.q_dtype == DType::kBF16;
 }
+// The split kernel's cluster schedule (after the ids above): clusters of S CTAs per request merge
+// through distributed shared memory, so no plan kernel runs and, with one cluster per request, no
+// combine kernel.
+inline constexpr int kSplitClusterTactic = 12;
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {

@@ -55,6 +55,16 @@ struct DecodeParams : plan::DecodeParamsBase {
   GatherCache v4[2];
   Fill fill;
   int32_t kv_paged;
+  // The split sparse kernel's cluster schedule (decode_sparse_v32.cuh) reads a row's indices as
+  // they are when direct_s_q > 0 (no compaction: block_table = indices [b * s_q rows, topk],
+  // seq_lens = topk_lens [b] or null for topk each, row r's length that of request r / direct_s_q)
+  // and compacted slots when 0. Either way it reads a token only when 0 <= index < direct_tokens
+  // (else zeros, masked; INT32_MAX with compacted slots), at slot index / direct_page_size *
+  // direct_page_pitch + index % direct_page_size (padded pages; both 1 with compacted slots).
+  int32_t direct_s_q;
+  int32_t direct_tokens;
+  int32_t direct_page_size;
+  int32_t direct_page_pitch;
 };
 
 }  // namespace mlakit::sm90

@@ -91,7 +91,8 @@ constexpr Tactic narrow_cluster = {.id = sm90::kNarrowTactic + 2, .name = "narro
                  narrow_persistent = {.id = sm90::kNarrowTactic + 0, .name = "narrow-persistent"},
                  narrow_one_shot = {.id = sm90::kNarrowTactic + 1, .name = "narrow-one-shot"};
 constexpr Tactic split_persistent = {.id = sm90::kSplitTactic, .name = "split-persistent"},
-                 split_one_shot = {.id = sm90::kSplitTactic + 1, .name = "split-one-shot"};
+                 split_one_shot = {.id = sm90::kSplitTactic + 1, .name = "split-one-shot"},
+                 split_cluster = {.id = sm90::kSplitClusterTactic, .name = "split-cluster"};
 constexpr Tactic sparse_narrow_persistent = {.id = sm90::kSparseNarrowTactic,
                                              .name = "sparse-narrow-persistent"},
                  sparse_narrow_one_shot = {.id = sm90::kSparseNarrowTactic + 1,
@@ -175,7 +176,12 @@ std::vector<Tactic> tactics(const Problem& problem) {
   // kernel up to 64 rows as requests, the narrow kernel's one-shot schedule 22-29% faster than the
   // mma kernel's from 128; at h_q 64 batch 1 the mma kernel took 15.9 us (s_q 1) and 19.2 (s_q 2)
   // against the split kernel's 20.2 and 20.7, at h_q 128 17.5 (s_q 1) against 20.5 but 24.3 (s_q
-  // 2) against 23.6, and from batch 8 it was slower at both.
+  // 2) against 23.6, and from batch 8 it was slower at both. Past 32 rows the split kernel's
+  // cluster schedule (indices read as given: no compaction, plan or, with one cluster a request,
+  // combine kernel) comes first from 8 to 128 of its 64-row tiles (rows as requests x tiles a
+  // request): over h_q 64 and 128, s_q 1 and 2 it was 0.4-19% faster there than the split
+  // kernel's other two schedules; at 256 and 512 tiles from 2% faster to 3% slower, at 4 tiles
+  // (h_q 128 s_q 2 batch 1) 6% slower (H200, bench/results/2026-11-28-h200-sparse-cluster).
   if (sm90::split_kernel_runs(p)) {
     std::vector<Tactic> out;
     const auto append = [&out](const std::vector<Tactic>& tactics) {
@@ -193,11 +199,17 @@ std::vector<Tactic> tactics(const Problem& problem) {
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
-    if (rows > sm90::kMaxNarrowRows) append(pair(split_persistent, split_one_shot));
+    if (rows > sm90::kMaxNarrowRows) {
+      const int64_t tiles = int64_t{(rows + sm90::kRows - 1) / sm90::kRows} * p.max_batch;
+      const bool cluster_first = tiles >= 8 && tiles <= 128;
+      if (cluster_first) append({split_cluster});
+      append(pair(split_persistent, split_one_shot));
+      if (!cluster_first) append({split_cluster});
+    }
     if (sm90::sparse_narrow_runs(p)) append(pair(sparse_narrow_persistent, sparse_narrow_one_shot));
     if (mma && !mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     append(dense_order(p, cluster_first));
-    if (rows <= sm90::kMaxNarrowRows) append({split_persistent, split_one_shot});
+    if (rows <= sm90::kMaxNarrowRows) append({split_persistent, split_one_shot, split_cluster});
     return out;
   }
   return dense_order(p, cluster_first);
@@ -227,8 +239,9 @@ const BackendEntry& sm90_backend_entry() {
           "cache too; any page size; tokens gathered, out-of-range indices skipped). "
           "Tactics: cluster, persistent, one-shot, and the same three with "
           "the narrow tile (h_q x s_q <= 32; any h_q with an fp8 cache, in tiles of 32 rows); for "
-          "sparse decode of the V3.2 cache with a 16-bit q also split-persistent and "
-          "split-one-shot (a producer warpgroup widening from registers), sparse-narrow-"
+          "sparse decode of the V3.2 cache with a 16-bit q also split-persistent, "
+          "split-one-shot and split-cluster (producer warpgroups widening from registers), "
+          "sparse-narrow-"
           "persistent and -one-shot (h_q <= 32; the cache widened in registers) and "
           "sparse-mma-persistent and -one-shot (bf16 q, h_q <= 16; mma.sync)",
       .device_memory = true,

@@ -1,8 +1,9 @@
 // What the sparse kernels with an entry of their own share (the split kernel,
 // decode_sparse_v32.cuh; the sparse narrow kernel, decode_sparse_narrow.cuh; the sparse mma kernel,
-// decode_sparse_mma.cuh): their schedules are persistent and one-shot, never clustered. The device
-// side: the aligned shared-memory base and the prologue after the barriers' initialization. The
-// host side: the DecodeKernel entry (launch.h) of such a kernel.
+// decode_sparse_mma.cuh): the CTA shape, which work a CTA does under each schedule (persistent,
+// one-shot; cluster for the split kernel), the aligned shared-memory base, the prologue after the
+// barriers' initialization and the cluster merge. The host side: the DecodeKernel entry
+// (launch.h) of such a kernel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
 #include "backends/sm90/launch.h"
 #include "backends/sm90/params.h"
@@ -19,6 +21,7 @@
 #include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
 #include "plan/part_plan.cuh"
+#include "plan/work.cuh"
 
 namespace mlakit::sm90 {
 
@@ -42,39 +45,127 @@ __device__ __forceinline__ uint8_t* aligned_smem(uint8_t* smem_raw) {
   return smem_raw + (((raw + 1023) & ~1023u) - raw);
 }
 
+// Which work a CTA does: its query tile, its index among the CTAs of that tile (the chunk
+// iterator's `cta`) and, in the cluster schedule, its split of the request (0..C S - 1).
+struct SparseCta {
+  int m_tile;
+  int32_t cta;
+  int32_t split;
+};
+
+// Persistent and one-shot: the query tile fastest. Cluster (plan.h; kCluster, a kernel built for
+// that schedule alone): blockIdx.x = (request * m_tiles + tile) * C S + split, cta = request * C S
+// + split (decode_kernel.cuh's numbering).
+template <bool kCluster>
+__device__ __forceinline__ SparseCta sparse_cta(const DecodeParams& p, int32_t m_tiles) {
+  const auto block = static_cast<int32_t>(blockIdx.x);
+  if constexpr (!kCluster) {
+    return {.m_tile = static_cast<int>(block % m_tiles), .cta = block / m_tiles, .split = 0};
+  }
+  const int32_t splits = p.plan.max_splits;  // C S
+  const int32_t tile_index = block / splits;
+  const int32_t split = block % splits;
+  return {.m_tile = static_cast<int>(tile_index % m_tiles),
+          .cta = tile_index / m_tiles * splits + split,
+          .split = split};
+}
+
+// Row `row`'s length (its tokens, before the validity of each index), as the compaction counted it
+// or, read directly (DecodeParams::direct_s_q), its request's topk_lens entry or topk.
+__device__ __forceinline__ int32_t sparse_row_len(const DecodeParams& p, int32_t row) {
+  if (p.direct_s_q == 0) return plan::clamped_len(p.seq_lens, row, p.batch, p.max_len);
+  if (row >= p.batch) return 0;
+  return p.seq_lens == nullptr ? p.max_len
+                               : plan::clamp_len(p.seq_lens[row / p.direct_s_q], p.max_len);
+}
+
+// The cluster schedule's chunk iterator for the sparse kernels (plan::ChunkIterator's interface):
+// the CTA's one chunk, by sparse_row_len.
+class SparseClusterChunks {
+ public:
+  __device__ __forceinline__ SparseClusterChunks(const DecodeParams& p, int32_t cta)
+      : p_(p), cta_(cta) {}
+  __device__ __forceinline__ bool next(plan::Chunk* chunk) {
+    if (done_) return false;
+    done_ = true;
+    *chunk = plan::cluster_chunk(p_.plan, cta_, sparse_row_len(p_, cta_ / p_.plan.max_splits));
+    return true;
+  }
+
+ private:
+  const DecodeParams& p_;
+  int32_t cta_;
+  bool done_ = false;
+};
+
 // After thread 0 has initialized the barriers: the wait for the previous kernel (everything after
 // it reads seq_lens or the plan: the PDL contract, kernels/common/pdl.h), the persistent
-// schedule's part of this CTA, the CTA barrier.
+// schedule's part of this CTA or, in the cluster schedule with several clusters per request, the
+// request's metadata for the combine kernel (no plan kernel runs), the CTA barrier.
+template <bool kCluster = false>
 __device__ __forceinline__ void sparse_prologue(const DecodeParams& p, SmallStorage& sm,
-                                                int32_t cta) {
+                                                const SparseCta& at) {
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
   if (p.schedule == plan::Schedule::kPersistent && threadIdx.x < 32) {
-    const plan::PartPlan pp = plan::part_for_cta(p, cta);
+    const plan::PartPlan pp = plan::part_for_cta(p, at.cta);
     if (threadIdx.x == 0) sm.part = pp;
+  }
+  if constexpr (kCluster) {
+    const int32_t splits = p.plan.max_splits, size = p.plan.cluster_size;
+    if (splits > size && at.m_tile == 0 && at.split == 0 && threadIdx.x == 0) {
+      const int32_t request = at.cta / splits, clusters = splits / size;
+      p.plan.requests[request] = plan::RequestMeta{.seq_len = sparse_row_len(p, request),
+                                                   .num_splits = clusters,
+                                                   .first = 0,
+                                                   .split_offset = request * clusters};
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) grid_stamp(1);
 }
 
-// The entry of kernel kKernel (kBlockThreads threads, kSmemBytes of dynamic shared memory, no
-// cluster).
+#ifdef MLAKIT_SM90_WGMMA
+// The cluster schedule's merge, at the end of each role (one call site per role, nothing after the
+// roles' branches): the cluster's CTAs meet once every consumer warpgroup left its share of the
+// result over the stages (write_wide_chunk's merged path); then one warpgroup (`merges`) of CTA k
+// merges its rows of all S results (cluster_merge.cuh); none leaves while another reads its shared
+// memory. Where the CTA and its shared memory stand is worked out again here, so that nothing of it
+// stays live through the roles' loops. (ptxas, the split kernel's producer spills in bytes of
+// stores: 60 without a merge; 108 with both consumer warpgroups merging after the branches; 76
+// with the V warpgroup merging; 64 with the S warpgroup, whose 192 registers leave most room.)
+template <typename T, typename L, int kTileRows>
+__device__ __forceinline__ void merge_sparse_cluster(const DecodeParams& p, bool merges) {
+  cluster_sync();  // every CTA's result and LSE in its shared memory
+  if (merges) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* base = aligned_smem(smem_raw);
+    const SparseCta at = sparse_cta<true>(p, (p.rows + kTileRows - 1) / kTileRows);
+    merge_cluster<T, kTileRows, 128>(
+        p, base + L::kKvOffset, *reinterpret_cast<SmallStorage*>(base + L::kSmallOffset), at.m_tile,
+        at.cta / p.plan.max_splits, at.split / p.plan.cluster_size);
+  }
+  cluster_sync();
+}
+#endif
+
+// The entry of kernel kKernel (kBlockThreads threads, kSmemBytes of dynamic shared memory),
+// launched in clusters of `cluster` CTAs (1: none).
 template <auto kKernel, size_t kSmemBytes, int kBlockThreads>
-struct UnclusteredEntry {
+struct SparseEntry {
   static Status prepare() {
     return prepare_kernel(reinterpret_cast<const void*>(kKernel), kSmemBytes);
   }
   static Status launch(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
                        bool pdl) {
-    if (cluster != 1) return Status(StatusCode::kInternal, "a sparse kernel runs without clusters");
     trace_print_at_exit();
-    MLAKIT_CUDA_RETURN(
-        pdl::launch_clustered(kKernel, grid, dim3(kBlockThreads), kSmemBytes, stream, pdl, 1u, p));
+    MLAKIT_CUDA_RETURN(pdl::launch_clustered(kKernel, grid, dim3(kBlockThreads), kSmemBytes, stream,
+                                             pdl, static_cast<unsigned>(cluster), p));
     return Status::Ok();
   }
   static Status max_active_clusters(int cluster, int* count) {
-    *count = cluster == 1 ? 1 : 0;
-    return Status::Ok();
+    return count_active_clusters(reinterpret_cast<const void*>(kKernel), kBlockThreads, kSmemBytes,
+                                 cluster, count);
   }
   static const DecodeKernel& entry() {
     static constexpr DecodeKernel kEntry{
