@@ -75,6 +75,74 @@ typedef struct mlakit_merge_args {
   int32_t lse_base2;        /* nonzero: partial_lse given and lse written in base 2 */
 } mlakit_merge_args_t;
 
+/* The other ops of a sparse decode layer (mlakit/ops.h; semantics, quantization rules and what
+   each checks there). Each runs where `device` says, as mlakit_merge_partials. Strides in
+   elements, 0 = contiguous; dtypes MLAKIT_BF16 / ... and layouts MLAKIT_KV_... as above. */
+enum { MLAKIT_INDEXER_SCALE_AMAX = 0, MLAKIT_INDEXER_SCALE_POW2 = 1 }; /* ops::IndexerScale */
+
+typedef struct mlakit_append_kv_args {
+  int64_t n_tokens;            /* 0 is a no-op */
+  const void* kv;              /* [n_tokens, kv_stride] of kv_dtype (bf16 or fp16) */
+  int32_t kv_dtype;            /* MLAKIT_BF16 or MLAKIT_FP16 */
+  int64_t kv_stride;           /* 0 = the layout's d_qk (576; 512 for MLAKIT_KV_FP8_V4) */
+  const int64_t* slot_mapping; /* [n_tokens] page * page_size + offset, -1 = skip */
+  void* kv_cache;              /* [num_pages, mlakit_kv_page_bytes(cache_dtype, layout, ps)] */
+  int64_t num_pages;
+  int32_t page_size;
+  int32_t cache_dtype;  /* MLAKIT_BF16 / MLAKIT_FP16 / MLAKIT_FP8_E4M3 dense; FP8_E4M3 otherwise */
+  int32_t cache_layout; /* MLAKIT_KV_DENSE, MLAKIT_KV_FP8_BLOCKWISE or MLAKIT_KV_FP8_V4 */
+  /* The dense e4m3 cache's scale (stored = x / k_scale): a value (NaN = not given) or a pointer to
+     one float where the op runs; exactly one of them for that cache, neither for the others. */
+  float k_scale;
+  const float* k_scale_ptr;
+} mlakit_append_kv_args_t;
+
+typedef struct mlakit_append_indexer_args {
+  int64_t n_tokens;
+  const void* k;               /* [n_tokens, k_stride] of k_dtype (bf16 or fp16), 128 used */
+  int32_t k_dtype;             /* MLAKIT_BF16 or MLAKIT_FP16 */
+  int64_t k_stride;            /* 0 = 128 */
+  const int64_t* slot_mapping; /* [n_tokens], -1 = skip */
+  void* index_cache;           /* [num_pages, mlakit_indexer_page_bytes(page_size)] */
+  int64_t num_pages;
+  int32_t page_size;
+  int32_t scale; /* MLAKIT_INDEXER_SCALE_AMAX or MLAKIT_INDEXER_SCALE_POW2 */
+} mlakit_append_indexer_args_t;
+
+typedef struct mlakit_indexer_logits_args {
+  int32_t batch;           /* b >= 0 */
+  int32_t next_n;          /* query tokens per request, 1..16 */
+  int32_t heads;           /* 1..128 */
+  const uint8_t* q;        /* [b, next_n, heads, 128] e4m3 */
+  const float* weights;    /* [b * next_n, heads] */
+  const void* index_cache; /* [num_pages, mlakit_indexer_page_bytes(page_size)] */
+  int64_t num_pages;
+  int32_t page_size;
+  const int32_t* block_table; /* [b, block_table_stride] page ids */
+  int64_t block_table_stride;
+  const int32_t* seq_lens; /* [b] */
+  float* logits;           /* [b * next_n, logits_stride]: columns 0..max_len-1 written */
+  int64_t max_len;
+  int64_t logits_stride; /* 0 = max_len */
+} mlakit_indexer_logits_args_t;
+
+typedef struct mlakit_topk_args {
+  int32_t batch;
+  int32_t next_n;             /* 1..16 */
+  int32_t k;                  /* 1..65536 */
+  const float* logits;        /* [b * next_n, logits_stride] */
+  int64_t max_len;            /* the longest length any call passes */
+  int64_t logits_stride;      /* 0 = max_len */
+  const int32_t* seq_lens;    /* [b], 0..max_len */
+  const int32_t* block_table; /* [b, block_table_stride] */
+  int64_t block_table_stride; /* >= ceil(max_len / page_size) */
+  int32_t page_size;
+  int32_t* indices;   /* [b * next_n, k]: sparse-decode indices, -1 padded */
+  int32_t* positions; /* [b * next_n, k] or NULL: the kept positions, -1 padded */
+  void* workspace;    /* NULL, or mlakit_topk_workspace_bytes(args) bytes of device memory */
+  size_t workspace_size;
+} mlakit_topk_args_t;
+
 /* Fill with the C++ defaults (h_q 128, s_q 1, page 64, bf16, softmax scale 1/sqrt(576), ...). */
 void mlakit_problem_init(mlakit_problem_t* problem);
 void mlakit_run_args_init(mlakit_run_args_t* args);
@@ -95,6 +163,25 @@ void mlakit_merge_args_init(mlakit_merge_args_t* args);
    without CUDA). */
 mlakit_status_t mlakit_merge_partials(int32_t device, const mlakit_merge_args_t* args,
                                       void* stream);
+/* Bytes of one page of a KV cache (mlakit::kv_page_bytes) and of the indexer cache
+   (ops::indexer_page_bytes); 0 for a dtype, layout or page size out of range. */
+size_t mlakit_kv_page_bytes(int32_t kv_dtype, int32_t kv_layout, int32_t page_size);
+size_t mlakit_indexer_page_bytes(int32_t page_size);
+/* Fill with the C++ defaults (page 64, bf16, a dense cache, k_scale NaN; heads 64, next_n 1;
+   k 2048; everything else 0 / NULL). */
+void mlakit_append_kv_args_init(mlakit_append_kv_args_t* args);
+void mlakit_append_indexer_args_init(mlakit_append_indexer_args_t* args);
+void mlakit_indexer_logits_args_init(mlakit_indexer_logits_args_t* args);
+void mlakit_topk_args_init(mlakit_topk_args_t* args);
+/* device and stream as for mlakit_merge_partials. */
+mlakit_status_t mlakit_append_kv(int32_t device, const mlakit_append_kv_args_t* args, void* stream);
+mlakit_status_t mlakit_append_indexer(int32_t device, const mlakit_append_indexer_args_t* args,
+                                      void* stream);
+mlakit_status_t mlakit_indexer_logits(int32_t device, const mlakit_indexer_logits_args_t* args,
+                                      void* stream);
+/* The multi-block top-k kernel's workspace for these shapes (0: none needed; ops.h). */
+size_t mlakit_topk_workspace_bytes(const mlakit_topk_args_t* args);
+mlakit_status_t mlakit_topk_indices(int32_t device, const mlakit_topk_args_t* args, void* stream);
 /* The message of this thread's last failed call ("" after a success). */
 const char* mlakit_last_error(void);
 

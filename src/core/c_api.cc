@@ -6,6 +6,7 @@
 #include "mlakit/cp.h"
 #include "mlakit/mlakit.h"
 #include "mlakit/mlakit_c.h"
+#include "mlakit/ops.h"
 
 struct mlakit_decoder {
   std::unique_ptr<mlakit::Decoder> decoder;
@@ -110,6 +111,83 @@ mlakit::MergeArgs to_cpp(const mlakit_merge_args_t& a) {
   };
 }
 
+static_assert(MLAKIT_INDEXER_SCALE_AMAX == static_cast<int>(mlakit::ops::IndexerScale::kAmax) &&
+              MLAKIT_INDEXER_SCALE_POW2 ==
+                  static_cast<int>(mlakit::ops::IndexerScale::kPowerOfTwo));
+
+mlakit::ops::AppendKvArgs to_cpp(const mlakit_append_kv_args_t& a) {
+  return {.n_tokens = a.n_tokens,
+          .kv = a.kv,
+          .kv_dtype = static_cast<mlakit::DType>(a.kv_dtype),
+          .kv_stride = a.kv_stride,
+          .slot_mapping = a.slot_mapping,
+          .kv_cache = a.kv_cache,
+          .num_pages = a.num_pages,
+          .page_size = a.page_size,
+          .cache_dtype = static_cast<mlakit::DType>(a.cache_dtype),
+          .cache_layout = static_cast<mlakit::KvLayout>(a.cache_layout),
+          .k_scale = a.k_scale,
+          .k_scale_ptr = a.k_scale_ptr};
+}
+
+mlakit::ops::AppendIndexerArgs to_cpp(const mlakit_append_indexer_args_t& a) {
+  return {.n_tokens = a.n_tokens,
+          .k = a.k,
+          .k_dtype = static_cast<mlakit::DType>(a.k_dtype),
+          .k_stride = a.k_stride,
+          .slot_mapping = a.slot_mapping,
+          .index_cache = a.index_cache,
+          .num_pages = a.num_pages,
+          .page_size = a.page_size,
+          .scale = static_cast<mlakit::ops::IndexerScale>(a.scale)};
+}
+
+mlakit::ops::IndexerLogitsArgs to_cpp(const mlakit_indexer_logits_args_t& a) {
+  return {.batch = a.batch,
+          .next_n = a.next_n,
+          .heads = a.heads,
+          .q = a.q,
+          .weights = a.weights,
+          .index_cache = a.index_cache,
+          .num_pages = a.num_pages,
+          .page_size = a.page_size,
+          .block_table = a.block_table,
+          .block_table_stride = a.block_table_stride,
+          .seq_lens = a.seq_lens,
+          .logits = a.logits,
+          .max_len = a.max_len,
+          .logits_stride = a.logits_stride};
+}
+
+mlakit::ops::TopkArgs to_cpp(const mlakit_topk_args_t& a) {
+  return {.batch = a.batch,
+          .next_n = a.next_n,
+          .k = a.k,
+          .logits = a.logits,
+          .max_len = a.max_len,
+          .logits_stride = a.logits_stride,
+          .seq_lens = a.seq_lens,
+          .block_table = a.block_table,
+          .block_table_stride = a.block_table_stride,
+          .page_size = a.page_size,
+          .indices = a.indices,
+          .positions = a.positions,
+          .workspace = a.workspace,
+          .workspace_size = a.workspace_size};
+}
+
+// An op (ops.h, or cp.h's merge) on its C arguments: a null args pointer is refused by name; the
+// op checks the device value and everything else and returns its Status (never throws).
+template <typename CArgs, typename Op>
+mlakit_status_t run_op(int32_t device, const CArgs* args, void* stream, Op op) {
+  if (args == nullptr) {
+    return finish(
+        {mlakit::StatusCode::kInvalidArgument, "args: expected a non-null pointer, given nullptr"});
+  }
+  return finish(op(static_cast<mlakit::ops::Device>(device), to_cpp(*args),
+                   static_cast<mlakit::Stream>(stream)));
+}
+
 }  // namespace
 
 extern "C" {
@@ -202,13 +280,81 @@ void mlakit_merge_args_init(mlakit_merge_args_t* a) {
 
 mlakit_status_t mlakit_merge_partials(int32_t device, const mlakit_merge_args_t* args,
                                       void* stream) {
-  if (args == nullptr) {
-    return finish(
-        {mlakit::StatusCode::kInvalidArgument, "args: expected a non-null pointer, given nullptr"});
-  }
-  // merge_partials checks the device value and returns its Status (never throws).
-  return finish(mlakit::merge_partials(static_cast<mlakit::ops::Device>(device), to_cpp(*args),
-                                       static_cast<mlakit::Stream>(stream)));
+  return run_op(device, args, stream, mlakit::merge_partials);
+}
+
+size_t mlakit_kv_page_bytes(int32_t kv_dtype, int32_t kv_layout, int32_t page_size) {
+  const bool in_range = kv_dtype >= MLAKIT_BF16 && kv_dtype <= MLAKIT_FP32 &&
+                        kv_layout >= MLAKIT_KV_DENSE && kv_layout <= MLAKIT_KV_FP8_V4 &&
+                        page_size >= 1;
+  return in_range ? mlakit::kv_page_bytes(static_cast<mlakit::DType>(kv_dtype),
+                                          static_cast<mlakit::KvLayout>(kv_layout), page_size)
+                  : 0;
+}
+
+size_t mlakit_indexer_page_bytes(int32_t page_size) {
+  return page_size >= 1 ? mlakit::ops::indexer_page_bytes(page_size) : 0;
+}
+
+void mlakit_append_kv_args_init(mlakit_append_kv_args_t* a) {
+  if (a == nullptr) return;
+  std::memset(a, 0, sizeof(*a));
+  const mlakit::ops::AppendKvArgs d;
+  a->kv_dtype = static_cast<int32_t>(d.kv_dtype);
+  a->page_size = d.page_size;
+  a->cache_dtype = static_cast<int32_t>(d.cache_dtype);
+  a->cache_layout = static_cast<int32_t>(d.cache_layout);
+  a->k_scale = d.k_scale;
+}
+
+void mlakit_append_indexer_args_init(mlakit_append_indexer_args_t* a) {
+  if (a == nullptr) return;
+  std::memset(a, 0, sizeof(*a));
+  const mlakit::ops::AppendIndexerArgs d;
+  a->k_dtype = static_cast<int32_t>(d.k_dtype);
+  a->page_size = d.page_size;
+  a->scale = static_cast<int32_t>(d.scale);
+}
+
+void mlakit_indexer_logits_args_init(mlakit_indexer_logits_args_t* a) {
+  if (a == nullptr) return;
+  std::memset(a, 0, sizeof(*a));
+  const mlakit::ops::IndexerLogitsArgs d;
+  a->next_n = d.next_n;
+  a->heads = d.heads;
+  a->page_size = d.page_size;
+}
+
+void mlakit_topk_args_init(mlakit_topk_args_t* a) {
+  if (a == nullptr) return;
+  std::memset(a, 0, sizeof(*a));
+  const mlakit::ops::TopkArgs d;
+  a->next_n = d.next_n;
+  a->k = d.k;
+  a->page_size = d.page_size;
+}
+
+mlakit_status_t mlakit_append_kv(int32_t device, const mlakit_append_kv_args_t* args,
+                                 void* stream) {
+  return run_op(device, args, stream, mlakit::ops::append_kv);
+}
+
+mlakit_status_t mlakit_append_indexer(int32_t device, const mlakit_append_indexer_args_t* args,
+                                      void* stream) {
+  return run_op(device, args, stream, mlakit::ops::append_indexer);
+}
+
+mlakit_status_t mlakit_indexer_logits(int32_t device, const mlakit_indexer_logits_args_t* args,
+                                      void* stream) {
+  return run_op(device, args, stream, mlakit::ops::indexer_logits);
+}
+
+size_t mlakit_topk_workspace_bytes(const mlakit_topk_args_t* args) {
+  return args == nullptr ? 0 : mlakit::ops::topk_workspace_bytes(to_cpp(*args));
+}
+
+mlakit_status_t mlakit_topk_indices(int32_t device, const mlakit_topk_args_t* args, void* stream) {
+  return run_op(device, args, stream, mlakit::ops::topk_indices);
 }
 
 const char* mlakit_last_error(void) {

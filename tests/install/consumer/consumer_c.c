@@ -1,4 +1,4 @@
-/* The same decode through the installed C API, built with pkg-config's flags. */
+/* The same decode through the installed C API, built with pkg-config's flags, and a top-k. */
 #include <math.h>
 #include <mlakit/mlakit_c.h>
 #include <stdint.h>
@@ -28,7 +28,20 @@ int main(void) {
     printf("run: %s\n", mlakit_last_error());
     return 1;
   }
-  const int ok = out[0] == 0x3f00 && out[1023] == 0x3f00 && fabsf(lse[0] - lse[1]) == 0.0f;
+  /* An op of a sparse layer: the top 2 of 5 logits as sparse indices (positions 1 and 3). */
+  static const float logits[5] = {0.1f, 3.0f, -1.0f, 2.0f, 0.5f};
+  int32_t indices[2] = {-7, -7}, len5[1] = {5};
+  mlakit_topk_args_t t;
+  mlakit_topk_args_init(&t);
+  t.batch = 1, t.k = 2, t.logits = logits, t.max_len = 5, t.seq_lens = len5;
+  t.block_table = table, t.block_table_stride = 1, t.page_size = 16, t.indices = indices;
+  if (mlakit_topk_indices(MLAKIT_DEVICE_CPU, &t, NULL) != 0) {
+    printf("topk: %s\n", mlakit_last_error());
+    return 1;
+  }
+  const int ok = out[0] == 0x3f00 && out[1023] == 0x3f00 && fabsf(lse[0] - lse[1]) == 0.0f &&
+                 indices[0] == 1 && indices[1] == 3 &&
+                 mlakit_kv_page_bytes(MLAKIT_FP8_E4M3, MLAKIT_KV_FP8_BLOCKWISE, 64) == 64 * 656;
   printf("mlakit C consumer: %s\n", ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }
