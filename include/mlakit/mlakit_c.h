@@ -163,8 +163,9 @@ void mlakit_merge_args_init(mlakit_merge_args_t* args);
    without CUDA). */
 mlakit_status_t mlakit_merge_partials(int32_t device, const mlakit_merge_args_t* args,
                                       void* stream);
-/* Bytes of one page of a KV cache (mlakit::kv_page_bytes) and of the indexer cache
-   (ops::indexer_page_bytes); 0 for a dtype, layout or page size out of range. */
+/* Bytes of one page of a KV cache (mlakit::kv_page_bytes: dense bf16, fp16 or e4m3, or the
+   e4m3 layouts) and of the indexer cache (ops::indexer_page_bytes); 0 for any other dtype and
+   layout pair or a page size below 1. */
 size_t mlakit_kv_page_bytes(int32_t kv_dtype, int32_t kv_layout, int32_t page_size);
 size_t mlakit_indexer_page_bytes(int32_t page_size);
 /* Fill with the C++ defaults (page 64, bf16, a dense cache, k_scale NaN; heads 64, next_n 1;

@@ -284,12 +284,15 @@ mlakit_status_t mlakit_merge_partials(int32_t device, const mlakit_merge_args_t*
 }
 
 size_t mlakit_kv_page_bytes(int32_t kv_dtype, int32_t kv_layout, int32_t page_size) {
-  const bool in_range = kv_dtype >= MLAKIT_BF16 && kv_dtype <= MLAKIT_FP32 &&
-                        kv_layout >= MLAKIT_KV_DENSE && kv_layout <= MLAKIT_KV_FP8_V4 &&
-                        page_size >= 1;
-  return in_range ? mlakit::kv_page_bytes(static_cast<mlakit::DType>(kv_dtype),
-                                          static_cast<mlakit::KvLayout>(kv_layout), page_size)
-                  : 0;
+  // The caches there are: dense bf16, fp16 or e4m3; the fp8 layouts of e4m3.
+  const bool dense =
+      kv_layout == MLAKIT_KV_DENSE &&
+      (kv_dtype == MLAKIT_BF16 || kv_dtype == MLAKIT_FP16 || kv_dtype == MLAKIT_FP8_E4M3);
+  const bool fp8_layout = (kv_layout == MLAKIT_KV_FP8_BLOCKWISE || kv_layout == MLAKIT_KV_FP8_V4) &&
+                          kv_dtype == MLAKIT_FP8_E4M3;
+  if (!(dense || fp8_layout) || page_size < 1) return 0;
+  return mlakit::kv_page_bytes(static_cast<mlakit::DType>(kv_dtype),
+                               static_cast<mlakit::KvLayout>(kv_layout), page_size);
 }
 
 size_t mlakit_indexer_page_bytes(int32_t page_size) {

@@ -100,6 +100,9 @@ TEST(CApiOps, PageBytesAsTheCppHelpers) {
   }
   EXPECT_EQ(mlakit_kv_page_bytes(MLAKIT_FP8_E4M3, MLAKIT_KV_FP8_BLOCKWISE, 64), 64u * 656u);
   EXPECT_EQ(mlakit_kv_page_bytes(7, MLAKIT_KV_DENSE, 64), 0u);
+  EXPECT_EQ(mlakit_kv_page_bytes(MLAKIT_FP32, MLAKIT_KV_DENSE, 64), 0u);  // no fp32 cache
+  EXPECT_EQ(mlakit_kv_page_bytes(MLAKIT_BF16, MLAKIT_KV_FP8_BLOCKWISE, 64), 0u);
+  EXPECT_EQ(mlakit_kv_page_bytes(MLAKIT_FP16, MLAKIT_KV_FP8_V4, 64), 0u);
   EXPECT_EQ(mlakit_kv_page_bytes(MLAKIT_BF16, 3, 64), 0u);
   EXPECT_EQ(mlakit_kv_page_bytes(MLAKIT_BF16, MLAKIT_KV_DENSE, 0), 0u);
   EXPECT_EQ(mlakit_indexer_page_bytes(-1), 0u);

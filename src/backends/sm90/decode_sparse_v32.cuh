@@ -465,8 +465,8 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
 
 template <typename T, bool kCluster>
 const DecodeKernel& sparse_v32_kernel_entry() {
-  return SparseEntry<sparse_v32_kernel<T, kCluster>, Layout<kRows>::kSmemBytes,
-                     kSparseThreads>::entry();
+  return SparseEntry<sparse_v32_kernel<T, kCluster>, Layout<kRows>::kSmemBytes, kSparseThreads,
+                     kCluster>::entry();
 }
 
 }  // namespace mlakit::sm90

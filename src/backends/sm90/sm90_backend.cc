@@ -201,10 +201,10 @@ std::vector<Tactic> tactics(const Problem& problem) {
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (rows > sm90::kMaxNarrowRows) {
       const int64_t tiles = int64_t{(rows + sm90::kRows - 1) / sm90::kRows} * p.max_batch;
-      const bool cluster_first = tiles >= 8 && tiles <= 128;
-      if (cluster_first) append({split_cluster});
+      const bool split_cluster_first = tiles >= 8 && tiles <= 128;
+      if (split_cluster_first) append({split_cluster});
       append(pair(split_persistent, split_one_shot));
-      if (!cluster_first) append({split_cluster});
+      if (!split_cluster_first) append({split_cluster});
     }
     if (sm90::sparse_narrow_runs(p)) append(pair(sparse_narrow_persistent, sparse_narrow_one_shot));
     if (mma && !mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));

@@ -150,14 +150,18 @@ __device__ __forceinline__ void merge_sparse_cluster(const DecodeParams& p, bool
 #endif
 
 // The entry of kernel kKernel (kBlockThreads threads, kSmemBytes of dynamic shared memory),
-// launched in clusters of `cluster` CTAs (1: none).
-template <auto kKernel, size_t kSmemBytes, int kBlockThreads>
+// launched in clusters of `cluster` CTAs (1: none; more only for a kernel built for the cluster
+// schedule, kClustered).
+template <auto kKernel, size_t kSmemBytes, int kBlockThreads, bool kClustered = false>
 struct SparseEntry {
   static Status prepare() {
     return prepare_kernel(reinterpret_cast<const void*>(kKernel), kSmemBytes);
   }
   static Status launch(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream,
                        bool pdl) {
+    if (!kClustered && cluster != 1) {
+      return Status(StatusCode::kInternal, "a sparse kernel without a cluster schedule clustered");
+    }
     trace_print_at_exit();
     MLAKIT_CUDA_RETURN(pdl::launch_clustered(kKernel, grid, dim3(kBlockThreads), kSmemBytes, stream,
                                              pdl, static_cast<unsigned>(cluster), p));
