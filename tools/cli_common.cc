@@ -41,6 +41,10 @@ void add_sweep_flags(CLI::App* app, SweepFlags* f) {
   app->add_option("--topk", f->topk,
                   "sparse attention over top-k indices (0 = dense): random slots of each "
                   "request's pages, some -1");
+  app->add_flag("--sparse-tails", f->sparse_tails,
+                "with --topk: each query token's indices as a top-k op emits them, min(L, topk) "
+                "distinct tokens of its request in order, then -1 (a -1 tail when L < topk); "
+                "default: topk random tokens of its request, 10% of them -1");
   app->add_option("--extra-topk", f->extra_topk,
                   "with --topk: an extra cache (V4's window) of this many slots a query token, "
                   "attended in the same softmax");

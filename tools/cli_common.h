@@ -20,6 +20,7 @@ struct SweepFlags {
   std::string q_dtype;  // default: the cache dtype, bf16 for fp8 caches
   int topk = 0;
   int extra_topk = 0, extra_page_size = 0;  // the V4 extra cache (sparse only)
+  bool sparse_tails = false;  // sparse indices as a top-k op emits them (WorkloadOptions)
   bool sinks = false, lse = false, pdl = false, non_causal = false;
   int var_q = 0;  // 1: variable query lengths (Problem::var_q), drawn from 1..s_q by the seed
   uint64_t seed = 1;

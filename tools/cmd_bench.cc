@@ -220,6 +220,7 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
   for (const Case& c : cases) {
     harness::WorkloadOptions wopt;
     wopt.seed = f.sweep.seed;
+    wopt.sparse_tails = f.sweep.sparse_tails;
     const harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
     std::optional<Reference> ref;
     for (const std::string& backend : backends) {

@@ -55,6 +55,7 @@ int run_check(CheckFlags& f, bool run) {
   for (const Case& c : cases) {
     harness::WorkloadOptions wopt;
     wopt.seed = f.sweep.seed + done;
+    wopt.sparse_tails = f.sweep.sparse_tails;
     harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
     std::vector<harness::BadSlot> planted;
     Status plant = Status::Ok();

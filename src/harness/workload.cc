@@ -461,7 +461,30 @@ HostInputs make_inputs(const Problem& p, std::span<const int32_t> lens,
     store(in.q.data(), k, p.q_dtype, rng.normal(kQ, k) * opt.magnitude * q_inv_scale);
   }
 
-  if (p.sparse()) {
+  if (p.sparse() && opt.sparse_tails) {
+    // Each (request, token) row: min(n, topk) of the request's n positions, chosen by selection
+    // sampling (each kept with probability needed / left, so they come in increasing order),
+    // as slots through the block table, then -1.
+    in.indices.assign(static_cast<size_t>(in.batch) * p.s_q * p.topk, -1);
+    for (int i = 0; i < in.batch; ++i) {
+      const int64_t n = lens[i];
+      for (int t = 0; t < p.s_q; ++t) {
+        const int64_t row = static_cast<int64_t>(i) * p.s_q + t;
+        int32_t* out = in.indices.data() + row * p.topk;
+        int64_t needed = std::min<int64_t>(n, p.topk), kept = 0;
+        for (int64_t pos = 0; pos < n && needed > 0; ++pos) {
+          const double u = rng.uniform(kIdx, static_cast<uint64_t>(row) * kMaxSeqLen + pos);
+          if (u * static_cast<double>(n - pos) < static_cast<double>(needed)) {
+            out[kept++] =
+                in.block_table[i * in.block_table_stride + pos / p.page_size] * p.page_size +
+                static_cast<int32_t>(pos % p.page_size);
+            --needed;
+          }
+        }
+      }
+      if (opt.topk_lens) in.topk_lens.push_back(static_cast<int32_t>(std::min<int64_t>(n, p.topk)));
+    }
+  } else if (p.sparse()) {
     // Each (request, token) selects slots of its own request (or anywhere if it has none), some
     // slots left empty (-1).
     in.indices.resize(static_cast<size_t>(in.batch) * p.s_q * p.topk);

@@ -23,8 +23,12 @@ struct WorkloadOptions {
   int extra_pages = 2;        // unused (NaN) pages added to the cache
   int extra_block_slots = 1;  // unused block-table columns per row (out-of-range ids)
   double sparse_empty = 0.1;  // share of -1 slots in sparse indices
-  bool topk_lens = false;     // pass per-request top-k lengths
-  bool poison = true;         // NaN in unused pages and page tails
+  // Sparse indices as a top-k op emits them (ops::topk_indices) instead: a request of n tokens
+  // lists min(n, topk) distinct ones in increasing position, then -1 up to topk (a -1 tail when
+  // n < topk); sparse_empty is not used.
+  bool sparse_tails = false;
+  bool topk_lens = false;  // pass per-request top-k lengths
+  bool poison = true;      // NaN in unused pages and page tails
   // Problem::var_q: each request's query length, 0..s_q; empty: uniform in 1..s_q from the seed.
   std::vector<int32_t> q_lens;
 };
