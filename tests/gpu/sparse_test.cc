@@ -42,6 +42,7 @@ struct SparseCase {
   int extra_topk = 0;
   int extra_page_size = 0;  // 0: page_size
   bool odd_scales = false;  // V3.2: every scale times 1.3 (no longer a power of two)
+  bool tails = false;       // indices as a top-k op emits them: -1 tails past short requests
 };
 
 std::string name(const SparseCase& c, int tactic) {
@@ -54,7 +55,7 @@ std::string name(const SparseCase& c, int tactic) {
                  c.extra_topk > 0 ? str_cat(" extra ", c.extra_topk, " page ", c.extra_page_size)
                                   : std::string(),
                  " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "",
-                 c.odd_scales ? " odd scales" : "", " tactic ", tactic);
+                 c.odd_scales ? " odd scales" : "", c.tails ? " tails" : "", " tactic ", tactic);
 }
 
 Problem problem_of(const SparseCase& c) {
@@ -78,8 +79,8 @@ Problem problem_of(const SparseCase& c) {
 
 harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
   const std::vector<int32_t> lens = harness::make_seq_lens(c.batch, c.len, c.variable, seed);
-  harness::HostInputs in =
-      harness::make_inputs(problem_of(c), lens, {.seed = seed, .topk_lens = c.topk_lens});
+  harness::HostInputs in = harness::make_inputs(
+      problem_of(c), lens, {.seed = seed, .sparse_tails = c.tails, .topk_lens = c.topk_lens});
   if (c.odd_scales) {
     // The kernels' exact power-of-two widening must not take these (the reference reads the
     // same bytes).
@@ -173,7 +174,8 @@ void check_each_tactic(const SparseCase& c, uint64_t* seed, bool corrupt = false
 }
 
 // Head counts of each tile (16, 32 rows narrow; 64 wide; several tiles), both layouts and q types,
-// top-k sizes around a block (64 tokens) and a chunk, per-request top-k lengths, page sizes.
+// top-k sizes around a block (64 tokens) and a chunk, per-request top-k lengths, page sizes, -1
+// tails as a top-k op emits them.
 TEST(Sm90Sparse, EveryTacticAgainstReference) {
   MLAKIT_SKIP_WITHOUT_SM90();
   const SparseCase cases[] = {
@@ -193,6 +195,9 @@ TEST(Sm90Sparse, EveryTacticAgainstReference) {
       {.blockwise = true, .h_q = 64, .topk = 192, .batch = 2, .odd_scales = true},
       {.blockwise = true, .h_q = 32, .topk = 300, .batch = 2, .topk_lens = true, .sinks = true},
       {.blockwise = true, .h_q = 20, .s_q = 2, .topk = 129, .batch = 3, .odd_scales = true},
+      // -1 tails of whole blocks past requests shorter than topk (lengths in [37, 600)).
+      {.blockwise = true, .h_q = 64, .topk = 512, .batch = 4, .len = 300, .tails = true},
+      {.blockwise = true, .h_q = 16, .s_q = 2, .topk = 256, .batch = 3, .len = 100, .tails = true},
   };
   uint64_t seed = 7100;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed);
