@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/sm90/launch.h"
 #include "core/check.h"
 #include "sm80_test_util.h"
 
@@ -201,6 +202,57 @@ TEST(Sm90Sparse, EveryTacticAgainstReference) {
   };
   uint64_t seed = 7100;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed);
+}
+
+// The split kernel's cluster schedule (tactic 12) with C clusters of S CTAs forced (the host picks
+// the shape from the batch and the occupancy, so the sweeps above reach only some): every S 1..8
+// (3, 5, 6, 7 do not divide the 64 rows of a tile), one cluster a request (merged into the
+// output) and three (partials for the combine kernel); h_q 40 (a partial tile), s_q 2, top-k
+// lengths (one request's 0), sinks, -1 slots; and indices out of range, skipped.
+TEST(Sm90Sparse, SplitClusterShapes) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  const SparseCase cases[] = {
+      {.blockwise = true,
+       .h_q = 40,
+       .s_q = 2,
+       .topk = 300,
+       .batch = 3,
+       .len = 500,
+       .topk_lens = true,
+       .sinks = true},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 128, .topk = 700, .batch = 2, .len = 900}};
+  uint64_t seed = 7700;
+  for (const SparseCase& c : cases) {
+    for (int32_t size = 1; size <= sm90::kMaxClusterCtas; ++size) {
+      for (const int32_t clusters : {1, 3}) {
+        for (const bool corrupt : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << name(c, sm90::kSplitClusterTactic) << " C " << clusters << " S " << size
+                       << (corrupt ? " corrupt" : ""));
+          const harness::HostInputs in = inputs_of(c, seed++);
+          Output ref;
+          MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+          sm90::Setup setup;
+          MLAKIT_ASSERT_OK(
+              sm90::make_setup(in.problem, sm90::kSplitClusterTactic, current_device(), &setup));
+          setup.forced_cluster_shape = {.clusters = clusters, .size = size};
+          const harness::HostInputs run_in = corrupt ? corrupted(in) : in;
+          harness::DeviceInputs device;
+          MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(run_in, &device));
+          harness::DeviceBuffer workspace(std::max<size_t>(setup.workspace_bytes, 256));
+          cudaStream_t stream = nullptr;
+          MLAKIT_ASSERT_CUDA(cudaStreamCreate(&stream));
+          Output got;
+          const Status ran = run_device(
+              [&](cudaStream_t st) { return sm90::run(setup, device.args, workspace.get(), st); },
+              run_in, device, stream, &got);
+          cudaStreamDestroy(stream);
+          MLAKIT_ASSERT_OK(ran);
+          EXPECT_TRUE(matches_reference(in, got, ref, harness::default_tolerance(in.problem)));
+        }
+      }
+    }
+  }
 }
 
 // A batch of many rows (split-KV plans of hundreds of requests), and a long top-k of one row
