@@ -41,9 +41,7 @@ __device__ __forceinline__ void compact_list(const CompactList& l, const int32_t
     for (int i = 0; i < kPerThread; ++i) {
       if (v[i] >= 0 && v[i] < l.num_tokens) {
         // Padded pages: the slot of the index's token at page_pitch tokens a page.
-        const int32_t slot = l.page_pitch == l.page_size
-                                 ? v[i]
-                                 : v[i] / l.page_size * l.page_pitch + v[i] % l.page_size;
+        const int32_t slot = pitched_slot(v[i], l.page_size, l.page_pitch);
         out[kept + at++] = slot | flag;
       }
     }

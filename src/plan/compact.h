@@ -24,6 +24,14 @@ namespace mlakit::plan {
 // takes an extra cache needs every main slot below it (launch.cc checks the tokens on the host).
 inline constexpr int32_t kExtraSlot = int32_t{1} << 30;
 
+// The slot of cached token `index` (page * page_size + offset) in a cache whose pages start
+// page_pitch tokens apart: page * page_pitch + offset (CompactList::page_pitch). Shared by the
+// compaction and sm90's split kernel reading indices as given (DecodeParams::direct_s_q).
+__host__ __device__ inline int32_t pitched_slot(int32_t index, int32_t page_size,
+                                                int32_t page_pitch) {
+  return page_pitch == page_size ? index : index / page_size * page_pitch + index % page_size;
+}
+
 // One list of indices per row: the main one, or the extra cache's.
 struct CompactList {
   const int32_t* indices;    // [rows, topk] (var_q: [total, topk], below)

@@ -136,21 +136,33 @@ harness::HostInputs corrupted(const harness::HostInputs& in) {
   return bad;
 }
 
+// One case against the cpu reference. forced: sm90's cluster schedule with that shape of C
+// clusters of S CTAs (its setup run directly), instead of a Decoder of `backend`.
 void check(const SparseCase& c, uint64_t seed, int tactic, bool corrupt = false,
-           const char* backend = kBackend) {
+           const char* backend = kBackend, const sm90::ClusterShape* forced = nullptr) {
   SCOPED_TRACE(name(c, tactic));
   const harness::HostInputs in = inputs_of(c, seed);
   Output ref;
   MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-  std::unique_ptr<Decoder> decoder;
-  MLAKIT_ASSERT_OK(Decoder::create(in.problem, {.backend = backend, .tactic = tactic}, &decoder));
   const harness::HostInputs run_in = corrupt ? corrupted(in) : in;
   harness::DeviceInputs device;
   MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(run_in, &device));
-  harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
   StreamHolder s;
   Output got;
-  MLAKIT_ASSERT_OK(run_device(*decoder, run_in, device, workspace.get(), s.stream, &got));
+  if (forced != nullptr) {
+    sm90::Setup setup;
+    MLAKIT_ASSERT_OK(sm90::make_setup(in.problem, tactic, current_device(), &setup));
+    setup.forced_cluster_shape = *forced;
+    harness::DeviceBuffer workspace(std::max<size_t>(setup.workspace_bytes, 256));
+    MLAKIT_ASSERT_OK(run_device(
+        [&](cudaStream_t st) { return sm90::run(setup, device.args, workspace.get(), st); }, run_in,
+        device, s.stream, &got));
+  } else {
+    std::unique_ptr<Decoder> decoder;
+    MLAKIT_ASSERT_OK(Decoder::create(in.problem, {.backend = backend, .tactic = tactic}, &decoder));
+    harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+    MLAKIT_ASSERT_OK(run_device(*decoder, run_in, device, workspace.get(), s.stream, &got));
+  }
   // Scales that are not powers of two: the 16-bit tiles round each dequantized K and V value to
   // q's type before the products (as FlashMLA does), which moved the LSE by up to 2.6e-3 and the
   // outputs by up to 2 ulp past the default tolerance (H200, 2026-11-28); the sparse narrow and
@@ -227,28 +239,9 @@ TEST(Sm90Sparse, SplitClusterShapes) {
       for (const int32_t clusters : {1, 3}) {
         for (const bool corrupt : {false, true}) {
           SCOPED_TRACE(::testing::Message()
-                       << name(c, sm90::kSplitClusterTactic) << " C " << clusters << " S " << size
-                       << (corrupt ? " corrupt" : ""));
-          const harness::HostInputs in = inputs_of(c, seed++);
-          Output ref;
-          MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-          sm90::Setup setup;
-          MLAKIT_ASSERT_OK(
-              sm90::make_setup(in.problem, sm90::kSplitClusterTactic, current_device(), &setup));
-          setup.forced_cluster_shape = {.clusters = clusters, .size = size};
-          const harness::HostInputs run_in = corrupt ? corrupted(in) : in;
-          harness::DeviceInputs device;
-          MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(run_in, &device));
-          harness::DeviceBuffer workspace(std::max<size_t>(setup.workspace_bytes, 256));
-          cudaStream_t stream = nullptr;
-          MLAKIT_ASSERT_CUDA(cudaStreamCreate(&stream));
-          Output got;
-          const Status ran = run_device(
-              [&](cudaStream_t st) { return sm90::run(setup, device.args, workspace.get(), st); },
-              run_in, device, stream, &got);
-          cudaStreamDestroy(stream);
-          MLAKIT_ASSERT_OK(ran);
-          EXPECT_TRUE(matches_reference(in, got, ref, harness::default_tolerance(in.problem)));
+                       << "C " << clusters << " S " << size << (corrupt ? " corrupt" : ""));
+          const sm90::ClusterShape shape{.clusters = clusters, .size = size};
+          check(c, seed++, sm90::kSplitClusterTactic, corrupt, kBackend, &shape);
         }
       }
     }

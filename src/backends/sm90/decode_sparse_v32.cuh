@@ -40,6 +40,7 @@
 #include "backends/sm90/wide_epilogue.cuh"
 #include "kernels/common/fp8.cuh"
 #include "kernels/common/ptx.h"
+#include "plan/compact.h"
 #include "plan/work.cuh"
 
 namespace mlakit::sm90 {
@@ -190,8 +191,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
     if constexpr (kCluster) {
       // Indices as given (or compacted slots): one out of range is never read, its token masked.
       if (slot < 0 || slot >= p.direct_tokens) return -1;
-      if (p.direct_page_pitch == p.direct_page_size) return slot;
-      return slot / p.direct_page_size * p.direct_page_pitch + slot % p.direct_page_size;
+      return plan::pitched_slot(slot, p.direct_page_size, p.direct_page_pitch);
     } else {
       return slot;
     }
