@@ -354,9 +354,10 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     const bool narrow = std::find(ids.begin(), ids.end(), 8) != ids.end() &&
                         std::find(ids.begin(), ids.end(), 9) != ids.end();
     EXPECT_EQ(narrow, c.h_q <= 32) << "h_q " << c.h_q;
-    // The sparse mma kernel's (10, 11): a bf16 q only.
+    // The sparse mma kernel's (10, 11, and 13 its cluster schedule): a bf16 q only.
     const bool mma = std::find(ids.begin(), ids.end(), 10) != ids.end() &&
-                     std::find(ids.begin(), ids.end(), 11) != ids.end();
+                     std::find(ids.begin(), ids.end(), 11) != ids.end() &&
+                     std::find(ids.begin(), ids.end(), 13) != ids.end();
     EXPECT_EQ(mma, c.q == DType::kBF16) << "h_q " << c.h_q;
   }
   for (const bool v4 : {false, true}) {

@@ -6,7 +6,8 @@
 namespace mlakit::sm90 {
 
 const DecodeKernel& decode_kernel_bf16_smma() {
-  return SparseEntry<sparse_mma_kernel, SparseMmaLayout::kSmemBytes, kSparseThreads>::entry();
+  return SparseEntry<sparse_mma_kernel<false>, SparseMmaLayout::kSmemBytes,
+                     kSparseThreads>::entry();
 }
 
 }  // namespace mlakit::sm90

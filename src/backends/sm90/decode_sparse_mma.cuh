@@ -1,7 +1,8 @@
 // Sparse decode of the V3.2 cache with a bf16 q, tiles of 16 query rows, on mma.sync: the 8
 // consumer warps share every block, each owning 64 of the 512 latent dims (so one scale group:
 // warp w, group w / 2), which it widens once and uses twice. Tactics kSparseMmaTactic + 0
-// (persistent) and + 1 (one-shot), launch.h. The producer and the stages are the sparse narrow
+// (persistent) and + 1 (one-shot), and kSparseMmaClusterTactic (the cluster schedule, the indices
+// read as given), launch.h. The producer and the stages are the sparse narrow
 // kernel's (decode_sparse_narrow.cuh: the tokens copied as cached by cp.async).
 // Per block of 64 tokens, warp w (lane = 4 r + t):
 //   loads     the e4m3 bytes of its dims, 4 a thread (dims 16 ks + 4t .. + 3 of its 64, token
@@ -93,6 +94,9 @@ __device__ __forceinline__ float part_of(const float4& v, int g) {
   return g == 0 ? v.x : g == 1 ? v.y : g == 2 ? v.z : v.w;
 }
 
+// kCluster: the cluster schedule (SparseClusterChunks), tokens without an index masked through
+// the stage's bad_tokens, and the chunk's result left over the stages for the cluster merge.
+template <bool kCluster>
 __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const Smem& s,
                                                    uint8_t* base, int m_tile, int32_t cta) {
   using L = SparseMmaLayout;
@@ -111,7 +115,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
   const fp8::Scales scales = fp8::read_scales(p);
   const float scale_log2 = p.scale_log2 * scales.qk;
 
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  auto chunks = sparse_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -165,6 +169,10 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       wait_parity(&sm.full[stage][0], phase);
       if (nb == 0 && tid == 0) grid_stamp(2);
       if (w % 4 == 0) trace(w / 4, 1);
+      // kCluster: the block's tokens without an index (bit j: token j), read before the stage
+      // goes back (the producer rewrites them for the stage's next block).
+      uint64_t bad = 0;
+      if constexpr (kCluster) bad = ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));
 
       // Everything this block needs from the stage, then the stage goes back.
       uint32_t kraw[4][8];
@@ -251,7 +259,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       float bm = -INFINITY;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        if (tok0 + tq + i >= limit) x[i] = -INFINITY;
+        if (tok0 + tq + i >= limit || plan::bad_token(bad, tq + i)) x[i] = -INFINITY;
         bm = fmaxf(bm, x[i]);
       }
       bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
@@ -323,6 +331,9 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
     if (w == 0 && lane % 2 == 0) heads.max(hh) = m;
     consumer_sync(kEpilogueBarrier);
     const bool direct = c.slot == -1;
+    // Left in shared memory for the cluster merge (sparse_entry.cuh): the LSE per row in
+    // merge_lse, the rows normalized over the stages (every block is consumed: they are free).
+    const bool merged = kCluster && c.slot == plan::kSlotCluster;
     if (tid < kMmaRows) {
       const int h = tid;
       const int32_t row = row0 + h;
@@ -336,7 +347,9 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       float factor = any ? 1.0f / total : 0.0f;
       if (row < p.rows) {
         if (direct && p.sinks != nullptr && any) factor /= 1.0f + expf(p.sinks[row % p.h_q] - lse);
-        if (!direct) {
+        if (merged) {
+          sm.merge_lse[h] = lse;
+        } else if (!direct) {
           p.plan.partial_lse[int64_t{c.slot} * p.rows + row] = lse;
         } else if (p.lse != nullptr && row < p.out_view.live_rows(c.request, p.rows)) {
           p.lse[p.out_view.lse_index(c.request, row, p.rows)] = lse * p.lse_scale;
@@ -349,6 +362,17 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int32_t row = row0 + r + 8 * e;
+      if (merged) {
+        const float f = heads.factor(r + 8 * e);
+        float* const g = reinterpret_cast<float*>(s.kv) + (r + 8 * e) * kMergeStride;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          *reinterpret_cast<float4*>(g + 64 * w + 16 * ks + 4 * t) =
+              make_float4(o[ks][0][2 * e] * f, o[ks][0][2 * e + 1] * f, o[ks][1][2 * e] * f,
+                          o[ks][1][2 * e + 1] * f);
+        }
+        continue;
+      }
       if (row >= live) continue;
       const float f = heads.factor(r + 8 * e);
 #pragma unroll
@@ -375,7 +399,10 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 
 #endif  // MLAKIT_SM90_WGMMA
 
-// Schedules persistent and one-shot; q and out bf16.
+// Schedules persistent and one-shot, or (kCluster, an instantiation of its own) the cluster
+// schedule with the indices read as given (the split kernel's, decode_sparse_v32.cuh); q and out
+// bf16.
+template <bool kCluster>
 __global__ void __launch_bounds__(kSparseThreads, 1)
     sparse_mma_kernel(const __grid_constant__ DecodeParams p) {
 #ifdef MLAKIT_SM90_WGMMA
@@ -388,15 +415,16 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
                .small = reinterpret_cast<SmallStorage*>(base + L::kSmallOffset)};
   SmallStorage& sm = *s.small;
   const int32_t m_tiles = (p.rows + kMmaRows - 1) / kMmaRows;
-  const SparseCta at = sparse_cta<false>(p, m_tiles);
+  const SparseCta at = sparse_cta<kCluster>(p, m_tiles);
   const int m_tile = at.m_tile;
   const int32_t cta = at.cta;
   if (threadIdx.x == 0) grid_stamp(0);
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.q_map) : "memory");
     for (int i = 0; i < L::kStages; ++i) {
-      // every producer thread's copies
-      cuda::ptx::mbarrier_init(&sm.full[i][0], kSparseProducerThreads);
+      // every producer thread's copies (kCluster: and each producer warp's bad_tokens byte)
+      cuda::ptx::mbarrier_init(&sm.full[i][0],
+                               kSparseProducerThreads + (kCluster ? kSparseProducerWarps : 0));
       cuda::ptx::mbarrier_init(&sm.empty[i], kConsumerThreads);
     }
     cuda::ptx::mbarrier_init(&sm.q_full, 1);
@@ -404,13 +432,19 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  sparse_prologue(p, sm, at);
+  sparse_prologue<kCluster>(p, sm, at);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kMmaProducerRegisters));
-    produce_sparse_narrow<L, kMmaRows, kSparseProducerWarps>(p, s, m_tile, cta);
+    produce_sparse_narrow<L, kMmaRows, kSparseProducerWarps, kCluster>(p, s, m_tile, cta);
+    if (kCluster && p.plan.cluster_size > 1) {
+      merge_sparse_cluster<__nv_bfloat16, L, kMmaRows, kConsumerThreads>(p, false);
+    }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMmaConsumerRegisters));
-    consume_sparse_mma(p, s, base, m_tile, cta);
+    consume_sparse_mma<kCluster>(p, s, base, m_tile, cta);
+    if (kCluster && p.plan.cluster_size > 1) {
+      merge_sparse_cluster<__nv_bfloat16, L, kMmaRows, kConsumerThreads>(p, true);
+    }
   }
   if (threadIdx.x == 0) grid_stamp(5);
   trace_finish();

@@ -95,19 +95,24 @@ inline constexpr int kV32RopeAt = kDv + 16;  // 64 bf16
 // 16, batch 128 took 103 us with 4 warps, 90 with 8; with 8, the copies alone (consumers only
 // releasing) 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The slots are read two
 // blocks ahead. L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
-template <typename L, int kN, int kWarps>
+// kCluster (the sparse mma kernel's cluster schedule): the chunk is SparseClusterChunks', each
+// entry goes through direct_slot (indices as given), and lane 0 of each warp writes its 8 tokens'
+// bits of the stage's bad_tokens (no index to read: masked) and arrives on the stage's barrier
+// (release) after its copies' arrival, which the barrier counts (kWarps more).
+template <typename L, int kN, int kWarps, bool kCluster = false>
 __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
                                                       int m_tile, int32_t cta) {
   constexpr int kPieces = kBlockwiseBytes / 16;  // 41 a token
   constexpr int kWarpTokens = kBlockN / kWarps;  // 16 or 8 a warp
   static_assert(kBlockwiseBytes % 16 == 0 && kBlockN % kWarps == 0);
+  static_assert(!kCluster || kWarpTokens == 8, "bad_tokens is written a byte a warp");
   const int t = static_cast<int>(threadIdx.x) - kConsumerThreads;
   const int warp = __shfl_sync(0xffffffffu, t / 32, 0);
   const int lane = t % 32;
   SmallStorage& sm = *s.small;
   const int32_t row0 = m_tile * kN;
   const uint32_t kv_smem = ptx::smem_u32(s.kv);
-  plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  auto chunks = sparse_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -117,7 +122,12 @@ __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, con
     // Lane j < 16 holds the slot of token 16 warp + j of the block at tok0 (-1 past the end).
     const auto slot_at = [&](int32_t tok0) {
       const int32_t tok = tok0 + kWarpTokens * warp + lane % kWarpTokens;
-      return tok < c.token_end ? table[tok] : -1;
+      const int32_t slot = tok < c.token_end ? table[tok] : -1;
+      if constexpr (kCluster) {
+        return direct_slot(p, slot);
+      } else {
+        return slot;
+      }
     };
     int32_t tok0 = c.token_begin;
     int32_t sa = slot_at(tok0), sb = slot_at(tok0 + kBlockN);
@@ -141,6 +151,13 @@ __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, con
         }
       }
       ptx::cp_async_mbarrier_arrive_noinc(ptx::smem_u32(&sm.full[stage][0]));
+      if constexpr (kCluster) {
+        const uint32_t bad = __ballot_sync(0xffffffffu, sl < 0) & 0xffu;  // lanes 0..7: its tokens
+        if (lane == 0) {
+          reinterpret_cast<uint8_t*>(&sm.bad_tokens[stage])[warp] = static_cast<uint8_t>(bad);
+          arrive(&sm.full[stage][0]);  // release: the byte before the stage is seen full
+        }
+      }
       if (t == 0) trace(2, 10);
       sl = slot_at(tok0 + 2 * kBlockN);
       tok0 += kBlockN;

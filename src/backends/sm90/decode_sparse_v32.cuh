@@ -64,17 +64,6 @@ __device__ __forceinline__ uint4 ld_stream_v4(const uint8_t* a) {
   return v;
 }
 
-// The chunks of CTA `cta`: the cluster schedule's one (kCluster: SparseClusterChunks, which reads
-// the rows' lengths as DecodeParams::direct_s_q says), else plan::ChunkIterator's.
-template <bool kCluster>
-__device__ __forceinline__ auto split_chunks(const DecodeParams& p, SmallStorage& sm, int32_t cta) {
-  if constexpr (kCluster) {
-    return SparseClusterChunks(p, cta);
-  } else {
-    return plan::ChunkIterator(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
-  }
-}
-
 // Columns 128 h .. 128 h + 127 of an N 256 accumulator (the same fragment order).
 __device__ __forceinline__ float (&half_of(float (&o)[128], int h))[64] {
   return *reinterpret_cast<float(*)[64]>(o + 64 * h);
@@ -178,7 +167,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const float k_scale = fp8::read_scales(p).v;
   const int32_t row0 = m_tile * kRows;
-  auto chunks = split_chunks<kCluster>(p, sm, cta);
+  auto chunks = sparse_chunks<kCluster>(p, sm, cta);
   plan::Chunk c{};
   uint32_t n_chunk = 0, n_block = 0;
   SplitToken x;
@@ -189,9 +178,7 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
     const int32_t tok = tok0 + tk;
     const int32_t slot = tok < c.token_end ? table[tok] : -1;
     if constexpr (kCluster) {
-      // Indices as given (or compacted slots): one out of range is never read, its token masked.
-      if (slot < 0 || slot >= p.direct_tokens) return -1;
-      return plan::pitched_slot(slot, p.direct_page_size, p.direct_page_pitch);
+      return direct_slot(p, slot);  // indices as given, or compacted slots
     } else {
       return slot;
     }
@@ -263,7 +250,7 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
-  auto chunks = split_chunks<kCluster>(p, sm, cta);
+  auto chunks = sparse_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -360,7 +347,7 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
   const uint32_t kv_addr = ptx::smem_u32(s.kv);
   const int32_t row0 = m_tile * kRows;
   const float scale_log2 = p.scale_log2;
-  auto chunks = split_chunks<kCluster>(p, sm, cta);
+  auto chunks = sparse_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -447,16 +434,16 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSplitProducerRegisters));
     produce_split<T, kCluster>(p, s, m_tile, cta);
-    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows>(p, false);
+    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows, 128>(p, false);
   } else if (threadIdx.x >= 128) {
     // 512 threads start with 128 registers: the V warpgroup's 160 are an increase.
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitVRegisters));
     consume_split_v<T, kCluster>(p, s, m_tile, cta);
-    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows>(p, false);
+    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows, 128>(p, false);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSplitSRegisters));
     consume_split_s<T, kCluster>(p, s, m_tile, cta);
-    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows>(p, true);
+    if (kCluster && p.plan.cluster_size > 1) merge_sparse_cluster<T, L, kRows, 128>(p, true);
   }
   if (threadIdx.x == 0) grid_stamp(5);
   trace_finish();

@@ -216,7 +216,9 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   // A sparse problem's cache is gathered into 16-bit stages (gather.cuh): q's type.
   const bool fp8 = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
   const bool split_cluster = tactic == kSplitClusterTactic;
-  const bool sparse_mma = tactic >= kSparseMmaTactic && tactic < kSplitClusterTactic;
+  const bool mma_cluster = tactic == kSparseMmaClusterTactic;
+  const bool sparse_mma =
+      mma_cluster || (tactic >= kSparseMmaTactic && tactic < kSplitClusterTactic);
   if (sparse_mma && !sparse_mma_runs(p)) {
     return invalid_argument(
         "tactic",
@@ -254,7 +256,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                                                      : kMaxNarrowRows;
   const bool bf16 = p.q_dtype == DType::kBF16;
   const DecodeKernel& kernel =
-      sparse_mma ? decode_kernel_bf16_smma()
+      mma_cluster  ? decode_kernel_bf16_smma_cluster()
+      : sparse_mma ? decode_kernel_bf16_smma()
       : sparse_narrow
           ? (tile_rows == kSmallNarrowRows
                  ? (bf16 ? decode_kernel_bf16_snarrow16() : decode_kernel_fp16_snarrow16())
@@ -271,8 +274,10 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->kernel = &kernel;
   setup->tile_rows = tile_rows;
   setup->split = split;
+  setup->sparse_mma = sparse_mma;
   setup->m_tiles = m_tiles;
-  const int schedule_id = sparse_mma      ? tactic - kSparseMmaTactic
+  const int schedule_id = mma_cluster     ? 2
+                          : sparse_mma    ? tactic - kSparseMmaTactic
                           : sparse_narrow ? tactic - kSparseNarrowTactic
                           : split_cluster ? 2
                           : split         ? tactic - kSplitTactic
@@ -406,10 +411,11 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   params.direct_s_q = 0;
   params.direct_tokens = INT32_MAX;
   params.direct_page_size = params.direct_page_pitch = 1;
-  // The split kernel's cluster schedule reads the indices as given (each checked on the device,
-  // padded pages read by their pitch): one index list, every query token its own row of indices
-  // (no var_q packing). No compaction kernel runs.
-  const bool direct = sparse && setup.split && cluster && !p.has_extra() && !p.var_q;
+  // The split and sparse mma kernels' cluster schedule reads the indices as given (each checked on
+  // the device, padded pages read by their pitch): one index list, every query token its own row of
+  // indices (no var_q packing). No compaction kernel runs.
+  const bool direct =
+      sparse && (setup.split || setup.sparse_mma) && cluster && !p.has_extra() && !p.var_q;
   if (direct) {
     params.block_table = args.indices;
     params.block_table_stride = p.topk;

@@ -77,8 +77,10 @@ const DecodeKernel& decode_kernel_bf16_snarrow16();
 const DecodeKernel& decode_kernel_bf16_snarrow32();
 const DecodeKernel& decode_kernel_fp16_snarrow16();
 const DecodeKernel& decode_kernel_fp16_snarrow32();
-// Defined in decode_bf16_smma.cu: the sparse mma kernel of the V3.2 cache (decode_sparse_mma.cuh).
+// Defined in decode_bf16_smma.cu: the sparse mma kernel of the V3.2 cache (decode_sparse_mma.cuh);
+// in decode_bf16_smmac.cu, the same under the cluster schedule (kSparseMmaClusterTactic).
 const DecodeKernel& decode_kernel_bf16_smma();
+const DecodeKernel& decode_kernel_bf16_smma_cluster();
 // Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
@@ -118,6 +120,8 @@ inline bool sparse_mma_runs(const Problem& p) {
 // through distributed shared memory, so no plan kernel runs and, with one cluster per request, no
 // combine kernel.
 inline constexpr int kSplitClusterTactic = 12;
+// The sparse mma kernel's cluster schedule (the same, for the tiles of 16 rows; a bf16 q).
+inline constexpr int kSparseMmaClusterTactic = 13;
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {
@@ -140,6 +144,7 @@ struct Setup {
   size_t workspace_bytes = 0;  // layout.bytes, the compacted slots when sparse, the packed q
   bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel
   bool split = false;          // the split sparse kernel (kSplitTactic)
+  bool sparse_mma = false;     // the sparse mma kernel (kSparseMmaTactic)
   bool pdl = false;
   int32_t sm_count = 1;
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's

@@ -20,6 +20,7 @@
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
+#include "plan/compact.h"
 #include "plan/part_plan.cuh"
 #include "plan/work.cuh"
 
@@ -98,6 +99,26 @@ class SparseClusterChunks {
   bool done_ = false;
 };
 
+// The chunks of CTA `cta`: the cluster schedule's one (kCluster: SparseClusterChunks, which reads
+// the rows' lengths as DecodeParams::direct_s_q says), else plan::ChunkIterator's.
+template <bool kCluster>
+__device__ __forceinline__ auto sparse_chunks(const DecodeParams& p, SmallStorage& sm,
+                                              int32_t cta) {
+  if constexpr (kCluster) {
+    return SparseClusterChunks(p, cta);
+  } else {
+    return plan::ChunkIterator(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  }
+}
+
+// The cluster schedule's slot of a row's entry `index` (DecodeParams::direct_s_q): -1 when it
+// names no cached token (never read; its token is masked), else its token's slot, padded pages by
+// their pitch. Compacted slots pass unchanged (direct_tokens INT32_MAX, page size and pitch 1).
+__device__ __forceinline__ int32_t direct_slot(const DecodeParams& p, int32_t index) {
+  if (index < 0 || index >= p.direct_tokens) return -1;
+  return plan::pitched_slot(index, p.direct_page_size, p.direct_page_pitch);
+}
+
 // After thread 0 has initialized the barriers: the wait for the previous kernel (everything after
 // it reads seq_lens or the plan: the PDL contract, kernels/common/pdl.h), the persistent
 // schedule's part of this CTA or, in the cluster schedule with several clusters per request, the
@@ -127,21 +148,22 @@ __device__ __forceinline__ void sparse_prologue(const DecodeParams& p, SmallStor
 
 #ifdef MLAKIT_SM90_WGMMA
 // The cluster schedule's merge, at the end of each role (one call site per role, nothing after the
-// roles' branches): the cluster's CTAs meet once every consumer warpgroup left its share of the
-// result over the stages (write_wide_chunk's merged path); then one warpgroup (`merges`) of CTA k
-// merges its rows of all S results (cluster_merge.cuh); none leaves while another reads its shared
-// memory. Where the CTA and its shared memory stand is worked out again here, so that nothing of it
-// stays live through the roles' loops. (ptxas, the split kernel's producer spills in bytes of
-// stores: 60 without a merge; 108 with both consumer warpgroups merging after the branches; 76
-// with the V warpgroup merging; 64 with the S warpgroup, whose 192 registers leave most room.)
-template <typename T, typename L, int kTileRows>
+// roles' branches): the cluster's CTAs meet once the consumers left the result over the stages
+// (write_wide_chunk's merged path, or the sparse mma kernel's); then the kThreads threads that
+// call it with `merges` (threads 0 .. kThreads - 1) merge CTA k's rows of all S results
+// (cluster_merge.cuh); none leaves while another reads its shared memory. Where the CTA and its
+// shared memory stand is worked out again here, so that nothing of it stays live through the
+// roles' loops. (ptxas, the split kernel's producer spills in bytes of stores: 60 without a merge;
+// 108 with both consumer warpgroups merging after the branches; 76 with the V warpgroup merging;
+// 64 with the S warpgroup, whose 192 registers leave most room: kThreads 128 there.)
+template <typename T, typename L, int kTileRows, int kThreads>
 __device__ __forceinline__ void merge_sparse_cluster(const DecodeParams& p, bool merges) {
   cluster_sync();  // every CTA's result and LSE in its shared memory
   if (merges) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* base = aligned_smem(smem_raw);
     const SparseCta at = sparse_cta<true>(p, (p.rows + kTileRows - 1) / kTileRows);
-    merge_cluster<T, kTileRows, 128>(
+    merge_cluster<T, kTileRows, kThreads>(
         p, base + L::kKvOffset, *reinterpret_cast<SmallStorage*>(base + L::kSmallOffset), at.m_tile,
         at.cta / p.plan.max_splits, at.split / p.plan.cluster_size);
   }
