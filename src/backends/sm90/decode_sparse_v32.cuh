@@ -277,6 +277,19 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
       wait_parity(&sm.full[stage][0], phase);
       trace(0, 1);
       if (n_block == 0 && t == 0) grid_stamp(2);
+      // kCluster: tokens without an index to read (the producer's bad_tokens, page_mask.cuh). A
+      // block of none (a -1 tail past a short row's context) changes nothing: skipped by both
+      // warpgroups, its barriers kept (published still arrives, so its phases stay in step).
+      uint64_t bad = 0;
+      if constexpr (kCluster) {
+        bad = ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));
+        if (bad == ~uint64_t{0}) {
+          if (b == n_blocks - 1 && t == 0) arrive(&sm.q_empty);
+          arrive(&sm.published[stage]);
+          if (t == 0) arrive(&sm.empty[stage]);
+          continue;
+        }
+      }
       float sc[32];
       wgmma_fence();
 #pragma unroll
@@ -293,9 +306,6 @@ __device__ __forceinline__ void consume_split_s(const DecodeParams& p, const Sme
       fence_accumulators(sc);
       trace(0, 3);
       if (b == n_blocks - 1 && t == 0) arrive(&sm.q_empty);
-      // kCluster: tokens without an index to read (the producer's bad_tokens, page_mask.cuh).
-      uint64_t bad = 0;
-      if constexpr (kCluster) bad = ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));
       if (tok0 + kBlockN > min(limit[0], limit[1]) || bad != 0) {
         const int32_t j_base = 2 * (lane % 4);
 #pragma unroll
@@ -368,6 +378,14 @@ __device__ __forceinline__ void consume_split_v(const DecodeParams& p, const Sme
       const uint64_t p_desc = smem_desc_sw128(kv_stage + kPChunk * kChunkBytes, 0, 1024);
       trace(1, 0);
       wait_parity(&sm.full[stage][0], phase);
+      if constexpr (kCluster) {
+        // A block without one index to read: skipped, as by the S warpgroup (its published
+        // phase completes without this warpgroup waiting for it).
+        if (ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage])) == ~uint64_t{0}) {
+          if (t == 0) arrive(&sm.empty[stage]);
+          continue;
+        }
+      }
       wait_parity(&sm.published[stage], phase);
       trace(1, 7);
       MaxStep step[2];
