@@ -306,7 +306,8 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 // as requests x tiles a request), else one-shot from 64 rows as requests (batch x s_q) and
 // persistent below, cluster after them; up to 32 rows they come last (6, 7, 12). Up to 32 heads the
 // sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
-// kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's).
+// kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's),
+// and before those its cluster schedule (13) from 8 to 128 of its 16-row tiles.
 // Other sparse caches and dense problems list none of them.
 TEST(Tuner, Sm90SparseV32TacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
@@ -319,15 +320,16 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     int first;
   } cases[] = {{64, 1, 128, DType::kBF16, 12}, {128, 2, 32, DType::kFP16, 12},
                {128, 1, 8, DType::kBF16, 12},  {64, 2, 16, DType::kBF16, 12},
-               {40, 1, 1, DType::kFP16, 6},    {16, 1, 128, DType::kBF16, 11},
+               {40, 1, 1, DType::kFP16, 6},    {16, 1, 128, DType::kBF16, 13},
                {128, 2, 64, DType::kBF16, 7},  {64, 2, 128, DType::kFP16, 7},
-               {64, 1, 4, DType::kFP16, 6},    {16, 1, 8, DType::kBF16, 10},
+               {64, 1, 4, DType::kFP16, 6},    {16, 1, 8, DType::kBF16, 13},
                {8, 2, 8, DType::kFP16, 8},     {8, 2, 32, DType::kFP16, 9},
-               {32, 1, 64, DType::kBF16, 11},  {32, 2, 8, DType::kBF16, 10},
+               {32, 1, 64, DType::kBF16, 13},  {32, 2, 8, DType::kBF16, 13},
                {32, 2, 64, DType::kBF16, 9},   {32, 1, 128, DType::kFP16, 9},
                {64, 1, 1, DType::kBF16, 10},   {64, 2, 1, DType::kBF16, 10},
                {128, 1, 1, DType::kBF16, 10},  {128, 2, 1, DType::kBF16, 6},
-               {40, 1, 1, DType::kBF16, 10}};
+               {40, 1, 1, DType::kBF16, 10},   {8, 1, 4, DType::kBF16, 10},
+               {16, 2, 64, DType::kBF16, 13},  {16, 1, 256, DType::kBF16, 11}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,

@@ -211,6 +211,16 @@ TEST(Sm90Sparse, EveryTacticAgainstReference) {
       // -1 tails of whole blocks past requests shorter than topk (lengths in [37, 600)).
       {.blockwise = true, .h_q = 64, .topk = 512, .batch = 4, .len = 300, .tails = true},
       {.blockwise = true, .h_q = 16, .s_q = 2, .topk = 256, .batch = 3, .len = 100, .tails = true},
+      // Two query tiles, the second partial; -1 tails at 128 heads.
+      {.q = DType::kFP16,
+       .blockwise = true,
+       .h_q = 96,
+       .topk = 777,
+       .batch = 3,
+       .len = 1500,
+       .topk_lens = true,
+       .odd_scales = true},
+      {.blockwise = true, .h_q = 128, .s_q = 2, .topk = 512, .batch = 3, .len = 300, .tails = true},
   };
   uint64_t seed = 7100;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed);
@@ -507,6 +517,9 @@ TEST(Sm90Sanitize, Sparse) {
                     &seed, /*corrupt=*/true);
   check_each_tactic({.blockwise = true, .page_size = 1, .h_q = 128, .topk = 130, .batch = 1},
                     &seed);
+  check_each_tactic(
+      {.blockwise = true, .h_q = 100, .topk = 200, .batch = 2, .len = 400, .topk_lens = true},
+      &seed, /*corrupt=*/true);
   check_each_tactic({.blockwise = true, .h_q = 16, .s_q = 2, .topk = 130, .batch = 2, .len = 300},
                     &seed, /*corrupt=*/true);
   check_each_tactic(

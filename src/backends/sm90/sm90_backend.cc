@@ -200,9 +200,17 @@ std::vector<Tactic> tactics(const Problem& problem) {
     const bool mma_first =
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
-    // The mma kernel's cluster schedule (not yet timed) after its other two.
+    // The mma kernel's cluster schedule first up to 32 rows from 8 to 128 of its 16-row tiles
+    // (rows as requests x tiles a request; batch 1 at h_q 64 and 128 not timed): on an H200 at h_q
+    // 8, 16 and 32, s_q 1, topk 2048 it was 5-29% faster than the mma kernel's other two schedules
+    // from batch 8 to 64 tiles (h_q 8 batch 8: 3% slower) and at h_q 32 4-21% faster than the
+    // narrow kernel at batch 32 and 64; at h_q 32 batch 128 (256 tiles) the narrow kernel's
+    // one-shot schedule is 22% faster (bench/results/2026-11-28-h200-sparse-mma-cluster).
+    const bool mma_cluster_first =
+        mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles >= 8 && mma_tiles <= 128;
+    if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
-    if (mma_first) append({sparse_mma_cluster});
+    if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});
     if (rows > sm90::kMaxNarrowRows) {
       const int64_t tiles = int64_t{(rows + sm90::kRows - 1) / sm90::kRows} * p.max_batch;
       const bool split_cluster_first = tiles >= 8 && tiles <= 128;
