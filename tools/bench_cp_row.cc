@@ -40,7 +40,7 @@ void print_cp_row(const CpRow& r) {
           : *std::max_element(r.rank_cache_bytes.begin(), r.rank_cache_bytes.end());
   std::printf("%-12s %4d %4d %5d %7d %3d %5d %3d %5d %-9s %9s %9s %9s %9s %9s %4s %8s %8s  %s\n",
               name.c_str(), p.h_q, p.s_q, r.cc.c.batch, r.cc.c.seq_len, r.cc.c.variable ? 1 : 0,
-              p.page_size, r.world, r.cc.interleave, std::string(to_string(r.cc.merge)).c_str(),
+              p.page_size, r.world, r.cc.interleave, r.cc.merge_name().c_str(),
               us(r.single.median_us).c_str(), us(r.slowest_rank_us()).c_str(),
               us(r.comm.median_us).c_str(), us(r.step.median_us).c_str(), us(target).c_str(),
               met.c_str(), gb(r.cache_bytes).c_str(), rank_max > 0 ? gb(rank_max).c_str() : "-",
@@ -59,7 +59,7 @@ nlohmann::json cp_row_json(const CpRow& r, const CacheKind& kind) {
   j.update({{"single_backend", r.single_backend},
             {"cp", r.world},
             {"cp_interleave", r.cc.interleave},
-            {"cp_merge", to_string(r.cc.merge)},
+            {"cp_merge", r.cc.merge_name()},
             {"single_us", r.single.median_us},
             {"rank_us", times(r.rank)},
             {"attention_us", r.slowest_rank_us()},

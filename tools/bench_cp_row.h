@@ -17,10 +17,23 @@ namespace mlakit::tools {
 // Issue 38's target: the sharded step within the unsharded decode / N plus this.
 constexpr double kTargetOverheadUs = 15;
 
+// How a kAllGather case exchanges: the partials apart from the workspace (two gathers in one NCCL
+// group), in the ranks' slots of it (nccl_merge_partial_slot: one in-place gather), or in place in
+// a workspace that is an NCCL symmetric window (ncclMemAlloc, ncclCommWindowRegister).
+enum class CpExchange { kApart, kInPlace, kSymmetric };
+
 struct CpCase {
   Case c;
   int interleave = 1;
   CpMerge merge = CpMerge::kAllGather;
+  CpExchange exchange = CpExchange::kApart;
+  // --cp-merge's name: allgather, heads, inplace (allgather in place), symmetric.
+  std::string merge_name() const {
+    return merge == CpMerge::kHeads             ? "heads"
+           : exchange == CpExchange::kInPlace   ? "inplace"
+           : exchange == CpExchange::kSymmetric ? "symmetric"
+                                                : "allgather";
+  }
 };
 
 struct CpRow {

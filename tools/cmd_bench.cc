@@ -311,8 +311,8 @@ Status check_cp_flags(const BenchFlags& f) {
     }
   }
   for (const std::string& m : f.cp.merge) {
-    if (m != "allgather" && m != "heads") {
-      return invalid_argument("--cp-merge", "allgather or heads", m);
+    if (m != "allgather" && m != "heads" && m != "inplace" && m != "symmetric") {
+      return invalid_argument("--cp-merge", "allgather, heads, inplace or symmetric", m);
     }
     if (m != "heads") continue;
     for (const int h : f.sweep.heads) {
@@ -383,8 +383,10 @@ void add_bench_command(CLI::App& app, const CommandContext& context) {
                   "Helix), comma list")
       ->delimiter(',');
   cmd->add_option("--cp-merge", f->cp.merge,
-                  "with --cp: allgather (every GPU gets every head) or heads (all-to-all, each GPU "
-                  "its h_q / N heads), comma list")
+                  "with --cp: allgather (every GPU gets every head), heads (all-to-all, each GPU "
+                  "its h_q / N heads), inplace (allgather, each partial decoded into its slot of "
+                  "the merge workspace: one gather in place) or symmetric (inplace in a workspace "
+                  "registered as an NCCL symmetric window, NCCL 2.27+), comma list")
       ->delimiter(',');
   cmd->callback([cmd, f, context] {
     *context.exit_code = run_bench(*f, cmd->parse_order().empty(), context.run);

@@ -85,6 +85,13 @@ struct Rank {
   harness::DeviceBuffer merge_workspace, out, lse;
   size_t merge_workspace_bytes = 0;
   uint64_t cache_bytes = 0;
+  // CpExchange::kSymmetric: the merge workspace from ncclMemAlloc, registered on the rank's
+  // communicator (released by release_symmetric before the communicators go).
+  void* symmetric = nullptr;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  ncclWindow_t window = nullptr;
+#endif
+  void* merge_ws() const { return symmetric != nullptr ? symmetric : merge_workspace.get(); }
 };
 
 // A non-blocking stream of the current device, destroyed with it.
@@ -187,7 +194,91 @@ Status setup_rank(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
   MLAKIT_RETURN_IF_ERROR(alloc(rows * sizeof(float), &rank->lse, "merged lse"));
   MLAKIT_RETURN_IF_ERROR(nccl_merge_workspace_bytes(cc.merge, world, merge_args(cc, *rank, 0, true),
                                                     &rank->merge_workspace_bytes));
-  return alloc(rank->merge_workspace_bytes, &rank->merge_workspace, "merge workspace");
+  if (cc.exchange != CpExchange::kSymmetric) {
+    return alloc(rank->merge_workspace_bytes, &rank->merge_workspace, "merge workspace");
+  }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  const ncclResult_t res = ncclMemAlloc(&rank->symmetric, rank->merge_workspace_bytes);
+  if (res != ncclSuccess) {
+    return Status(StatusCode::kCudaError, str_cat("ncclMemAlloc of ", rank->merge_workspace_bytes,
+                                                  " bytes: ", ncclGetErrorString(res)));
+  }
+  return Status::Ok();
+#else
+  return unsupported("--cp-merge symmetric needs NCCL 2.27 or newer (symmetric windows); this is ",
+                     NCCL_MAJOR, ".", NCCL_MINOR);
+#endif
+}
+
+// In place (inplace, symmetric): every copy's decode writes its partial into the rank's slot of
+// the merge workspace (nccl_merge_partial_slot); symmetric: the workspaces registered as one
+// symmetric window, collectively (a thread a rank).
+Status prepare_exchange(const CpCase& cc, std::vector<Rank>& ranks, Comms& comms, bool host) {
+  if (cc.exchange == CpExchange::kApart) return Status::Ok();
+  const int world = static_cast<int>(ranks.size());
+  for (int r = 0; r < world; ++r) {
+    Rank& rank = ranks[r];
+    void* out = nullptr;
+    float* lse = nullptr;
+    MLAKIT_RETURN_IF_ERROR(nccl_merge_partial_slot(world, r, merge_args(cc, rank, 0, true),
+                                                   rank.merge_ws(), &out, &lse));
+    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
+    if (host) {  // the host decoder's partial, uploaded: copied into the slot
+      const harness::DeviceInputs& d = rank.copies[0];
+      MLAKIT_CUDA_RETURN(cudaMemcpy(out, d.args.out, d.out.size(), cudaMemcpyDeviceToDevice));
+      MLAKIT_CUDA_RETURN(cudaMemcpy(lse, d.args.lse, d.lse.size(), cudaMemcpyDeviceToDevice));
+    }
+    for (harness::DeviceInputs& d : rank.copies) {
+      d.args.out = out;
+      d.args.lse = lse;
+    }
+  }
+  if (cc.exchange != CpExchange::kSymmetric) return Status::Ok();
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  std::vector<int> devices(world);
+  std::iota(devices.begin(), devices.end(), 0);
+  return harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
+    Rank& rank = ranks[r];
+    const ncclResult_t res =
+        ncclCommWindowRegister(comms.comms[r], rank.symmetric, rank.merge_workspace_bytes,
+                               &rank.window, NCCL_WIN_COLL_SYMMETRIC);
+    if (res != ncclSuccess) {
+      return Status(StatusCode::kInternal,
+                    str_cat("ncclCommWindowRegister: ", ncclGetErrorString(res)));
+    }
+    return Status::Ok();
+  });
+#else
+  (void)comms;
+  return Status::Ok();
+#endif
+}
+
+// The symmetric windows deregistered (collectively; not after an abort) and their memory freed.
+void release_exchange(std::vector<Rank>& ranks, Comms& comms) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  const int world = static_cast<int>(ranks.size());
+  std::vector<int> devices(world);
+  std::iota(devices.begin(), devices.end(), 0);
+  if (!comms.aborted) {
+    (void)harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
+      if (ranks[r].window != nullptr)
+        (void)ncclCommWindowDeregister(comms.comms[r], ranks[r].window);
+      ranks[r].window = nullptr;
+      return Status::Ok();
+    });
+  }
+  for (int r = 0; r < world; ++r) {
+    if (ranks[r].symmetric == nullptr) continue;
+    (void)cudaSetDevice(r);
+    (void)cudaDeviceSynchronize();
+    (void)ncclMemFree(ranks[r].symmetric);
+    ranks[r].symmetric = nullptr;
+  }
+#else
+  (void)ranks;
+  (void)comms;
+#endif
 }
 
 // Each rank's decode into its first copy (poisoned partial), on every rank at once. No collective:
@@ -199,6 +290,10 @@ Status decode_partials(std::vector<Rank>& ranks) {
   return harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
     Rank& rank = ranks[r];
     MLAKIT_RETURN_IF_ERROR(rank.copies[0].poison(rank.in));
+    // In place: the whole merge workspace, the rank's slot that the decode writes included.
+    if (rank.copies[0].args.out != rank.copies[0].out.get()) {
+      MLAKIT_CUDA_RETURN(cudaMemset(rank.merge_ws(), 0xff, rank.merge_workspace_bytes));
+    }
     MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
     StreamOf stream;
     MLAKIT_RETURN_IF_ERROR(stream.create());
@@ -226,7 +321,7 @@ Status verify(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& 
         StreamOf stream;
         MLAKIT_RETURN_IF_ERROR(stream.create());
         MLAKIT_RETURN_IF_ERROR(merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, 0, lse),
-                                          rank.merge_workspace.get(), rank.merge_workspace_bytes,
+                                          rank.merge_ws(), rank.merge_workspace_bytes,
                                           stream.stream));
         return group.sync(stream.stream);
       }));
@@ -320,8 +415,8 @@ Status run_merges(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
   const bool lse = f.sweep.lse;
   const auto merge = [&](int r, int k, Stream stream) {
     const Rank& rank = ranks[r];
-    return merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, k, lse),
-                      rank.merge_workspace.get(), rank.merge_workspace_bytes, stream);
+    return merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, k, lse), rank.merge_ws(),
+                      rank.merge_workspace_bytes, stream);
   };
   MLAKIT_RETURN_IF_ERROR(
       harness::time_gpu_ranks(devices, merge, copies, topt, &row->comm_rank, &row->comm));
@@ -363,6 +458,11 @@ Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* ro
   MLAKIT_RETURN_IF_ERROR(time_single(f, c, global, topt, row));
 
   std::vector<Rank> ranks(world);
+  struct Release {  // the symmetric windows, whatever happens below
+    std::vector<Rank>& ranks;
+    Comms& comms;
+    ~Release() { release_exchange(ranks, comms); }
+  } release{ranks, comms};
   for (int r = 0; r < world; ++r) {
     Status st = setup_rank(f, cc, global, world, r, &ranks[r]);
     if (!st.ok()) return Status(st.code(), str_cat("rank ", r, ": ", st.message()));
@@ -379,6 +479,7 @@ Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* ro
                          "): pass --backend");
     }
   }
+  MLAKIT_RETURN_IF_ERROR(prepare_exchange(cc, ranks, comms, row->host_partials));
   if (row->host_partials) {
     row->note =
         str_cat(row->note, row->note.empty() ? "" : "; ", "the ranks decode on ",
@@ -468,7 +569,10 @@ int run_bench_cp(BenchFlags& f, bool run) {
   for (const Case& c : base) {
     for (const int interleave : f.cp.interleave) {
       for (const std::string& m : f.cp.merge) {
-        cases.push_back({c, interleave, m == "heads" ? CpMerge::kHeads : CpMerge::kAllGather});
+        cases.push_back({c, interleave, m == "heads" ? CpMerge::kHeads : CpMerge::kAllGather,
+                         m == "inplace"     ? CpExchange::kInPlace
+                         : m == "symmetric" ? CpExchange::kSymmetric
+                                            : CpExchange::kApart});
       }
     }
   }

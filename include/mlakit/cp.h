@@ -62,13 +62,19 @@ struct MergeArgs {
   int32_t s_q = 1;             // 1..kMaxSq
   int32_t h_q = 0;             // 1..kMaxHeads
   DType dtype = DType::kBF16;  // of partial_out and out: bf16, fp16 or fp32
-  // All contiguous; the out tensors 16-byte aligned.
+  // Contiguous per partial, the out tensors 16-byte aligned; partial k at k times the stride
+  // below (0: right after partial k - 1, i.e. [N, b, s_q, h_q, 512] and [N, b, s_q, h_q]).
   const void* partial_out = nullptr;   // [N, b, s_q, h_q, 512] of dtype
   const float* partial_lse = nullptr;  // [N, b, s_q, h_q] natural log, -inf = empty partial
-  const float* sinks = nullptr;        // [h_q] sink logits, or null (-inf: no sink for that head)
-  void* out = nullptr;                 // [b, s_q, h_q, 512] of dtype
-  float* lse = nullptr;                // [b, s_q, h_q] or null: the global LSE
-  bool lse_base2 = false;              // partial_lse and lse in base 2 (Problem::lse_base2)
+  // Elements from partial k's first to partial k + 1's: 0, or at least b s_q h_q 512 (out, a
+  // multiple of 8: 16 bytes of bf16) and b s_q h_q (lse). (The NCCL merge's in-place exchange
+  // keeps each rank's out and LSE side by side: cp_nccl.h.)
+  int64_t partial_out_stride = 0;
+  int64_t partial_lse_stride = 0;
+  const float* sinks = nullptr;  // [h_q] sink logits, or null (-inf: no sink for that head)
+  void* out = nullptr;           // [b, s_q, h_q, 512] of dtype
+  float* lse = nullptr;          // [b, s_q, h_q] or null: the global LSE
+  bool lse_base2 = false;        // partial_lse and lse in base 2 (Problem::lse_base2)
 };
 
 // Device kCpu: host pointers, synchronous. Device kCuda: device pointers of the current device,

@@ -37,7 +37,10 @@ namespace mlakit {
 // Which merge: every rank gets every head, or each rank its h_q / N heads.
 enum class CpMerge : int32_t {
   // ncclAllGather of the N partials (outputs and LSEs, one NCCL group), then merge_partials of
-  // all b * s_q * h_q rows: every rank ends with the whole output [b, s_q, h_q, 512].
+  // all b * s_q * h_q rows: every rank ends with the whole output [b, s_q, h_q, 512]. With the
+  // partial written into the rank's slot of the workspace (nccl_merge_partial_slot) the exchange
+  // is one in-place ncclAllGather of whole slots, which NCCL 2.27+ runs on its symmetric-memory
+  // kernels when the workspace is a symmetric window on every rank (below).
   kAllGather = 0,
   // An all-to-all by heads (grouped ncclSend / ncclRecv): rank r receives heads r * h_q / N ..
   // (r + 1) * h_q / N - 1 of every rank's partial and merges them: [b, s_q, h_q / N, 512]. N
@@ -74,6 +77,19 @@ struct NcclMergeArgs {
 // for kHeads).
 Status nccl_merge_workspace_bytes(CpMerge merge, int32_t world, const NcclMergeArgs& args,
                                   size_t* bytes);
+
+// kAllGather in place: where rank `rank` of `world` writes its partial (the decode's out and lse,
+// the shapes of `args`; its pointers are not read) inside `workspace` (nccl_merge_workspace_bytes
+// bytes, 256-byte aligned). Passing these as args.partial_out / partial_lse makes the exchange one
+// ncclAllGather in place: no copy, one collective. If, besides, every rank's workspace is a
+// symmetric NCCL window (allocated by ncclMemAlloc and registered by ncclCommWindowRegister with
+// NCCL_WIN_COLL_SYMMETRIC, collectively, at the same offset in the same registration on every
+// rank; NCCL 2.27+), NCCL runs that collective on its symmetric-memory kernels, its lowest
+// latency for small messages (docs/context-parallel.md). The slots keep each rank's out and LSE
+// side by side; merge_partials then reads them by strides. kInvalidArgument as
+// nccl_merge_workspace_bytes, or naming rank, workspace or the outputs.
+Status nccl_merge_partial_slot(int32_t world, int32_t rank, const NcclMergeArgs& args,
+                               void* workspace, void** partial_out, float** partial_lse);
 
 // One rank's merge over `comm` (its size is N, its rank r) on `stream`, with a `workspace` of
 // nccl_merge_workspace_bytes bytes (256-byte aligned; device memory of the communicator's

@@ -106,7 +106,13 @@ Status merge(CpMerge how, ncclComm_t comm, const NcclMergeArgs& a, void* workspa
   uint8_t* recv_out = ws + l.recv_out;
   float* recv_lse = reinterpret_cast<float*>(ws + l.recv_lse);
 
-  if (how == CpMerge::kAllGather) {
+  const bool in_slot = how == CpMerge::kAllGather && comm::partial_in_slot(l, rank, a, workspace);
+  if (in_slot) {
+    // One collective over whole slots, in place (sendbuff = recvbuff + rank * count): NCCL's
+    // symmetric kernels take it when the workspace is a symmetric window.
+    MLAKIT_NCCL_RETURN(comm,
+                       ncclAllGather(ws + rank * l.slot, ws, l.slot, ncclUint8, comm, stream));
+  } else if (how == CpMerge::kAllGather) {
     // Bytes (ncclUint8): nothing is reduced, so the element type does not matter.
     MLAKIT_RETURN_IF_ERROR(grouped(comm, [&]() -> Status {
       MLAKIT_NCCL_RETURN(
@@ -147,19 +153,23 @@ Status merge(CpMerge how, ncclComm_t comm, const NcclMergeArgs& a, void* workspa
     }));
   }
   const int64_t first_head = how == CpMerge::kHeads ? int64_t{rank} * l.heads : 0;
-  return merge_partials(ops::Device::kCuda,
-                        {.world = world,
-                         .batch = a.batch,
-                         .s_q = a.s_q,
-                         .h_q = l.heads,
-                         .dtype = a.dtype,
-                         .partial_out = recv_out,
-                         .partial_lse = recv_lse,
-                         .sinks = a.sinks != nullptr ? a.sinks + first_head : nullptr,
-                         .out = a.out,
-                         .lse = a.lse,
-                         .lse_base2 = a.lse_base2},
-                        stream);
+  const size_t elem = dtype_bytes(a.dtype);
+  return merge_partials(
+      ops::Device::kCuda,
+      {.world = world,
+       .batch = a.batch,
+       .s_q = a.s_q,
+       .h_q = l.heads,
+       .dtype = a.dtype,
+       .partial_out = in_slot ? static_cast<void*>(ws) : recv_out,
+       .partial_lse = in_slot ? reinterpret_cast<float*>(ws + l.slot_lse) : recv_lse,
+       .partial_out_stride = in_slot ? static_cast<int64_t>(l.slot / elem) : 0,
+       .partial_lse_stride = in_slot ? static_cast<int64_t>(l.slot / sizeof(float)) : 0,
+       .sinks = a.sinks != nullptr ? a.sinks + first_head : nullptr,
+       .out = a.out,
+       .lse = a.lse,
+       .lse_base2 = a.lse_base2},
+      stream);
 }
 
 }  // namespace
@@ -172,6 +182,15 @@ Status nccl_merge_workspace_bytes(CpMerge how, int32_t world, const NcclMergeArg
     MLAKIT_RETURN_IF_ERROR(comm::merge_layout(how, world, args, &l));
     *bytes = l.bytes;
     return Status::Ok();
+  });
+}
+
+Status nccl_merge_partial_slot(int32_t world, int32_t rank, const NcclMergeArgs& args,
+                               void* workspace, void** partial_out, float** partial_lse) {
+  return guarded("nccl_merge_partial_slot", [&]() -> Status {
+    if (partial_out == nullptr) return invalid_argument("partial_out", "a pointer", "nullptr");
+    if (partial_lse == nullptr) return invalid_argument("partial_lse", "a pointer", "nullptr");
+    return comm::partial_slot(world, rank, args, workspace, partial_out, partial_lse);
   });
 }
 

@@ -1,6 +1,7 @@
 // The workspace layout and the argument checks of the NCCL merges (nccl_merge_check.h).
 #include "comm/nccl_merge_check.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "core/arg_checks.h"
@@ -56,7 +57,11 @@ Status merge_layout(CpMerge merge, int32_t world, const NcclMergeArgs& a, MergeL
     l.recv_out = 0;
     l.recv_lse = align_up(l.recv_out + world * l.slice_out);
     l.bytes = align_up(l.recv_lse + world * l.slice_lse);
-    if (merge == CpMerge::kHeads) {
+    if (merge == CpMerge::kAllGather) {
+      l.slot_lse = align_up(l.slice_out);
+      l.slot = l.slot_lse + align_up(l.slice_lse);
+      l.bytes = std::max<uint64_t>(l.bytes, world * l.slot);
+    } else {
       l.send_out = l.bytes;
       l.send_lse = align_up(l.send_out + world * l.slice_out);
       l.bytes = align_up(l.send_lse + world * l.slice_lse);
@@ -64,6 +69,25 @@ Status merge_layout(CpMerge merge, int32_t world, const NcclMergeArgs& a, MergeL
   }
   *layout = l;
   return Status::Ok();
+}
+
+Status partial_slot(int32_t world, int32_t rank, const NcclMergeArgs& a, void* workspace,
+                    void** partial_out, float** partial_lse) {
+  MergeLayout l;
+  MLAKIT_RETURN_IF_ERROR(merge_layout(CpMerge::kAllGather, world, a, &l));
+  MLAKIT_RETURN_IF_ERROR(check_range("rank", rank, 0, world - 1));
+  MLAKIT_RETURN_IF_ERROR(check_pointer("workspace", workspace, kWorkspaceAlign));
+  auto* slot = static_cast<uint8_t*>(workspace) + uint64_t(rank) * l.slot;
+  *partial_out = slot;
+  *partial_lse = reinterpret_cast<float*>(slot + l.slot_lse);
+  return Status::Ok();
+}
+
+bool partial_in_slot(const MergeLayout& l, int32_t rank, const NcclMergeArgs& a,
+                     const void* workspace) {
+  if (l.slot == 0 || workspace == nullptr) return false;
+  const auto* slot = static_cast<const uint8_t*>(workspace) + uint64_t(rank) * l.slot;
+  return a.partial_out == slot && static_cast<const void*>(a.partial_lse) == slot + l.slot_lse;
 }
 
 Status check_merge(CpMerge merge, int32_t world, int32_t rank, const NcclMergeArgs& a,
@@ -102,7 +126,11 @@ Status check_merge(CpMerge merge, int32_t world, int32_t rank, const NcclMergeAr
       lse,
       sinks,
   };
+  // kAllGather in place: the partial is this rank's slot of the workspace
+  // (nccl_merge_partial_slot).
+  const bool in_slot = merge == CpMerge::kAllGather && partial_in_slot(*layout, rank, a, workspace);
   for (const Buffer& b : others) {
+    if (in_slot && (b.ptr == a.partial_out || b.ptr == a.partial_lse)) continue;
     if (overlap(workspace, need, b.ptr, b.bytes)) {
       return invalid_argument("workspace", "memory apart from the other arguments",
                               str_cat(need, " bytes that overlap ", b.name));

@@ -22,11 +22,23 @@ struct MergeLayout {
   // kHeads: this rank's partial packed by destination rank, the same shapes (slot r unused: this
   // rank's own heads are packed straight into recv slot r).
   uint64_t send_out = 0, send_lse = 0;
-  uint64_t bytes = 0;  // the whole workspace; 0 for batch 0
+  // kAllGather in place (nccl_merge_partial_slot): rank k's slot at k * slot, its out slice first,
+  // its LSE slice at slot_lse within it; one ncclAllGather of whole slots.
+  uint64_t slot = 0, slot_lse = 0;
+  uint64_t bytes = 0;  // the whole workspace (either kAllGather layout fits); 0 for batch 0
 };
 
 // The layout for `world` ranks; kInvalidArgument naming world, batch, s_q, h_q or dtype.
 Status merge_layout(CpMerge merge, int32_t world, const NcclMergeArgs& args, MergeLayout* layout);
+
+// kAllGather in place: rank `rank`'s slot in `workspace` (its out, its LSE); kInvalidArgument as
+// merge_layout, or naming rank or workspace (null, misaligned).
+Status partial_slot(int32_t world, int32_t rank, const NcclMergeArgs& args, void* workspace,
+                    void** partial_out, float** partial_lse);
+
+// kAllGather: whether this rank's partial is its slot of the in-place layout (both pointers).
+bool partial_in_slot(const MergeLayout& layout, int32_t rank, const NcclMergeArgs& args,
+                     const void* workspace);
 
 // Everything the merge checks before it communicates: the layout's checks, then rank, the
 // pointers (alignment), the workspace (size, alignment) and overlaps (the workspace with any

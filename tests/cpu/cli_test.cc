@@ -383,7 +383,7 @@ TEST_F(Cli, BenchCpRefusesByName) {
   refused({"--cp", "4", "--cp-merge", "allgather,heads", "--heads", "16,6"},
           "--heads: expected multiples of --cp 4 with --cp-merge heads, given 6");
   refused({"--cp", "2", "--cp-merge", "scatter"},
-          "--cp-merge: expected allgather or heads, given scatter");
+          "--cp-merge: expected allgather, heads, inplace or symmetric, given scatter");
   refused({"--cp", "2", "--cp-interleave", "1,0"},
           "--cp-interleave: expected 1..16777216, given 0");
   refused({"--cp", "2", "--topk", "64"}, "--topk: expected 0 with --cp");

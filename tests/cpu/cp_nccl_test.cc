@@ -81,6 +81,64 @@ TEST(CpNccl, WorkspaceHoldsTheGatheredPartialsInAlignedRegions) {
   EXPECT_EQ(workspace_bytes(CpMerge::kHeads, 4, shape(0, 1, 128)), 0u);
 }
 
+// kAllGather in place: rank k's slot at k * slot holds its out then its LSE, aligned, inside the
+// workspace; nccl_merge_partial_slot hands them out; the checks take a partial in its own slot
+// and refuse one in another rank's.
+TEST(CpNccl, InPlaceSlotsHoldEachRanksPartialSideBySide) {
+  alignas(256) static uint8_t ws[2 << 20];
+  for (const int world : {1, 2, 4, 8}) {
+    for (const DType dtype : {DType::kBF16, DType::kFP32}) {
+      const NcclMergeArgs a = shape(3, 2, 16, dtype);
+      MergeLayout l;
+      ASSERT_TRUE(mlakit::comm::merge_layout(CpMerge::kAllGather, world, a, &l).ok());
+      EXPECT_EQ(l.slot_lse % kWorkspaceAlign, 0u);
+      EXPECT_EQ(l.slot % kWorkspaceAlign, 0u);
+      EXPECT_GE(l.slot_lse, l.slice_out);
+      EXPECT_GE(l.slot, l.slot_lse + l.slice_lse);
+      EXPECT_LE(world * l.slot, l.bytes);
+      ASSERT_LE(l.bytes, sizeof(ws));
+      for (int r = 0; r < world; ++r) {
+        void* out = nullptr;
+        float* lse = nullptr;
+        ASSERT_TRUE(mlakit::nccl_merge_partial_slot(world, r, a, ws, &out, &lse).ok());
+        EXPECT_EQ(out, ws + r * l.slot);
+        EXPECT_EQ(static_cast<void*>(lse), ws + r * l.slot + l.slot_lse);
+        std::vector<uint8_t> result(l.rows * 512 * 4), result_lse(l.rows * 4);
+        NcclMergeArgs in_slot = a;
+        in_slot.partial_out = out;
+        in_slot.partial_lse = lse;
+        in_slot.out = result.data();
+        in_slot.lse = reinterpret_cast<float*>(result_lse.data());
+        EXPECT_TRUE(mlakit::comm::partial_in_slot(l, r, in_slot, ws));
+        MergeLayout checked;
+        const mlakit::Status ok =
+            check_merge(CpMerge::kAllGather, world, r, in_slot, ws, l.bytes, &checked);
+        EXPECT_TRUE(ok.ok()) << ok.to_string();
+        if (world > 1) {
+          // The slot of the next rank: the workspace overlaps this rank's partial.
+          NcclMergeArgs other = in_slot;
+          other.partial_out = ws + (r + 1) % world * l.slot;
+          EXPECT_FALSE(mlakit::comm::partial_in_slot(l, r, other, ws));
+          EXPECT_TRUE(is_error(
+              check_merge(CpMerge::kAllGather, world, r, other, ws, l.bytes, &checked),
+              StatusCode::kInvalidArgument, "workspace", {"memory apart", "overlap partial_out"}));
+        }
+      }
+    }
+  }
+  void* out = nullptr;
+  float* lse = nullptr;
+  const NcclMergeArgs a = shape(1, 1, 8);
+  EXPECT_TRUE(is_error(mlakit::nccl_merge_partial_slot(2, 2, a, ws, &out, &lse),
+                       StatusCode::kInvalidArgument, "rank", {"0..1", "2"}));
+  EXPECT_TRUE(is_error(mlakit::nccl_merge_partial_slot(2, 0, a, ws + 16, &out, &lse),
+                       StatusCode::kInvalidArgument, "workspace", {"256-byte"}));
+  EXPECT_TRUE(is_error(mlakit::nccl_merge_partial_slot(2, 0, a, ws, nullptr, &lse),
+                       StatusCode::kInvalidArgument, "partial_out", {"a pointer", "nullptr"}));
+  EXPECT_TRUE(is_error(mlakit::nccl_merge_partial_slot(0, 0, a, ws, &out, &lse),
+                       StatusCode::kInvalidArgument, "world", {"1..64", "0"}));
+}
+
 TEST(CpNccl, WorkspaceSizeNamesTheBadArgument) {
   size_t bytes = 7;
   const auto bytes_of = [&](CpMerge merge, int world, const NcclMergeArgs& a) {

@@ -396,6 +396,62 @@ TEST(CpMerge, OnePartialIsTheIdentity) {
   EXPECT_EQ(lse[2], kNegInf);
 }
 
+// Partials k strides apart (the NCCL merge's in-place slots keep each rank's out and LSE side by
+// side): the same result, bit for bit, as the contiguous partials; the padding between them (NaN)
+// is never read.
+TEST(CpMerge, StridedPartialsEqualContiguousOnes) {
+  constexpr int kWorld = 3, kRows = 2 * 3;  // batch 2, s_q 1, h_q 3
+  constexpr int64_t kOutStride = kRows * mlakit::kDv + 24, kLseStride = kRows + 5;
+  std::vector<uint16_t> contiguous(kWorld * kRows * mlakit::kDv), strided(kWorld * kOutStride);
+  std::vector<float> lse_contiguous(kWorld * kRows), lse_strided(kWorld * kLseStride, NAN);
+  std::fill(strided.begin(), strided.end(), uint16_t{0x7fc0});  // bf16 NaN
+  for (int k = 0; k < kWorld; ++k) {
+    for (int i = 0; i < kRows * mlakit::kDv; ++i) {
+      const auto v = static_cast<uint16_t>(0x3e00 + (k * 131 + i * 7) % 256);
+      contiguous[k * kRows * mlakit::kDv + i] = v;
+      strided[k * kOutStride + i] = v;
+    }
+    for (int i = 0; i < kRows; ++i) {
+      const float l = i == 1 && k == 2 ? kNegInf : 0.25f * (k - i);
+      lse_contiguous[k * kRows + i] = l;
+      lse_strided[k * kLseStride + i] = l;
+    }
+  }
+  std::vector<uint16_t> out_a(kRows * mlakit::kDv), out_b(out_a.size());
+  std::vector<float> lse_a(kRows), lse_b(kRows);
+  MergeArgs m{.world = kWorld,
+              .batch = 2,
+              .s_q = 1,
+              .h_q = 3,
+              .dtype = DType::kBF16,
+              .partial_out = contiguous.data(),
+              .partial_lse = lse_contiguous.data(),
+              .out = out_a.data(),
+              .lse = lse_a.data()};
+  ASSERT_TRUE(mlakit::merge_partials(Device::kCpu, m).ok());
+  m.partial_out = strided.data();
+  m.partial_lse = lse_strided.data();
+  m.partial_out_stride = kOutStride;
+  m.partial_lse_stride = kLseStride;
+  m.out = out_b.data();
+  m.lse = lse_b.data();
+  ASSERT_TRUE(mlakit::merge_partials(Device::kCpu, m).ok());
+  EXPECT_EQ(out_a, out_b);
+  EXPECT_EQ(0, std::memcmp(lse_a.data(), lse_b.data(), kRows * sizeof(float)));
+  // Strides that leave no room for a partial, or misalign out's 16-byte vectors.
+  MergeArgs bad = m;
+  bad.partial_out_stride = kRows * mlakit::kDv - 8;
+  EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
+                       "partial_out_stride", {"at least b * s_q * h_q * 512 = 3072", "3064"}));
+  bad.partial_out_stride = kRows * mlakit::kDv + 4;
+  EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
+                       "partial_out_stride", {"a multiple of 8", "3076"}));
+  bad = m;
+  bad.partial_lse_stride = kRows - 1;
+  EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
+                       "partial_lse_stride", {"at least b * s_q * h_q = 6", "5"}));
+}
+
 TEST(CpMerge, ArgumentsAreCheckedByName) {
   std::vector<float> partial_out(2 * 2 * mlakit::kDv, 0.0f), partial_lse(4, 0.0f);
   std::vector<float> out(2 * mlakit::kDv), lse(2);

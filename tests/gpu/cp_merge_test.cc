@@ -46,6 +46,7 @@ struct MergeCase {
   DType dtype;
   bool sinks;
   bool lse_base2 = false;  // partial LSEs given (and the LSE written) in base 2
+  bool strided = false;    // the GPU's partials apart by strides, NaN between them
 };
 
 struct MergeInputs {
@@ -99,9 +100,10 @@ MergeInputs make_merge(const MergeCase& c, std::mt19937_64& rng) {
 // Runs the kernel and the reference and compares: values within one unit in the last place of
 // the output dtype (relative to the row's largest) plus fp32 rounding, LSEs within 1e-5.
 void expect_gpu_equals_cpu(const MergeCase& c, std::mt19937_64& rng) {
-  SCOPED_TRACE(::testing::Message() << "world " << c.world << " batch " << c.batch << " s_q "
-                                    << c.s_q << " h_q " << c.h_q << " " << to_string(c.dtype)
-                                    << (c.sinks ? " sinks" : "") << (c.lse_base2 ? " base 2" : ""));
+  SCOPED_TRACE(::testing::Message()
+               << "world " << c.world << " batch " << c.batch << " s_q " << c.s_q << " h_q "
+               << c.h_q << " " << to_string(c.dtype) << (c.sinks ? " sinks" : "")
+               << (c.lse_base2 ? " base 2" : "") << (c.strided ? " strided" : ""));
   const MergeInputs in = make_merge(c, rng);
   const size_t rows = size_t(c.batch) * c.s_q * c.h_q, elem = dtype_bytes(c.dtype);
   std::vector<uint8_t> cpu_out(rows * kDv * elem), gpu_out(rows * kDv * elem);
@@ -119,10 +121,26 @@ void expect_gpu_equals_cpu(const MergeCase& c, std::mt19937_64& rng) {
               .lse_base2 = c.lse_base2};
   MLAKIT_ASSERT_OK(merge_partials(Device::kCpu, a));
 
-  DeviceBytes d_partial(in.partial_out.size()), d_lse_in(in.partial_lse.size() * sizeof(float)),
+  // Strided: each rank's out 40 elements and its LSEs 3 past the previous one's end (NaN there).
+  const int64_t out_stride = c.strided ? int64_t(rows) * kDv + 40 : 0;
+  const int64_t lse_stride = c.strided ? int64_t(rows) + 3 : 0;
+  std::vector<uint8_t> partial_out = in.partial_out;
+  std::vector<float> partial_lse = in.partial_lse;
+  if (c.strided) {
+    partial_out.assign(c.world * out_stride * elem, 0xff);
+    partial_lse.assign(c.world * lse_stride, NAN);
+    for (int k = 0; k < c.world; ++k) {
+      std::memcpy(&partial_out[k * out_stride * elem], &in.partial_out[k * rows * kDv * elem],
+                  rows * kDv * elem);
+      std::memcpy(&partial_lse[k * lse_stride], &in.partial_lse[k * rows], rows * sizeof(float));
+    }
+  }
+  DeviceBytes d_partial(partial_out.size()), d_lse_in(partial_lse.size() * sizeof(float)),
       d_sinks(in.sinks.size() * sizeof(float)), d_out(gpu_out.size()), d_lse(rows * sizeof(float));
-  d_partial.upload(in.partial_out.data());
-  d_lse_in.upload(in.partial_lse.data());
+  d_partial.upload(partial_out.data());
+  d_lse_in.upload(partial_lse.data());
+  a.partial_out_stride = out_stride;
+  a.partial_lse_stride = lse_stride;
   if (c.sinks) d_sinks.upload(in.sinks.data());
   MLAKIT_ASSERT_CUDA(cudaMemset(d_out.ptr, 0xff, d_out.bytes));  // NaN
   MLAKIT_ASSERT_CUDA(cudaMemset(d_lse.ptr, 0xff, d_lse.bytes));
@@ -182,6 +200,24 @@ TEST(CpMergeGpu, Base2EqualsTheCpuReference) {
   for (const DType dtype : {DType::kBF16, DType::kFP32}) {
     for (const int world : {1, 3, 8}) {
       expect_gpu_equals_cpu({world, 3, 2, 16, dtype, world != 3, /*lse_base2=*/true}, rng);
+    }
+  }
+}
+
+// MergeArgs::partial_out_stride / partial_lse_stride (the NCCL merge's in-place slots).
+TEST(CpMergeGpu, StridedPartialsEqualTheCpuReference) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(39);
+  for (const DType dtype : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+    for (const int world : {1, 2, 4}) {
+      expect_gpu_equals_cpu({.world = world,
+                             .batch = 3,
+                             .s_q = 2,
+                             .h_q = 16,
+                             .dtype = dtype,
+                             .sinks = true,
+                             .strided = true},
+                            rng);
     }
   }
 }

@@ -7,7 +7,9 @@
 // and from each rank's GPU decode (backend auto; skipped while no GPU backend takes cp_world >
 // 1). h_q 16 and 128, s_q 1 and 2 (causal), interleave 1 and 64, requests with empty shards and
 // an empty request, sinks (applied by the merge), results written over the partial (in place),
-// and the merges captured in a CUDA graph. Skips with fewer than two GPUs.
+// and the merges captured in a CUDA graph. The all-gather also with each partial in its slot of
+// the workspace (nccl_merge_partial_slot: one gather in place) and with that workspace an NCCL
+// symmetric window (NCCL 2.27+). Skips with fewer than two GPUs.
 #include "mlakit/cp_nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -208,11 +210,58 @@ Status make_partials(const harness::HostInputs& global, const NcclCase& c, const
   });
 }
 
+// Where an all-gather's partial lives: apart from the workspace, in the rank's slot of it, or in
+// its slot of a workspace registered as an NCCL symmetric window.
+enum class Exchange { kApart, kSlot, kSymmetric };
+
+const char* name(Exchange e) {
+  return e == Exchange::kApart ? "" : e == Exchange::kSlot ? " in its slot" : " symmetric";
+}
+
+// The merge workspace of one rank: cudaMalloc'd, or from ncclMemAlloc and registered on the
+// rank's communicator (collectively: every rank's thread calls it), released with it.
+struct MergeWorkspace {
+  harness::DeviceBuffer plain;
+  void* symmetric = nullptr;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  ncclWindow_t window = nullptr;
+#endif
+  ncclComm_t comm = nullptr;
+  Status create(Exchange e, ncclComm_t c, size_t bytes) {
+    if (e != Exchange::kSymmetric) {
+      plain = harness::DeviceBuffer(std::max<size_t>(bytes, 256));
+      return Status::Ok();
+    }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    comm = c;
+    if (ncclMemAlloc(&symmetric, bytes) != ncclSuccess) {
+      return Status(StatusCode::kCudaError, "ncclMemAlloc");
+    }
+    if (ncclCommWindowRegister(c, symmetric, bytes, &window, NCCL_WIN_COLL_SYMMETRIC) !=
+        ncclSuccess) {
+      return Status(StatusCode::kInternal, "ncclCommWindowRegister");
+    }
+    return Status::Ok();
+#else
+    (void)c;
+    return unsupported("symmetric windows need NCCL 2.27");
+#endif
+  }
+  void* get() const { return symmetric != nullptr ? symmetric : plain.get(); }
+  ~MergeWorkspace() {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    if (window != nullptr) (void)ncclCommWindowDeregister(comm, window);
+    if (symmetric != nullptr) (void)ncclMemFree(symmetric);
+#endif
+  }
+};
+
 // Merges the partials over NCCL (`merge`) on every rank and returns the whole result [b, s_q, h_q,
 // 512] (and lse): the all-gather's from rank 0 (every rank's equal to it bit for bit), the heads'
 // put together from the ranks'.
 void merge_and_collect(const harness::HostInputs& global, const NcclCase& c, const Comms& comms,
-                       CpMerge merge, std::vector<RankPartial>& partials, Output* got) {
+                       CpMerge merge, Exchange exchange, std::vector<RankPartial>& partials,
+                       Output* got) {
   const int world = static_cast<int>(comms.devices.size());
   const Problem& p = global.problem;
   const int heads = merge == CpMerge::kHeads ? p.h_q / world : p.h_q;
@@ -233,15 +282,34 @@ void merge_and_collect(const harness::HostInputs& global, const NcclCase& c, con
                     .lse = c.in_place ? part.work_lse.as<float>() : lse.as<float>()};
     size_t ws_bytes = 0;
     MLAKIT_RETURN_IF_ERROR(nccl_merge_workspace_bytes(merge, world, a, &ws_bytes));
-    harness::DeviceBuffer ws(std::max<size_t>(ws_bytes, 256));
+    MergeWorkspace workspace;
+    MLAKIT_RETURN_IF_ERROR(workspace.create(exchange, comms.comms[r], ws_bytes));
+    void* ws = workspace.get();
+    if (exchange != Exchange::kApart) {
+      // The partial in the rank's slot; the results apart from the workspace.
+      void* slot_out = nullptr;
+      float* slot_lse = nullptr;
+      MLAKIT_RETURN_IF_ERROR(nccl_merge_partial_slot(world, r, a, ws, &slot_out, &slot_lse));
+      a.partial_out = slot_out;
+      a.partial_lse = slot_lse;
+      a.out = out.get();
+      a.lse = lse.as<float>();
+    }
     StreamHolder holder;
     cudaStream_t stream = holder.stream;
     // A fresh partial (an in-place merge overwrote the last one), the results poisoned (NaN),
     // all on the merge's stream.
-    MLAKIT_CUDA_RETURN(cudaMemcpyAsync(part.work_out.get(), part.pristine_out.get(),
-                                       part.work_out.size(), cudaMemcpyDeviceToDevice, stream));
-    MLAKIT_CUDA_RETURN(cudaMemcpyAsync(part.work_lse.get(), part.pristine_lse.get(),
-                                       part.work_lse.size(), cudaMemcpyDeviceToDevice, stream));
+    const auto fresh_partial = [&]() -> Status {
+      MLAKIT_CUDA_RETURN(cudaMemcpyAsync(const_cast<void*>(a.partial_out), part.pristine_out.get(),
+                                         part.work_out.size(), cudaMemcpyDeviceToDevice, stream));
+      MLAKIT_CUDA_RETURN(cudaMemcpyAsync(const_cast<float*>(a.partial_lse), part.pristine_lse.get(),
+                                         part.work_lse.size(), cudaMemcpyDeviceToDevice, stream));
+      return Status::Ok();
+    };
+    if (exchange != Exchange::kApart) {
+      MLAKIT_CUDA_RETURN(cudaMemsetAsync(ws, 0xff, ws_bytes, stream));
+    }
+    MLAKIT_RETURN_IF_ERROR(fresh_partial());
     MLAKIT_CUDA_RETURN(cudaMemsetAsync(out.get(), 0xff, out_bytes, stream));
     MLAKIT_CUDA_RETURN(cudaMemsetAsync(lse.get(), 0xff, lse_bytes, stream));
     Status run;
@@ -250,7 +318,7 @@ void merge_and_collect(const harness::HostInputs& global, const NcclCase& c, con
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
       MLAKIT_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      run = merge_nccl(merge, comms.comms[r], a, ws.get(), ws_bytes, stream);
+      run = merge_nccl(merge, comms.comms[r], a, ws, ws_bytes, stream);
       const cudaError_t end = cudaStreamEndCapture(stream, &graph);
       if (run.ok()) run = cuda_status(end, "cudaStreamEndCapture", __FILE__, __LINE__);
       if (run.ok()) {
@@ -258,8 +326,9 @@ void merge_and_collect(const harness::HostInputs& global, const NcclCase& c, con
                           __LINE__);
       }
       for (int k = 0; k < 2 && run.ok(); ++k) {
-        run = cuda_status(cudaMemsetAsync(ws.get(), 0xff, ws_bytes, stream), "cudaMemsetAsync",
-                          __FILE__, __LINE__);
+        run = cuda_status(cudaMemsetAsync(ws, 0xff, ws_bytes, stream), "cudaMemsetAsync", __FILE__,
+                          __LINE__);
+        if (run.ok() && exchange != Exchange::kApart) run = fresh_partial();
         if (run.ok()) {
           run = cuda_status(cudaGraphLaunch(exec, stream), "cudaGraphLaunch", __FILE__, __LINE__);
         }
@@ -267,7 +336,7 @@ void merge_and_collect(const harness::HostInputs& global, const NcclCase& c, con
       if (exec != nullptr) cudaGraphExecDestroy(exec);
       if (graph != nullptr) cudaGraphDestroy(graph);
     } else {
-      run = merge_nccl(merge, comms.comms[r], a, ws.get(), ws_bytes, stream);
+      run = merge_nccl(merge, comms.comms[r], a, ws, ws_bytes, stream);
     }
     const cudaError_t sync = cudaStreamSynchronize(stream);
     MLAKIT_RETURN_IF_ERROR(run);
@@ -312,15 +381,21 @@ void check_merges(bool gpu_partials) {
       const Status made = make_partials(global, c, comms, gpu_partials, &partials);
       if (made.code() == StatusCode::kUnsupported) GTEST_SKIP() << made.message();
       MLAKIT_ASSERT_OK(made);
-      for (const CpMerge merge : {CpMerge::kAllGather, CpMerge::kHeads}) {
-        SCOPED_TRACE(to_string(merge));
+      const std::pair<CpMerge, Exchange> merges[] = {
+          {CpMerge::kAllGather, Exchange::kApart},
+          {CpMerge::kHeads, Exchange::kApart},
+          {CpMerge::kAllGather, Exchange::kSlot},
+          {CpMerge::kAllGather,
+           NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0) ? Exchange::kSymmetric : Exchange::kSlot}};
+      for (const auto& [merge, exchange] : merges) {
+        const std::string how = str_cat(to_string(merge), name(exchange));
+        SCOPED_TRACE(how);
         Output got;
-        merge_and_collect(global, c, comms, merge, partials, &got);
+        merge_and_collect(global, c, comms, merge, exchange, partials, &got);
         if (::testing::Test::HasFatalFailure()) return;
         const ::testing::AssertionResult result = matches_reference(global, got, ref);
         EXPECT_TRUE(result);
-        std::printf("  %-60s %-9s %s\n", name(c, world).c_str(),
-                    std::string(to_string(merge)).c_str(), result.message());
+        std::printf("  %-60s %-20s %s\n", name(c, world).c_str(), how.c_str(), result.message());
       }
     }
   }

@@ -38,14 +38,32 @@ Status validate(ops::Device device, const MergeArgs& a) {
 
   const uint64_t rows = uint64_t(a.batch) * a.s_q * a.h_q;
   const uint64_t out_bytes = rows * kDv * dtype_bytes(a.dtype);
+  // The strides: 0 (contiguous) or room for a whole partial; out's keeps 16-byte alignment.
+  if (a.partial_out_stride != 0 &&
+      (a.partial_out_stride < static_cast<int64_t>(rows * kDv) || a.partial_out_stride % 8 != 0)) {
+    return invalid_argument(
+        "partial_out_stride",
+        str_cat("0 or a multiple of 8 of at least b * s_q * h_q * 512 = ", rows * kDv, " elements"),
+        a.partial_out_stride);
+  }
+  if (a.partial_lse_stride != 0 && a.partial_lse_stride < static_cast<int64_t>(rows)) {
+    return invalid_argument("partial_lse_stride",
+                            str_cat("0 or at least b * s_q * h_q = ", rows, " elements"),
+                            a.partial_lse_stride);
+  }
+  const uint64_t out_stride =
+      a.partial_out_stride != 0 ? uint64_t(a.partial_out_stride) * dtype_bytes(a.dtype) : out_bytes;
+  const uint64_t lse_stride = a.partial_lse_stride != 0
+                                  ? uint64_t(a.partial_lse_stride) * sizeof(float)
+                                  : rows * sizeof(float);
   struct Input {
     std::string_view name;
     const void* ptr;
     uint64_t bytes;
   };
   const Input inputs[] = {
-      {"partial_out", a.partial_out, out_bytes * a.world},
-      {"partial_lse", a.partial_lse, rows * a.world * sizeof(float)},
+      {"partial_out", a.partial_out, out_stride * (a.world - 1) + out_bytes},
+      {"partial_lse", a.partial_lse, lse_stride * (a.world - 1) + rows * sizeof(float)},
       {"sinks", a.sinks, a.h_q * sizeof(float)},
   };
   for (const auto& [name, ptr, bytes] :

@@ -6,8 +6,9 @@
 // row's N partial LSEs go to shared memory once; every thread then derives the max and the
 // weights itself (N <= 64 exps from broadcast reads, no second barrier), and skips the partials
 // with lse -inf without reading their values. Memory-bound: it reads N x 1 KB (bf16) per row and
-// writes 1 KB. 31-32 registers, no spills (ptxas, sm_90a). Not yet run on a GPU: no timings.
-// Graph-capturable: the grid depends on the shape only; no host synchronization.
+// writes 1 KB. 31-32 registers, no spills (ptxas, sm_90a). Partials may sit strides apart
+// (MergeArgs::partial_out_stride, partial_lse_stride). Graph-capturable: the grid depends on the
+// shape only; no host synchronization.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -28,13 +29,14 @@ static_assert(kValues == 8, "a thread merges 8 consecutive values");
 static_assert(kThreadsPerRow >= kMaxCpWorld, "a row's threads load its LSEs in one step");
 
 struct MergeParams {
-  const void* partial_out;   // [N, rows, 512]
-  const float* partial_lse;  // [N, rows]
-  const float* sinks;        // [h_q] or null
-  void* out;                 // [rows, 512]
-  float* lse;                // [rows] or null
-  int64_t rows;              // b * s_q * h_q
-  int32_t world;             // N
+  const void* partial_out;   // N partials of [rows, 512], out_stride elements apart
+  const float* partial_lse;  // N partials of [rows], lse_stride apart
+  int64_t out_stride, lse_stride;
+  const float* sinks;  // [h_q] or null
+  void* out;           // [rows, 512]
+  float* lse;          // [rows] or null
+  int64_t rows;        // b * s_q * h_q
+  int32_t world;       // N
   int32_t h_q;
   float lse_in;   // partial LSEs to natural log: 1, or ln 2 for base-2 ones (lse_base2)
   float lse_out;  // natural log to the written LSE: 1, or log2(e)
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
   const int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + r;
   const bool active = row < p.rows;
   if (lane < p.world) {
-    s_lse[r][lane] = active ? p.partial_lse[lane * p.rows + row] * p.lse_in : -INFINITY;
+    s_lse[r][lane] = active ? p.partial_lse[lane * p.lse_stride + row] * p.lse_in : -INFINITY;
   }
   __syncthreads();
   if (!active) return;
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
       sum += w;
       Pack8<T> x;
       const uint4* g_src = reinterpret_cast<const uint4*>(static_cast<const T*>(p.partial_out) +
-                                                          (k * p.rows + row) * kDv) +
+                                                          k * p.out_stride + row * kDv) +
                            lane * Pack8<T>::kVecs;
 #pragma unroll
       for (int v = 0; v < Pack8<T>::kVecs; ++v) x.vec[v] = g_src[v];
@@ -119,12 +121,15 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
 }  // namespace
 
 Status merge_partials_cuda(const MergeArgs& a, Stream stream) {
+  const int64_t rows = int64_t{a.batch} * a.s_q * a.h_q;
   const MergeParams p{.partial_out = a.partial_out,
                       .partial_lse = a.partial_lse,
+                      .out_stride = a.partial_out_stride != 0 ? a.partial_out_stride : rows * kDv,
+                      .lse_stride = a.partial_lse_stride != 0 ? a.partial_lse_stride : rows,
                       .sinks = a.sinks,
                       .out = a.out,
                       .lse = a.lse,
-                      .rows = int64_t{a.batch} * a.s_q * a.h_q,
+                      .rows = rows,
                       .world = a.world,
                       .h_q = a.h_q,
                       .lse_in = a.lse_base2 ? kLn2 : 1.0f,

@@ -32,10 +32,12 @@ void store(void* base, int64_t index, DType dtype, float value) {
 
 void merge_partials_cpu(const MergeArgs& a) {
   const int64_t rows = int64_t{a.batch} * a.s_q * a.h_q;
+  const int64_t out_stride = a.partial_out_stride != 0 ? a.partial_out_stride : rows * kDv;
+  const int64_t lse_stride = a.partial_lse_stride != 0 ? a.partial_lse_stride : rows;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // Partial k's LSE in natural log (-inf stays -inf).
   auto lse_of = [&](int k, int64_t row) {
-    const float l = a.partial_lse[k * rows + row];
+    const float l = a.partial_lse[k * lse_stride + row];
     return a.lse_base2 ? l * kLn2 : l;
   };
   parallel_for(rows, [&](int64_t row) {
@@ -50,7 +52,7 @@ void merge_partials_cpu(const MergeArgs& a) {
         if (lse_k == kNegInf) continue;  // an empty partial: its out is not read
         const float w = std::exp(lse_k - m);
         sum += w;
-        const int64_t at = (k * rows + row) * kDv;
+        const int64_t at = k * out_stride + row * kDv;
         for (int d = 0; d < kDv; ++d) acc[d] += w * load(a.partial_out, at + d, a.dtype);
       }
       lse = m + static_cast<float>(std::log(sum));
