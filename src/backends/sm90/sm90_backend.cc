@@ -201,13 +201,19 @@ std::vector<Tactic> tactics(const Problem& problem) {
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
     // The mma kernel's cluster schedule first up to 32 rows from 8 to 128 of its 16-row tiles
-    // (rows as requests x tiles a request; batch 1 at h_q 64 and 128 not timed): on an H200 at h_q
-    // 8, 16 and 32, s_q 1, topk 2048 it was 5-29% faster than the mma kernel's other two schedules
-    // from batch 8 to 64 tiles (h_q 8 batch 8: 3% slower) and at h_q 32 4-21% faster than the
-    // narrow kernel at batch 32 and 64; at h_q 32 batch 128 (256 tiles) the narrow kernel's
-    // one-shot schedule is 22% faster (bench/results/2026-11-28-h200-sparse-mma-cluster).
+    // (rows as requests x tiles a request), past 32 rows from 8 to 16 (batch 1 at h_q 64 s_q 2
+    // and h_q 128), and at topk 512 or less below 8 tiles. On an H200 (topk 2048 unless said;
+    // bench/results/2026-11-28-h200-sparse-mma-cluster): at h_q 8, 16 and 32, s_q 1, it was 5-29%
+    // faster than the mma kernel's other two schedules from batch 8 to 128 tiles (h_q 8 batch 8:
+    // 3% slower) and at h_q 32 4-21% faster than the narrow kernel at batch 32 and 64; at h_q 32
+    // batch 128 (256 tiles) the narrow kernel's one-shot schedule is 22% faster. At batch 1 it
+    // was 3-8% faster than the best other tactic at h_q 64 s_q 2 and h_q 128 s_q 1 and 2, 8%
+    // slower at h_q 64 s_q 1 (4 tiles), 10-15% faster at every h_q at topk 512; at batch 8 past
+    // 32 rows (32-128 tiles) the split kernel's cluster schedule is 6-43% faster.
     const bool mma_cluster_first =
-        mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles >= 8 && mma_tiles <= 128;
+        mma && ((mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles >= 8 && mma_tiles <= 128) ||
+                (rows > sm90::kMaxNarrowRows && mma_tiles >= 8 && mma_tiles <= 16) ||
+                (mma_first && p.topk <= 512 && mma_tiles < 8));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});
@@ -221,7 +227,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     if (sm90::sparse_narrow_runs(p)) append(pair(sparse_narrow_persistent, sparse_narrow_one_shot));
     if (mma && !mma_first) {
       append(pair(sparse_mma_persistent, sparse_mma_one_shot));
-      append({sparse_mma_cluster});
+      if (!mma_cluster_first) append({sparse_mma_cluster});
     }
     append(dense_order(p, cluster_first));
     if (rows <= sm90::kMaxNarrowRows) append({split_persistent, split_one_shot, split_cluster});
