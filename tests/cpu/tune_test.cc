@@ -307,8 +307,8 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 // persistent below, cluster after them; up to 32 rows they come last (6, 7, 12). Up to 32 heads the
 // sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
 // kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's),
-// and before those its cluster schedule (13) from 8 to 128 of its 16-row tiles (past 32 rows from
-// 8 to 16: batch 1 at h_q 64 s_q 2 and h_q 128; at topk 512 or less also below 8).
+// and before those its cluster schedule (13) up to 128 of its 16-row tiles (past 32 rows up to 16,
+// batch 1, or at topk 512 or less up to 64).
 // Other sparse caches and dense problems list none of them.
 TEST(Tuner, Sm90SparseV32TacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
@@ -327,9 +327,9 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                {8, 2, 8, DType::kFP16, 8},     {8, 2, 32, DType::kFP16, 9},
                {32, 1, 64, DType::kBF16, 13},  {32, 2, 8, DType::kBF16, 13},
                {32, 2, 64, DType::kBF16, 9},   {32, 1, 128, DType::kFP16, 9},
-               {64, 1, 1, DType::kBF16, 10},   {64, 2, 1, DType::kBF16, 13},
+               {64, 1, 1, DType::kBF16, 13},   {64, 2, 1, DType::kBF16, 13},
                {128, 1, 1, DType::kBF16, 13},  {128, 2, 1, DType::kBF16, 13},
-               {40, 1, 1, DType::kBF16, 10},   {8, 1, 4, DType::kBF16, 10},
+               {40, 1, 1, DType::kBF16, 13},   {8, 1, 4, DType::kBF16, 13},
                {16, 2, 64, DType::kBF16, 13},  {16, 1, 256, DType::kBF16, 11}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
@@ -363,11 +363,12 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                      std::find(ids.begin(), ids.end(), 13) != ids.end();
     EXPECT_EQ(mma, c.q == DType::kBF16) << "h_q " << c.h_q;
   }
-  // topk 512: the mma kernel's cluster schedule first at batch 1 below 8 tiles too.
-  for (const int h_q : {8, 64}) {
+  // topk 512: the mma kernel's cluster schedule first up to 64 tiles past 32 rows (h_q 128 batch
+  // 8), the split kernel's at topk 2048.
+  for (const int h_q : {8, 64, 128}) {
     const Problem p{.h_q = h_q,
                     .page_size = 64,
-                    .max_batch = 1,
+                    .max_batch = 8,
                     .max_seq_len = 8192,
                     .kv_dtype = DType::kFP8E4M3,
                     .kv_layout = KvLayout::kFp8Blockwise,

@@ -33,10 +33,11 @@ constexpr int32_t kMinChunkBlocks = 1;
 // against ~2.4 us a block; docs/sm90-decode.md).
 constexpr int64_t kCombineCostBlocks = 2;
 constexpr int64_t kMinCostedBlocks = 2;
-// The split sparse kernel's (tactic 12): its blocks take ~3.7 us, so the combine is about one.
-// Against 2 on an H200 (bench/results/2026-11-28-h200-sparse-mma-cluster, call 8, topk 2048):
-// batch 8 4-6% faster at h_q 64 s_q 1 and 2 and h_q 128 s_q 1, batch 32 and 64 within 0.6%;
-// kMinCostedBlocks 1 as well changed nothing more.
+// The sparse kernels' (tactics 12 and 13): a block takes ~3.7 us, so the combine is about one.
+// Against 2 on an H200 (bench/results/2026-11-28-h200-sparse-mma-cluster, calls 8 and 9, topk
+// 2048): tactic 12 at batch 8 4-6% faster at h_q 64 s_q 1 and 2 and h_q 128 s_q 1, batch 32 and 64
+// within 0.6% (kMinCostedBlocks 1 as well changed nothing more); tactic 13 at h_q 8-32 batch 1
+// 17.1-17.4 -> 12.2-12.9 us, batch 8 17.5-28.8 -> 13.2-28.8, batch 32 within 0.5%.
 constexpr int64_t kSparseCombineCostBlocks = 1;
 
 // The cluster schedule's shape for a call: C clusters of S CTAs per (request, tile), all in one
@@ -64,7 +65,8 @@ ClusterShape cluster_shape(const Setup& setup, int32_t batch, int64_t slots) {
     const int64_t most = std::min({fit, slots / batch, plan::ceil_div<int64_t>(max_blocks, size)});
     for (int64_t clusters = 1; clusters <= std::max<int64_t>(most, fit >= 1 ? 1 : 0); ++clusters) {
       const int64_t per_cta = plan::ceil_div(max_blocks, clusters * size);
-      const int64_t combine = setup.split ? kSparseCombineCostBlocks : kCombineCostBlocks;
+      const int64_t combine =
+          setup.split || setup.sparse_mma ? kSparseCombineCostBlocks : kCombineCostBlocks;
       const int64_t cost = std::max(per_cta, kMinCostedBlocks) + (clusters > 1 ? combine : 0);
       const int64_t ctas = clusters * size;
       const bool better = best_cost < 0 || cost < best_cost ||

@@ -200,20 +200,20 @@ std::vector<Tactic> tactics(const Problem& problem) {
     const bool mma_first =
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
-    // The mma kernel's cluster schedule first up to 32 rows from 8 to 128 of its 16-row tiles
-    // (rows as requests x tiles a request), past 32 rows from 8 to 16 (batch 1 at h_q 64 s_q 2
-    // and h_q 128), and at topk 512 or less below 8 tiles. On an H200 (topk 2048 unless said;
-    // bench/results/2026-11-28-h200-sparse-mma-cluster): at h_q 8, 16 and 32, s_q 1, it was 5-29%
-    // faster than the mma kernel's other two schedules from batch 8 to 128 tiles (h_q 8 batch 8:
-    // 3% slower) and at h_q 32 4-21% faster than the narrow kernel at batch 32 and 64; at h_q 32
-    // batch 128 (256 tiles) the narrow kernel's one-shot schedule is 22% faster. At batch 1 it
-    // was 3-8% faster than the best other tactic at h_q 64 s_q 2 and h_q 128 s_q 1 and 2, 8%
-    // slower at h_q 64 s_q 1 (4 tiles), 10-15% faster at every h_q at topk 512; at batch 8 past
-    // 32 rows (32-128 tiles) the split kernel's cluster schedule is 6-43% faster.
+    // The mma kernel's cluster schedule first up to 32 rows up to 128 of its 16-row tiles (rows
+    // as requests x tiles a request), past 32 rows up to 16 (batch 1) or, at topk 512 or less, 64.
+    // On an H200 (topk 2048 unless said; bench/results/2026-11-28-h200-sparse-mma-cluster): at
+    // h_q 8, 16 and 32, s_q 1 and 2, it was 5-29% faster than the mma kernel's other two
+    // schedules from batch 8 to 128 tiles and at h_q 32 4-21% faster than the narrow kernel at
+    // batch 32 and 64; at h_q 32 from 256 tiles the narrow kernel's one-shot schedule is 20-25%
+    // faster. With its combine costed as one block (launch.cc, call 9): batch 1 12.2-12.9 us at
+    // h_q 8-32 (the mma kernel's persistent schedule 14.3-16.3), 13.0-18.4 at h_q 64 and 128
+    // (the best other tactic 15.9-23.7), topk 512 batch 8 at h_q 64 and 128 14.3 and 17.0 (the
+    // split kernel's cluster schedule 18.0 and 19.4); at topk 2048 batch 8 past 32 rows (32-128
+    // tiles) the split kernel's cluster schedule is 10-74% faster (call 10).
     const bool mma_cluster_first =
-        mma && ((mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles >= 8 && mma_tiles <= 128) ||
-                (rows > sm90::kMaxNarrowRows && mma_tiles >= 8 && mma_tiles <= 16) ||
-                (mma_first && p.topk <= 512 && mma_tiles < 8));
+        mma && ((mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles <= 128) ||
+                (rows > sm90::kMaxNarrowRows && mma_tiles <= (p.topk <= 512 ? 64 : 16)));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});
