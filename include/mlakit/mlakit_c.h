@@ -66,13 +66,18 @@ typedef struct mlakit_merge_args {
   int32_t s_q;   /* 1..kMaxSq */
   int32_t h_q;   /* 1..kMaxHeads */
   int32_t dtype; /* of partial_out and out: MLAKIT_BF16, MLAKIT_FP16 or MLAKIT_FP32 */
-  /* All contiguous; the out tensors 16-byte aligned. */
+  /* Contiguous per partial, the out tensors 16-byte aligned; partial k at k times the strides
+     below (0: [N, b, s_q, h_q, 512] and [N, b, s_q, h_q]). */
   const void* partial_out;  /* [N, b, s_q, h_q, 512] of dtype */
   const float* partial_lse; /* [N, b, s_q, h_q] natural log, -inf = empty partial */
   const float* sinks;       /* [h_q] sink logits, or NULL */
   void* out;                /* [b, s_q, h_q, 512] of dtype */
   float* lse;               /* [b, s_q, h_q] or NULL: the global LSE */
   int32_t lse_base2;        /* nonzero: partial_lse given and lse written in base 2 */
+  /* Elements from partial k's first to partial k + 1's: 0, or at least b s_q h_q 512 (a multiple
+     of 8) and b s_q h_q (MergeArgs::partial_out_stride, partial_lse_stride). */
+  int64_t partial_out_stride;
+  int64_t partial_lse_stride;
 } mlakit_merge_args_t;
 
 /* The other ops of a sparse decode layer (mlakit/ops.h; semantics, quantization rules and what

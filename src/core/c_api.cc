@@ -104,6 +104,8 @@ mlakit::MergeArgs to_cpp(const mlakit_merge_args_t& a) {
       .dtype = static_cast<mlakit::DType>(a.dtype),
       .partial_out = a.partial_out,
       .partial_lse = a.partial_lse,
+      .partial_out_stride = a.partial_out_stride,
+      .partial_lse_stride = a.partial_lse_stride,
       .sinks = a.sinks,
       .out = a.out,
       .lse = a.lse,

@@ -301,6 +301,21 @@ TEST(CApi, MergePartialsMatchesCppApi) {
   EXPECT_EQ(std::memcmp(out_c.data(), out_cpp.data(), out_c.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(lse_c.data(), lse_cpp.data(), lse_c.size() * sizeof(float)), 0);
   EXPECT_TRUE(std::none_of(out_c.begin(), out_c.end(), [](float x) { return std::isnan(x); }));
+  // The same partials strides apart (NaN between them): the same result through the C struct.
+  const int64_t out_stride = int64_t(rows) * mlakit::kDv + 8, lse_stride = rows + 3;
+  std::vector<float> spaced_out(world * out_stride, nan), spaced_lse(world * lse_stride, nan);
+  for (int k = 0; k < world; ++k) {
+    std::copy_n(&partial_out[k * rows * mlakit::kDv], rows * mlakit::kDv,
+                &spaced_out[k * out_stride]);
+    std::copy_n(&partial_lse[k * rows], rows, &spaced_lse[k * lse_stride]);
+  }
+  std::vector<float> out_s(rows * mlakit::kDv, nan), lse_s(rows, nan);
+  c.partial_out = spaced_out.data(), c.partial_lse = spaced_lse.data();
+  c.partial_out_stride = out_stride, c.partial_lse_stride = lse_stride;
+  c.out = out_s.data(), c.lse = lse_s.data();
+  ASSERT_EQ(mlakit_merge_partials(MLAKIT_DEVICE_CPU, &c, nullptr), 0) << mlakit_last_error();
+  EXPECT_EQ(std::memcmp(out_s.data(), out_cpp.data(), out_s.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(lse_s.data(), lse_cpp.data(), lse_s.size() * sizeof(float)), 0);
 }
 
 TEST(CApi, BadMergeArgsReturnInvalidArgumentNamingThem) {
