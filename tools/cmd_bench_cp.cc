@@ -86,7 +86,7 @@ struct Rank {
   size_t merge_workspace_bytes = 0;
   uint64_t cache_bytes = 0;
   // CpExchange::kSymmetric: the merge workspace from ncclMemAlloc, registered on the rank's
-  // communicator (released by release_symmetric before the communicators go).
+  // communicator (released by release_exchange before the communicators go).
   void* symmetric = nullptr;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
   ncclWindow_t window = nullptr;
@@ -225,8 +225,10 @@ Status prepare_exchange(const CpCase& cc, std::vector<Rank>& ranks, Comms& comms
     MLAKIT_CUDA_RETURN(cudaSetDevice(r));
     if (host) {  // the host decoder's partial, uploaded: copied into the slot
       const harness::DeviceInputs& d = rank.copies[0];
-      MLAKIT_CUDA_RETURN(cudaMemcpy(out, d.args.out, d.out.size(), cudaMemcpyDeviceToDevice));
-      MLAKIT_CUDA_RETURN(cudaMemcpy(lse, d.args.lse, d.lse.size(), cudaMemcpyDeviceToDevice));
+      MLAKIT_CUDA_RETURN(
+          cudaMemcpy(out, d.args.out, rank.in.out_bytes(), cudaMemcpyDeviceToDevice));
+      MLAKIT_CUDA_RETURN(cudaMemcpy(lse, d.args.lse, rank.in.lse_count() * sizeof(float),
+                                    cudaMemcpyDeviceToDevice));
     }
     for (harness::DeviceInputs& d : rank.copies) {
       d.args.out = out;
@@ -260,10 +262,15 @@ void release_exchange(std::vector<Rank>& ranks, Comms& comms) {
   const int world = static_cast<int>(ranks.size());
   std::vector<int> devices(world);
   std::iota(devices.begin(), devices.end(), 0);
+  for (int r = 0; r < world; ++r) {  // nothing of the case's still runs
+    (void)cudaSetDevice(r);
+    (void)cudaDeviceSynchronize();
+  }
   if (!comms.aborted) {
     (void)harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
-      if (ranks[r].window != nullptr)
+      if (ranks[r].window != nullptr) {
         (void)ncclCommWindowDeregister(comms.comms[r], ranks[r].window);
+      }
       ranks[r].window = nullptr;
       return Status::Ok();
     });
@@ -271,7 +278,6 @@ void release_exchange(std::vector<Rank>& ranks, Comms& comms) {
   for (int r = 0; r < world; ++r) {
     if (ranks[r].symmetric == nullptr) continue;
     (void)cudaSetDevice(r);
-    (void)cudaDeviceSynchronize();
     (void)ncclMemFree(ranks[r].symmetric);
     ranks[r].symmetric = nullptr;
   }

@@ -66,9 +66,9 @@ struct MergeArgs {
   // below (0: right after partial k - 1, i.e. [N, b, s_q, h_q, 512] and [N, b, s_q, h_q]).
   const void* partial_out = nullptr;   // [N, b, s_q, h_q, 512] of dtype
   const float* partial_lse = nullptr;  // [N, b, s_q, h_q] natural log, -inf = empty partial
-  // Elements from partial k's first to partial k + 1's: 0, or at least b s_q h_q 512 (out, a
-  // multiple of 8: 16 bytes of bf16) and b s_q h_q (lse). (The NCCL merge's in-place exchange
-  // keeps each rank's out and LSE side by side: cp_nccl.h.)
+  // Elements from partial k's first to partial k + 1's: 0, or from b s_q h_q 512 (out, a
+  // multiple of 8: 16 bytes of bf16) and b s_q h_q (lse) up to 2^40. (The NCCL merge's in-place
+  // exchange keeps each rank's out and LSE side by side: cp_nccl.h.)
   int64_t partial_out_stride = 0;
   int64_t partial_lse_stride = 0;
   const float* sinks = nullptr;  // [h_q] sink logits, or null (-inf: no sink for that head)

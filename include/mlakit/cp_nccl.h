@@ -86,8 +86,11 @@ Status nccl_merge_workspace_bytes(CpMerge merge, int32_t world, const NcclMergeA
 // NCCL_WIN_COLL_SYMMETRIC, collectively, at the same offset in the same registration on every
 // rank; NCCL 2.27+), NCCL runs that collective on its symmetric-memory kernels, its lowest
 // latency for small messages (docs/context-parallel.md). The slots keep each rank's out and LSE
-// side by side; merge_partials then reads them by strides. kInvalidArgument as
-// nccl_merge_workspace_bytes, or naming rank, workspace or the outputs.
+// side by side; merge_partials then reads them by strides. Like the shapes, this is every rank's
+// choice alike: all ranks pass their slots or none (the two paths issue different collectives).
+// The slots depend on the batch: ask again for each batch (host arithmetic only). args.out and
+// args.lse stay apart from the workspace. kInvalidArgument as nccl_merge_workspace_bytes, or
+// naming rank or workspace (not read at batch 0).
 Status nccl_merge_partial_slot(int32_t world, int32_t rank, const NcclMergeArgs& args,
                                void* workspace, void** partial_out, float** partial_lse);
 

@@ -74,8 +74,9 @@ typedef struct mlakit_merge_args {
   void* out;                /* [b, s_q, h_q, 512] of dtype */
   float* lse;               /* [b, s_q, h_q] or NULL: the global LSE */
   int32_t lse_base2;        /* nonzero: partial_lse given and lse written in base 2 */
-  /* Elements from partial k's first to partial k + 1's: 0, or at least b s_q h_q 512 (a multiple
-     of 8) and b s_q h_q (MergeArgs::partial_out_stride, partial_lse_stride). */
+  /* Elements from partial k's first to partial k + 1's: 0, or from b s_q h_q 512 (a multiple of
+     8) and b s_q h_q up to 2^40 (MergeArgs::partial_out_stride, partial_lse_stride). These two came
+     last (2026-11-28): rebuild callers compiled against an older header. */
   int64_t partial_out_stride;
   int64_t partial_lse_stride;
 } mlakit_merge_args_t;

@@ -76,6 +76,11 @@ Status partial_slot(int32_t world, int32_t rank, const NcclMergeArgs& a, void* w
   MergeLayout l;
   MLAKIT_RETURN_IF_ERROR(merge_layout(CpMerge::kAllGather, world, a, &l));
   MLAKIT_RETURN_IF_ERROR(check_range("rank", rank, 0, world - 1));
+  if (a.batch == 0) {  // nothing is exchanged (the workspace may be empty)
+    *partial_out = workspace;
+    *partial_lse = static_cast<float*>(workspace);
+    return Status::Ok();
+  }
   MLAKIT_RETURN_IF_ERROR(check_pointer("workspace", workspace, kWorkspaceAlign));
   auto* slot = static_cast<uint8_t*>(workspace) + uint64_t(rank) * l.slot;
   *partial_out = slot;
@@ -129,8 +134,9 @@ Status check_merge(CpMerge merge, int32_t world, int32_t rank, const NcclMergeAr
   // kAllGather in place: the partial is this rank's slot of the workspace
   // (nccl_merge_partial_slot).
   const bool in_slot = merge == CpMerge::kAllGather && partial_in_slot(*layout, rank, a, workspace);
-  for (const Buffer& b : others) {
-    if (in_slot && (b.ptr == a.partial_out || b.ptr == a.partial_lse)) continue;
+  for (size_t i = 0; i < std::size(others); ++i) {
+    const Buffer& b = others[i];
+    if (in_slot && i < 2) continue;  // partial_out and partial_lse: this rank's slot
     if (overlap(workspace, need, b.ptr, b.bytes)) {
       return invalid_argument("workspace", "memory apart from the other arguments",
                               str_cat(need, " bytes that overlap ", b.name));

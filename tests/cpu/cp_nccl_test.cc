@@ -114,6 +114,13 @@ TEST(CpNccl, InPlaceSlotsHoldEachRanksPartialSideBySide) {
         const mlakit::Status ok =
             check_merge(CpMerge::kAllGather, world, r, in_slot, ws, l.bytes, &checked);
         EXPECT_TRUE(ok.ok()) << ok.to_string();
+        // The result written over the slot (in place over the partial, which the two-gather
+        // path allows): refused before anything is sent, the workspace overlapping out.
+        NcclMergeArgs over = in_slot;
+        over.out = out;
+        EXPECT_TRUE(
+            is_error(check_merge(CpMerge::kAllGather, world, r, over, ws, l.bytes, &checked),
+                     StatusCode::kInvalidArgument, "workspace", {"memory apart", "overlap out"}));
         if (world > 1) {
           // The slot of the next rank: the workspace overlaps this rank's partial.
           NcclMergeArgs other = in_slot;
@@ -137,6 +144,8 @@ TEST(CpNccl, InPlaceSlotsHoldEachRanksPartialSideBySide) {
                        StatusCode::kInvalidArgument, "partial_out", {"a pointer", "nullptr"}));
   EXPECT_TRUE(is_error(mlakit::nccl_merge_partial_slot(0, 0, a, ws, &out, &lse),
                        StatusCode::kInvalidArgument, "world", {"1..64", "0"}));
+  // Batch 0: nothing is exchanged, an empty (null) workspace is fine.
+  EXPECT_TRUE(mlakit::nccl_merge_partial_slot(2, 1, shape(0, 1, 8), nullptr, &out, &lse).ok());
 }
 
 TEST(CpNccl, WorkspaceSizeNamesTheBadArgument) {

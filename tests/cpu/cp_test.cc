@@ -442,14 +442,17 @@ TEST(CpMerge, StridedPartialsEqualContiguousOnes) {
   MergeArgs bad = m;
   bad.partial_out_stride = kRows * mlakit::kDv - 8;
   EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
-                       "partial_out_stride", {"at least b * s_q * h_q * 512 = 3072", "3064"}));
+                       "partial_out_stride", {"from b * s_q * h_q * 512 = 3072", "3064"}));
   bad.partial_out_stride = kRows * mlakit::kDv + 4;
   EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
                        "partial_out_stride", {"a multiple of 8", "3076"}));
   bad = m;
   bad.partial_lse_stride = kRows - 1;
   EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
-                       "partial_lse_stride", {"at least b * s_q * h_q = 6", "5"}));
+                       "partial_lse_stride", {"from b * s_q * h_q = 6", "5"}));
+  bad.partial_lse_stride = (int64_t{1} << 40) + 1;
+  EXPECT_TRUE(is_error(mlakit::merge_partials(Device::kCpu, bad), StatusCode::kInvalidArgument,
+                       "partial_lse_stride", {"to 2^40 elements"}));
 }
 
 TEST(CpMerge, ArgumentsAreCheckedByName) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/backend.h"
@@ -307,8 +308,8 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 // persistent below, cluster after them; up to 32 rows they come last (6, 7, 12). Up to 32 heads the
 // sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
 // kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's),
-// and before those its cluster schedule (13) up to 128 of its 16-row tiles (past 32 rows up to 16,
-// batch 1, or at topk 512 or less up to 64).
+// and before those its cluster schedule (13) up to 128 of its 16-row tiles (past 32 rows at up to
+// 2 rows as requests, or at topk 512 or less 8). No tactic twice.
 // Other sparse caches and dense problems list none of them.
 TEST(Tuner, Sm90SparseV32TacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
@@ -330,7 +331,8 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                {64, 1, 1, DType::kBF16, 13},   {64, 2, 1, DType::kBF16, 13},
                {128, 1, 1, DType::kBF16, 13},  {128, 2, 1, DType::kBF16, 13},
                {40, 1, 1, DType::kBF16, 13},   {8, 1, 4, DType::kBF16, 13},
-               {16, 2, 64, DType::kBF16, 13},  {16, 1, 256, DType::kBF16, 11}};
+               {16, 2, 64, DType::kBF16, 13},  {16, 1, 256, DType::kBF16, 11},
+               {64, 1, 2, DType::kBF16, 13},   {64, 1, 4, DType::kBF16, 6}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,
@@ -347,6 +349,10 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     EXPECT_EQ(order.front().id, c.first) << "h_q " << c.h_q << " s_q " << c.s_q << " b " << c.batch;
     std::vector<int> ids;
     for (const Tactic& t : order) ids.push_back(t.id);
+    std::vector<int> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end())
+        << "a tactic listed twice, h_q " << c.h_q << " s_q " << c.s_q << " b " << c.batch;
     EXPECT_NE(std::find(ids.begin(), ids.end(), 6), ids.end());
     EXPECT_NE(std::find(ids.begin(), ids.end(), 7), ids.end());
     EXPECT_NE(std::find(ids.begin(), ids.end(), 12), ids.end());
@@ -363,17 +369,18 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                      std::find(ids.begin(), ids.end(), 13) != ids.end();
     EXPECT_EQ(mma, c.q == DType::kBF16) << "h_q " << c.h_q;
   }
-  // topk 512: the mma kernel's cluster schedule first up to 64 tiles past 32 rows (h_q 128 batch
-  // 8), the split kernel's at topk 2048.
-  for (const int h_q : {8, 64, 128}) {
+  // topk 512: the mma kernel's cluster schedule first up to 8 rows as requests past 32 rows too
+  // (the split kernel's at topk 2048, and at topk 512 from 9).
+  for (const auto& [h_q, batch, first] :
+       {std::tuple{8, 8, 13}, {64, 8, 13}, {128, 8, 13}, {128, 16, 12}}) {
     const Problem p{.h_q = h_q,
                     .page_size = 64,
-                    .max_batch = 8,
+                    .max_batch = batch,
                     .max_seq_len = 8192,
                     .kv_dtype = DType::kFP8E4M3,
                     .kv_layout = KvLayout::kFp8Blockwise,
                     .topk = 512};
-    EXPECT_EQ(sm90->tactics(p).front().id, 13) << "h_q " << h_q;
+    EXPECT_EQ(sm90->tactics(p).front().id, first) << "h_q " << h_q << " batch " << batch;
   }
   for (const bool v4 : {false, true}) {
     Problem p{.h_q = 64, .page_size = 64, .max_batch = 64, .max_seq_len = 8192};

@@ -201,7 +201,8 @@ std::vector<Tactic> tactics(const Problem& problem) {
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
     // The mma kernel's cluster schedule first up to 32 rows up to 128 of its 16-row tiles (rows
-    // as requests x tiles a request), past 32 rows up to 16 (batch 1) or, at topk 512 or less, 64.
+    // as requests x tiles a request), past 32 rows at up to 2 rows as requests (batch 1 with s_q
+    // 1 or 2) or, at topk 512 or less, 8 (what was measured).
     // On an H200 (topk 2048 unless said; bench/results/2026-11-28-h200-sparse-mma-cluster): at
     // h_q 8, 16 and 32, s_q 1 and 2, it was 5-29% faster than the mma kernel's other two
     // schedules from batch 8 to 128 tiles and at h_q 32 4-21% faster than the narrow kernel at
@@ -213,7 +214,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     // tiles) the split kernel's cluster schedule is 10-74% faster (call 10).
     const bool mma_cluster_first =
         mma && ((mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles <= 128) ||
-                (rows > sm90::kMaxNarrowRows && mma_tiles <= (p.topk <= 512 ? 64 : 16)));
+                (rows > sm90::kMaxNarrowRows && p.max_batch <= (p.topk <= 512 ? 8 : 2)));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});

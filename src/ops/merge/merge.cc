@@ -38,17 +38,21 @@ Status validate(ops::Device device, const MergeArgs& a) {
 
   const uint64_t rows = uint64_t(a.batch) * a.s_q * a.h_q;
   const uint64_t out_bytes = rows * kDv * dtype_bytes(a.dtype);
-  // The strides: 0 (contiguous) or room for a whole partial; out's keeps 16-byte alignment.
+  // The strides: 0 (contiguous) or room for a whole partial, out's keeping 16-byte alignment; at
+  // most 2^40 elements, so that the extents below stay far from 2^64.
+  constexpr int64_t kMaxStride = int64_t{1} << 40;
   if (a.partial_out_stride != 0 &&
-      (a.partial_out_stride < static_cast<int64_t>(rows * kDv) || a.partial_out_stride % 8 != 0)) {
-    return invalid_argument(
-        "partial_out_stride",
-        str_cat("0 or a multiple of 8 of at least b * s_q * h_q * 512 = ", rows * kDv, " elements"),
-        a.partial_out_stride);
+      (a.partial_out_stride < static_cast<int64_t>(rows * kDv) || a.partial_out_stride % 8 != 0 ||
+       a.partial_out_stride > kMaxStride)) {
+    return invalid_argument("partial_out_stride",
+                            str_cat("0 or a multiple of 8 from b * s_q * h_q * 512 = ", rows * kDv,
+                                    " to 2^40 elements"),
+                            a.partial_out_stride);
   }
-  if (a.partial_lse_stride != 0 && a.partial_lse_stride < static_cast<int64_t>(rows)) {
+  if (a.partial_lse_stride != 0 &&
+      (a.partial_lse_stride < static_cast<int64_t>(rows) || a.partial_lse_stride > kMaxStride)) {
     return invalid_argument("partial_lse_stride",
-                            str_cat("0 or at least b * s_q * h_q = ", rows, " elements"),
+                            str_cat("0 or from b * s_q * h_q = ", rows, " to 2^40 elements"),
                             a.partial_lse_stride);
   }
   const uint64_t out_stride =
