@@ -265,7 +265,7 @@ const BackendEntry& sm90_backend_entry() {
           "split-one-shot and split-cluster (producer warpgroups widening from registers), "
           "sparse-narrow-"
           "persistent and -one-shot (h_q <= 32; the cache widened in registers) and "
-          "sparse-mma-persistent and -one-shot (bf16 q, h_q <= 16; mma.sync)",
+          "sparse-mma-persistent, -one-shot and -cluster (bf16 q, tiles of 16 rows; mma.sync)",
       .device_memory = true,
       .available = available,
       .can_run = can_run,
