@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_cp_rank.h"
 #include "bench_cp_row.h"
 #include "cli_common.h"
 #include "core/check.h"
@@ -40,60 +41,6 @@ namespace {
 
 using harness::RankGroup;
 
-// The communicators of GPUs 0..N-1, destroyed with it.
-struct Comms {
-  std::vector<ncclComm_t> comms;
-  bool aborted = false;
-  // After an error once collectives may have been enqueued: NCCL's remedy for an error within a
-  // group, ncclCommAbort on every communicator, which also makes the NCCL kernels that wait for
-  // a peer return. Called with no rank thread running (NCCL frees the communicator); they are not
-  // used again.
-  void abort() {
-    for (ncclComm_t& c : comms) {
-      if (c != nullptr) (void)ncclCommAbort(c);
-      c = nullptr;
-    }
-    aborted = true;
-  }
-  ~Comms() {
-    for (ncclComm_t c : comms) {
-      if (c != nullptr) ncclCommDestroy(c);
-    }
-  }
-  Status init(int world) {
-    std::vector<int> devices(world);
-    std::iota(devices.begin(), devices.end(), 0);
-    comms.assign(world, nullptr);
-    const ncclResult_t r = ncclCommInitAll(comms.data(), world, devices.data());
-    if (r != ncclSuccess) {
-      comms.clear();
-      return Status(StatusCode::kInternal,
-                    str_cat("ncclCommInitAll of ", world, " GPUs: ", ncclGetErrorString(r)));
-    }
-    return Status::Ok();
-  }
-};
-
-// One rank of a case: its shard, its decoder, the device copies of its inputs (their out / lse
-// are its partial), the merge's workspace and result.
-struct Rank {
-  harness::HostInputs in;  // the shard (its cache released once uploaded)
-  std::unique_ptr<Decoder> decoder;
-  std::vector<harness::DeviceInputs> copies;
-  harness::DeviceBuffer workspace, sinks;
-  size_t workspace_bytes = 0;
-  harness::DeviceBuffer merge_workspace, out, lse;
-  size_t merge_workspace_bytes = 0;
-  uint64_t cache_bytes = 0;
-  // CpExchange::kSymmetric: the merge workspace from ncclMemAlloc, registered on the rank's
-  // communicator (released by release_exchange before the communicators go).
-  void* symmetric = nullptr;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-  ncclWindow_t window = nullptr;
-#endif
-  void* merge_ws() const { return symmetric != nullptr ? symmetric : merge_workspace.get(); }
-};
-
 // A non-blocking stream of the current device, destroyed with it.
 struct StreamOf {
   cudaStream_t stream = nullptr;
@@ -106,31 +53,9 @@ struct StreamOf {
   }
 };
 
-Status alloc(size_t bytes, harness::DeviceBuffer* buffer, const char* what) {
-  *buffer = harness::DeviceBuffer(std::max<size_t>(bytes, 256));
-  if (buffer->get() == nullptr) {
-    return Status(StatusCode::kCudaError, str_cat("cudaMalloc of ", bytes, " bytes (", what, ")"));
-  }
-  return Status::Ok();
-}
-
 // The global problem's rows of one rank's merged result (out [b, s_q, heads, 512]).
 int merged_heads(const CpCase& cc, int world) {
   return cc.merge == CpMerge::kHeads ? cc.c.problem.h_q / world : cc.c.problem.h_q;
-}
-
-NcclMergeArgs merge_args(const CpCase& cc, const Rank& rank, int k, bool lse) {
-  const harness::DeviceInputs& d = rank.copies[k % rank.copies.size()];
-  const Problem& p = cc.c.problem;
-  return {.batch = cc.c.batch,
-          .s_q = p.s_q,
-          .h_q = p.h_q,
-          .dtype = p.out_dtype,
-          .partial_out = d.args.out,
-          .partial_lse = d.args.lse,
-          .sinks = p.has_sinks ? rank.sinks.as<float>() : nullptr,
-          .out = rank.out.get(),
-          .lse = lse ? rank.lse.as<float>() : nullptr};
 }
 
 // Why no GPU backend runs a rank's problem (when auto chose the cpu backend).
@@ -147,7 +72,7 @@ std::string gpu_refusals(const Problem& p) {
 // Sets up rank r of the case on GPU r: the shard, the decoder, the device copies, the buffers.
 // With a decoder on host memory, the partial is computed here and uploaded.
 Status setup_rank(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
-                  int world, int r, Rank* rank) {
+                  int world, int r, CpRank* rank) {
   MLAKIT_CUDA_RETURN(cudaSetDevice(r));
   const DeviceInfo device = current_device();
   harness::WorkloadOptions wopt;
@@ -194,107 +119,17 @@ Status setup_rank(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
   MLAKIT_RETURN_IF_ERROR(alloc(rows * sizeof(float), &rank->lse, "merged lse"));
   MLAKIT_RETURN_IF_ERROR(nccl_merge_workspace_bytes(cc.merge, world, merge_args(cc, *rank, 0, true),
                                                     &rank->merge_workspace_bytes));
-  if (cc.exchange != CpExchange::kSymmetric) {
-    return alloc(rank->merge_workspace_bytes, &rank->merge_workspace, "merge workspace");
-  }
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-  const ncclResult_t res = ncclMemAlloc(&rank->symmetric, rank->merge_workspace_bytes);
-  if (res != ncclSuccess) {
-    return Status(StatusCode::kCudaError, str_cat("ncclMemAlloc of ", rank->merge_workspace_bytes,
-                                                  " bytes: ", ncclGetErrorString(res)));
-  }
-  return Status::Ok();
-#else
-  return unsupported("--cp-merge symmetric needs NCCL 2.27 or newer (symmetric windows); this is ",
-                     NCCL_MAJOR, ".", NCCL_MINOR);
-#endif
-}
-
-// In place (inplace, symmetric): every copy's decode writes its partial into the rank's slot of
-// the merge workspace (nccl_merge_partial_slot); symmetric: the workspaces registered as one
-// symmetric window, collectively (a thread a rank).
-Status prepare_exchange(const CpCase& cc, std::vector<Rank>& ranks, Comms& comms, bool host) {
-  if (cc.exchange == CpExchange::kApart) return Status::Ok();
-  const int world = static_cast<int>(ranks.size());
-  for (int r = 0; r < world; ++r) {
-    Rank& rank = ranks[r];
-    void* out = nullptr;
-    float* lse = nullptr;
-    MLAKIT_RETURN_IF_ERROR(nccl_merge_partial_slot(world, r, merge_args(cc, rank, 0, true),
-                                                   rank.merge_ws(), &out, &lse));
-    MLAKIT_CUDA_RETURN(cudaSetDevice(r));
-    if (host) {  // the host decoder's partial, uploaded: copied into the slot
-      const harness::DeviceInputs& d = rank.copies[0];
-      MLAKIT_CUDA_RETURN(
-          cudaMemcpy(out, d.args.out, rank.in.out_bytes(), cudaMemcpyDeviceToDevice));
-      MLAKIT_CUDA_RETURN(cudaMemcpy(lse, d.args.lse, rank.in.lse_count() * sizeof(float),
-                                    cudaMemcpyDeviceToDevice));
-    }
-    for (harness::DeviceInputs& d : rank.copies) {
-      d.args.out = out;
-      d.args.lse = lse;
-    }
-  }
-  if (cc.exchange != CpExchange::kSymmetric) return Status::Ok();
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-  std::vector<int> devices(world);
-  std::iota(devices.begin(), devices.end(), 0);
-  return harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
-    Rank& rank = ranks[r];
-    const ncclResult_t res =
-        ncclCommWindowRegister(comms.comms[r], rank.symmetric, rank.merge_workspace_bytes,
-                               &rank.window, NCCL_WIN_COLL_SYMMETRIC);
-    if (res != ncclSuccess) {
-      return Status(StatusCode::kInternal,
-                    str_cat("ncclCommWindowRegister: ", ncclGetErrorString(res)));
-    }
-    return Status::Ok();
-  });
-#else
-  (void)comms;
-  return Status::Ok();
-#endif
-}
-
-// The symmetric windows deregistered (collectively; not after an abort) and their memory freed.
-void release_exchange(std::vector<Rank>& ranks, Comms& comms) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-  const int world = static_cast<int>(ranks.size());
-  std::vector<int> devices(world);
-  std::iota(devices.begin(), devices.end(), 0);
-  for (int r = 0; r < world; ++r) {  // nothing of the case's still runs
-    (void)cudaSetDevice(r);
-    (void)cudaDeviceSynchronize();
-  }
-  if (!comms.aborted) {
-    (void)harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
-      if (ranks[r].window != nullptr) {
-        (void)ncclCommWindowDeregister(comms.comms[r], ranks[r].window);
-      }
-      ranks[r].window = nullptr;
-      return Status::Ok();
-    });
-  }
-  for (int r = 0; r < world; ++r) {
-    if (ranks[r].symmetric == nullptr) continue;
-    (void)cudaSetDevice(r);
-    (void)ncclMemFree(ranks[r].symmetric);
-    ranks[r].symmetric = nullptr;
-  }
-#else
-  (void)ranks;
-  (void)comms;
-#endif
+  return alloc_merge_workspace(cc.exchange, rank);
 }
 
 // Each rank's decode into its first copy (poisoned partial), on every rank at once. No collective:
 // a rank that fails leaves the communicators as they were. Poisoning (cudaMemset, on the legacy
 // stream) is waited for before the rank's own stream runs.
-Status decode_partials(std::vector<Rank>& ranks) {
+Status decode_partials(std::vector<CpRank>& ranks) {
   std::vector<int> devices(ranks.size());
   std::iota(devices.begin(), devices.end(), 0);
   return harness::for_each_rank(devices, [&](int r, const RankGroup&) -> Status {
-    Rank& rank = ranks[r];
+    CpRank& rank = ranks[r];
     MLAKIT_RETURN_IF_ERROR(rank.copies[0].poison(rank.in));
     // In place: the whole merge workspace, the rank's slot that the decode writes included.
     if (rank.copies[0].args.out != rank.copies[0].out.get()) {
@@ -313,14 +148,14 @@ Status decode_partials(std::vector<Rank>& ranks) {
 // The merges of the first copies' partials (poisoned results) on every rank at once, then the
 // merged results compared with the reference.
 Status verify(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
-              std::vector<Rank>& ranks, Comms& comms, CpRow* row) {
+              std::vector<CpRank>& ranks, CpComms& comms, CpRow* row) {
   const int world = static_cast<int>(ranks.size());
   std::vector<int> devices(world);
   std::iota(devices.begin(), devices.end(), 0);
   const bool lse = f.sweep.lse;
   MLAKIT_RETURN_IF_ERROR(
       harness::for_each_rank(devices, [&](int r, const RankGroup& group) -> Status {
-        Rank& rank = ranks[r];
+        CpRank& rank = ranks[r];
         MLAKIT_CUDA_RETURN(cudaMemset(rank.out.get(), 0xff, rank.out.size()));  // NaN
         MLAKIT_CUDA_RETURN(cudaMemset(rank.lse.get(), 0xff, rank.lse.size()));
         MLAKIT_CUDA_RETURN(cudaDeviceSynchronize());
@@ -409,7 +244,7 @@ Status time_single(const BenchFlags& f, const Case& c, const harness::HostInputs
 // Everything that communicates: the merges checked (verify), then timed alone and within the
 // whole step.
 Status run_merges(const BenchFlags& f, const CpCase& cc, const harness::HostInputs& global,
-                  const harness::TimingOptions& topt, std::vector<Rank>& ranks, Comms& comms,
+                  const harness::TimingOptions& topt, std::vector<CpRank>& ranks, CpComms& comms,
                   CpRow* row) {
   const int world = f.cp.world;
   MLAKIT_RETURN_IF_ERROR(verify(f, cc, global, ranks, comms, row));
@@ -417,10 +252,10 @@ Status run_merges(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
   std::vector<int> devices(world);
   std::iota(devices.begin(), devices.end(), 0);
   int copies = 1;
-  for (const Rank& rank : ranks) copies = std::max(copies, static_cast<int>(rank.copies.size()));
+  for (const CpRank& rank : ranks) copies = std::max(copies, static_cast<int>(rank.copies.size()));
   const bool lse = f.sweep.lse;
   const auto merge = [&](int r, int k, Stream stream) {
-    const Rank& rank = ranks[r];
+    const CpRank& rank = ranks[r];
     return merge_nccl(cc.merge, comms.comms[r], merge_args(cc, rank, k, lse), rank.merge_ws(),
                       rank.merge_workspace_bytes, stream);
   };
@@ -437,7 +272,7 @@ Status run_merges(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
   return harness::time_gpu_ranks(
       devices,
       [&](int r, int k, Stream stream) -> Status {
-        const Rank& rank = ranks[r];
+        const CpRank& rank = ranks[r];
         MLAKIT_RETURN_IF_ERROR(rank.decoder->run(rank.copies[k % rank.copies.size()].args,
                                                  rank.workspace.get(), rank.workspace_bytes,
                                                  stream));
@@ -450,7 +285,7 @@ Status run_merges(const BenchFlags& f, const CpCase& cc, const harness::HostInpu
 // the communicators as they were; one from the first merge on may leave some ranks' collectives
 // waiting for their peers: the communicators are aborted (comms.aborted), before `ranks` is
 // freed (cudaFree waits for the device).
-Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* row) {
+Status bench_case(const BenchFlags& f, const CpCase& cc, CpComms& comms, CpRow* row) {
   const Case& c = cc.c;
   const int world = f.cp.world;
   harness::WorkloadOptions wopt;
@@ -463,10 +298,10 @@ Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* ro
   topt.settle_ms = f.settle_ms;
   MLAKIT_RETURN_IF_ERROR(time_single(f, c, global, topt, row));
 
-  std::vector<Rank> ranks(world);
+  std::vector<CpRank> ranks(world);
   struct Release {  // the symmetric windows, whatever happens below
-    std::vector<Rank>& ranks;
-    Comms& comms;
+    std::vector<CpRank>& ranks;
+    CpComms& comms;
     ~Release() { release_exchange(ranks, comms); }
   } release{ranks, comms};
   for (int r = 0; r < world; ++r) {
@@ -478,7 +313,7 @@ Status bench_case(const BenchFlags& f, const CpCase& cc, Comms& comms, CpRow* ro
   row->backend = str_cat(f.backend == "auto" ? "auto>" : "", d0.backend_name(c.batch));
   row->tactic = d0.tactic(c.batch);
   row->host_partials = !d0.device_memory();
-  for (const Rank& rank : ranks) {
+  for (const CpRank& rank : ranks) {
     if (rank.decoder->device_memory() != d0.device_memory()) {
       return unsupported("the ranks' decoders run on host and on device memory (",
                          d0.backend_name(c.batch), ", ", rank.decoder->backend_name(c.batch),
@@ -588,7 +423,7 @@ int run_bench_cp(BenchFlags& f, bool run) {
   }
   if (!run) return 0;
 
-  Comms comms;
+  CpComms comms;
   if (Status st = comms.init(world); !st.ok()) return fail(st);
   (void)cudaSetDevice(0);
   const DeviceInfo device = current_device();
