@@ -42,7 +42,8 @@ bool partial_in_slot(const MergeLayout& layout, int32_t rank, const NcclMergeArg
 
 // Everything the merge checks before it communicates: the layout's checks, then rank, the
 // pointers (alignment), the workspace (size, alignment) and overlaps (the workspace with any
-// argument; out, lse and sinks with each other). out and lse may overlap this rank's partial.
+// argument; out, lse and sinks with each other). out and lse may overlap this rank's partial,
+// except when it is its slot of the workspace (partial_in_slot).
 Status check_merge(CpMerge merge, int32_t world, int32_t rank, const NcclMergeArgs& args,
                    const void* workspace, size_t workspace_size, MergeLayout* layout);
 

@@ -55,11 +55,8 @@ Status validate(ops::Device device, const MergeArgs& a) {
                             str_cat("0 or from b * s_q * h_q = ", rows, " to 2^40 elements"),
                             a.partial_lse_stride);
   }
-  const uint64_t out_stride =
-      a.partial_out_stride != 0 ? uint64_t(a.partial_out_stride) * dtype_bytes(a.dtype) : out_bytes;
-  const uint64_t lse_stride = a.partial_lse_stride != 0
-                                  ? uint64_t(a.partial_lse_stride) * sizeof(float)
-                                  : rows * sizeof(float);
+  const uint64_t out_stride = uint64_t(cp::out_stride_of(a)) * dtype_bytes(a.dtype);
+  const uint64_t lse_stride = uint64_t(cp::lse_stride_of(a)) * sizeof(float);
   struct Input {
     std::string_view name;
     const void* ptr;

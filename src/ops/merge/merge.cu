@@ -121,11 +121,11 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MergeParams p) {
 }  // namespace
 
 Status merge_partials_cuda(const MergeArgs& a, Stream stream) {
-  const int64_t rows = int64_t{a.batch} * a.s_q * a.h_q;
+  const int64_t rows = merge_rows(a);
   const MergeParams p{.partial_out = a.partial_out,
                       .partial_lse = a.partial_lse,
-                      .out_stride = a.partial_out_stride != 0 ? a.partial_out_stride : rows * kDv,
-                      .lse_stride = a.partial_lse_stride != 0 ? a.partial_lse_stride : rows,
+                      .out_stride = out_stride_of(a),
+                      .lse_stride = lse_stride_of(a),
                       .sinks = a.sinks,
                       .out = a.out,
                       .lse = a.lse,

@@ -31,9 +31,7 @@ void store(void* base, int64_t index, DType dtype, float value) {
 }  // namespace
 
 void merge_partials_cpu(const MergeArgs& a) {
-  const int64_t rows = int64_t{a.batch} * a.s_q * a.h_q;
-  const int64_t out_stride = a.partial_out_stride != 0 ? a.partial_out_stride : rows * kDv;
-  const int64_t lse_stride = a.partial_lse_stride != 0 ? a.partial_lse_stride : rows;
+  const int64_t rows = merge_rows(a), out_stride = out_stride_of(a), lse_stride = lse_stride_of(a);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // Partial k's LSE in natural log (-inf stays -inf).
   auto lse_of = [&](int k, int64_t row) {
