@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 tests="$build/tests/mlakit_gpu_tests"
 sanitize='Sm80Sanitize.*:Sm90Sanitize.*'
-hostile='CorruptBlockTable.*:OpsGpu.AppendKvEqualsCpu:OpsGpu.TopkEqualsCpuEdges:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkSortPathFallsBack:OpsGpu.TopkClusterGraphReplay:OpsGpu.IndexerLogitsEqualsCpu:CpMergeGpu.EqualsTheCpuReference'
+hostile='CorruptBlockTable.*:OpsGpu.AppendKvEqualsCpu:OpsGpu.TopkEqualsCpuEdges:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkSortPathFallsBack:OpsGpu.TopkClusterGraphReplay:OpsGpu.TopkStreamGraphReplay:OpsGpu.IndexerLogitsEqualsCpu:CpMergeGpu.EqualsTheCpuReference'
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [[ ! -x "$tests" ]]; then
   echo "no $tests: build first" >&2
@@ -36,8 +36,8 @@ while read -r tool filter; do
   rm -f "$log"
 done <<TOOLS
 memcheck $sanitize:$hostile
-racecheck $sanitize:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkClusterGraphReplay:OpsGpu.IndexerLogitsEqualsCpu
-synccheck $sanitize:OpsGpu.TopkClusterGraphReplay:OpsGpu.IndexerLogitsEqualsCpu
+racecheck $sanitize:OpsGpu.TopkMultiBlockGraphReplay:OpsGpu.TopkMultiBlockRising:OpsGpu.TopkSortPathGraphReplay:OpsGpu.TopkClusterGraphReplay:OpsGpu.TopkStreamGraphReplay:OpsGpu.IndexerLogitsEqualsCpu
+synccheck $sanitize:OpsGpu.TopkClusterGraphReplay:OpsGpu.TopkStreamGraphReplay:OpsGpu.IndexerLogitsEqualsCpu
 initcheck $sanitize
 TOOLS
 exit $status

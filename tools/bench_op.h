@@ -13,13 +13,13 @@
 namespace mlakit::tools {
 
 struct OpFlags {
-  std::string op;                  // append | indexer | topk
-  std::vector<int> batch, len;     // defaults by device (run_bench_op)
-  std::vector<int> next_n{1};      // tokens per request
-  std::string layout = "v32";      // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
-  int k = 2048;                    // topk
-  std::string kernel = "auto";     // on a GPU: auto; topk: cluster | multi-block | one-block;
-                                   // indexer: tma | tma-wide | persistent | copy
+  std::string op;               // append | indexer | topk
+  std::vector<int> batch, len;  // defaults by device (run_bench_op)
+  std::vector<int> next_n{1};   // tokens per request
+  std::string layout = "v32";   // append: bf16 | fp16 | fp8 | v32 | v4 | indexer
+  int k = 2048;                 // topk
+  std::string kernel = "auto";  // on a GPU: auto; topk: cluster | stream | multi-block | one-block;
+                                // indexer: tma | tma-wide | persistent | copy
   int heads = ops::kIndexerHeads;  // indexer
   std::string keys = "bytes";      // indexer: bytes | normal (bench_indexer)
   int page_size = 64;
@@ -46,8 +46,8 @@ struct AppendKind {
 struct OpRow {
   OpCase c;
   std::string device, check = "-", note;
-  std::string kernel;  // on the GPU, the kernel that ran (topk: cluster, multi-block or one-block;
-                       // indexer: tma, tma-wide, persistent or copy)
+  std::string kernel;  // on the GPU, the kernel that ran (topk: cluster, stream, multi-block or
+                       // one-block; indexer: tma, tma-wide, persistent or copy)
   harness::Timing timing;
   double bytes = 0;  // read + written per call
   bool ok = true;

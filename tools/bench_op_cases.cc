@@ -164,17 +164,15 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   row->bytes = static_cast<double>(rows) * (int64_t{c.len} + f.k) * sizeof(float);
 
   const ops::TopkArgs shape = {.batch = c.batch, .next_n = c.next_n, .k = f.k, .max_len = c.len};
-  // The kernel: --kernel auto lets the op choose (the cluster kernel on sm_90 where it takes the
-  // shapes, else with the workspace the multi-block kernel, else one block a row); the others run
-  // that kernel by itself. The workspace is allocated for auto and multi-block.
+  // The kernel: --kernel auto lets the op choose (topk_choose); the others run that kernel by
+  // itself. The workspace is allocated for auto and multi-block.
   std::string kernel = f.kernel;
   if (gpu && kernel == "auto") {
+    ops::TopkKernel chosen;
     ops::TopkClusterPlan plan;
-    MLAKIT_RETURN_IF_ERROR(ops::topk_cluster_plan_here(shape, &plan));
-    const bool multi = ops::topk_workspace_bytes(shape) > 0;  // auto allocates it then
-    kernel = plan.cluster > 0 && (!multi || ops::topk_cluster_preferred(rows, plan)) ? "cluster"
-             : multi                                                                 ? "multi-block"
-                                                                                     : "one-block";
+    MLAKIT_RETURN_IF_ERROR(
+        ops::topk_choose_here(shape, ops::topk_workspace_bytes(shape) > 0, &chosen, &plan));
+    kernel = ops::topk_kernel_name(chosen);
   }
   const bool with_workspace = f.kernel == "auto" || f.kernel == "multi-block";
   const size_t ws_bytes = gpu && with_workspace ? ops::topk_workspace_bytes(shape) : 0;
@@ -207,6 +205,7 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
     if (!cuda || f.kernel == "auto") return ops::topk_indices(device, a, st);
     const int64_t ld = a.logits_stride;
     if (f.kernel == "cluster") return ops::topk_indices_cluster(a, ld, st);
+    if (f.kernel == "stream") return ops::topk_indices_stream(a, ld, st);
     if (f.kernel == "multi-block") return ops::topk_indices_multi(a, ld, st);
     return ops::topk_indices_one_block(a, ld, st);
   };

@@ -71,7 +71,7 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
   // --kernel: the op's own kernels (CLI11 takes any of them for any op).
   if (f.op == "topk" && (f.kernel == "tma" || f.kernel == "tma-wide" || f.kernel == "persistent" ||
                          f.kernel == "copy")) {
-    return invalid_argument("--kernel", "auto, cluster, multi-block or one-block for topk",
+    return invalid_argument("--kernel", "auto, cluster, stream, multi-block or one-block for topk",
                             f.kernel);
   }
   if (f.op == "indexer" && f.kernel != "auto" && f.kernel != "tma" && f.kernel != "tma-wide" &&
@@ -182,6 +182,8 @@ int run_bench_op(OpFlags& f, bool run) {
                        {"copies", row.timing.copies},
                        {"bytes", row.bytes},
                        {"gb_per_s", gbs},
+                       {"sm_mhz", row.timing.power.sm_mhz},
+                       {"power_w", row.timing.power.power_w},
                        {"check", row.check},
                        {"kernel", row.kernel},
                        {"note", row.note}});
@@ -222,12 +224,13 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
   cmd->add_option(
          "--kernel", f->kernel,
          "on a GPU, auto (the op's choice) or one kernel by itself: topk: cluster "
-         "(sm_90, rows up to 256K), multi-block (rows of 8192 and more, with a "
+         "(sm_90, rows up to 256K), stream (sm_90, rows up to 512K), multi-block (rows of 8192 and "
+         "more, with a "
          "workspace) or one-block; indexer: tma, tma-wide or persistent (sm_90, page sizes "
          "8, 16, 32 and multiples of 64: two CTAs an SM, one with 128-head products, or "
          "one an SM with an equal share of the tiles) or copy")
-      ->check(CLI::IsMember({"auto", "cluster", "multi-block", "one-block", "tma", "tma-wide",
-                             "persistent", "copy"}));
+      ->check(CLI::IsMember({"auto", "cluster", "stream", "multi-block", "one-block", "tma",
+                             "tma-wide", "persistent", "copy"}));
   cmd->add_option("--heads", f->heads, "indexer: query heads, 1..128 (default 64)");
   cmd->add_option("--page-size", f->page_size, "tokens per page");
   cmd->add_option("--keys", f->keys,

@@ -139,15 +139,18 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
 // kCpu refuses a length or a page id out of range; kCuda clamps L_i to [0, max_len] and writes
 // -1 for a position whose page id is negative.
 //
-// kCuda runs one of three kernels, with the same result: with a workspace
+// kCuda runs one of four kernels, with the same result: with a workspace
 // (topk_workspace_bytes(args) bytes, 256-byte aligned, device memory) and max_len >=
 // kTopkMultiMinLen, several blocks a row (a histogram of the keys' high bits, the few keys of
 // the k-th largest's bin refined, then each slice of the row written); on sm_90 (Hopper), for
 // max_len up to 262144, a thread-block cluster a row (up to 8 blocks, each holding its slice of
 // the row in shared memory: the row is read once; no workspace needed), which also takes the
 // calls without a workspace and, measured faster there, those of up to 16 rows or of slices of
-// 8K-16K keys over at most 512 blocks; otherwise one block a row (slow on long rows). The workspace
-// holds no state between calls (it is cleared on the stream first); one call at a time may use it.
+// 8K-16K keys over at most 512 blocks; on sm_90 from 32 rows and 2^20 keys (rows up to 1M long,
+// k to about 1800 a block of the row), a cluster of up to 16 blocks a row that streams the row
+// once and keeps only the keys above a sampled bound; otherwise one block a row (slow on long
+// rows). The workspace holds no state between calls (it is cleared on the stream first); one call
+// at a time may use it.
 // kCpu ignores it but checks it alike.
 // ---------------------------------------------------------------------------------------------
 struct TopkArgs {

@@ -366,9 +366,10 @@ def topk_indices(
     ``topk = k``. On the host a length or page id out of range raises; on a GPU lengths are
     clamped to [0, max_len] and a negative page id gives -1.
 
-    On a GPU the same result bit for bit comes from one of three kernels (docs/ops.md): on sm_90
-    (Hopper) with rows of up to 262144 positions (max_len), a thread-block cluster a row (no
-    workspace used); otherwise rows of 8192 positions and more (above k) run the multi-block
+    On a GPU the same result bit for bit comes from one of four kernels (docs/ops.md): on sm_90
+    (Hopper) from 32 rows and 2^20 keys a streaming thread-block cluster a row, and with rows of
+    up to 262144 positions (max_len) a cluster a row that holds the row in shared memory (neither
+    uses a workspace); otherwise rows of 8192 positions and more (above k) run the multi-block
     kernel with a workspace (``topk_workspace_bytes``), shorter ones and ``one_block=True`` one
     block a row.
 
@@ -392,7 +393,7 @@ def topk_indices(
             the caching allocator, from the graph's pool during CUDA graph capture; CuPy, except
             during a capture, where one block a row runs; arrays of other frameworks run one
             block a row).
-        one_block: pass no workspace on a GPU: where the cluster kernel does not take the
+        one_block: pass no workspace on a GPU: where neither cluster kernel takes the
             shapes, one block a row runs (e.g. to compare it with the multi-block kernel).
 
     Returns:

@@ -33,6 +33,19 @@ Status topk_indices_cluster(const TopkArgs&, int64_t, Stream) { return no_cuda("
 Status topk_launch_cluster(const TopkArgs&, int64_t, const TopkClusterPlan&, Stream) {
   return no_cuda("topk_indices");
 }
+Status topk_indices_stream(const TopkArgs&, int64_t, Stream) { return no_cuda("topk_indices"); }
+Status topk_launch_stream(const TopkArgs&, int64_t, const TopkClusterPlan&, Stream) {
+  return no_cuda("topk_indices");
+}
+Status topk_choose_here(const TopkArgs&, bool, TopkKernel* kernel, TopkClusterPlan* plan) {
+  *kernel = TopkKernel::kOneBlock;
+  *plan = {};
+  return Status::Ok();
+}
+Status topk_stream_plan_here(const TopkArgs&, TopkClusterPlan* plan) {
+  *plan = {};  // no device: no streaming kernel
+  return Status::Ok();
+}
 Status topk_cluster_plan_here(const TopkArgs&, TopkClusterPlan* plan) {
   *plan = {};  // no device: no cluster kernel
   return Status::Ok();

@@ -291,7 +291,7 @@ TEST_F(Cli, BenchOpRunsOnTheCpu) {
     EXPECT_TRUE(has(r, "append  " + layout)) << r.output;
     EXPECT_TRUE(has(r, "reference")) << r.output;
   }
-  for (const std::string kernel : {"auto", "cluster", "multi-block", "one-block"}) {
+  for (const std::string kernel : {"auto", "cluster", "stream", "multi-block", "one-block"}) {
     std::vector<std::string> args = {"bench-op",    "topk", "--batch",   "2",        "--len",
                                      "0,1,300",     "--k",  "64",        "--next-n", "1,3",
                                      "--page-size", "16",   "--replays", "1"};
@@ -360,7 +360,7 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
   refused({"indexer", "--heads", "129"}, "--heads: expected 1..128, given 129");
   refused({"indexer", "--batch", "100000", "--len", "16000000"}, "bytes of host memory");
   refused({"topk", "--kernel", "tma"},
-          "--kernel: expected auto, cluster, multi-block or one-block for topk, given tma");
+          "--kernel: expected auto, cluster, stream, multi-block or one-block for topk, given tma");
   refused({"indexer", "--kernel", "cluster"},
           "--kernel: expected auto, tma, tma-wide, persistent or copy for the indexer, given "
           "cluster");

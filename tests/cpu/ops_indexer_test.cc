@@ -446,6 +446,78 @@ TEST(OpsTopk, ClusterPlan) {
   }
 }
 
+// The streaming kernel's plan: slices of whole warp steps that cover max_len, none empty, at most
+// 64K keys and kTopkStreamClusterMax blocks a row, as many blocks as the device's wave holds, none
+// where no row needs a selection, a row does not fit, or k's candidates would crowd the pool.
+TEST(OpsTopk, StreamPlan) {
+  const ops::TopkWave wave = ops::topk_ideal_wave(264);               // 132 SMs, two blocks each
+  EXPECT_EQ(ops::topk_stream_plan(64, 2048, 2048, wave).cluster, 0);  // every row kept whole
+  EXPECT_EQ(ops::topk_stream_plan(0, 131072, 2048, wave).cluster, 0);
+  const int64_t longest = ops::kTopkStreamClusterMax * ops::kTopkStreamMaxSlice;
+  EXPECT_EQ(ops::topk_stream_plan(1, longest + 1, 2048, wave).cluster, 0);
+  EXPECT_EQ(ops::topk_stream_plan(1, longest, 2048, wave).cluster, ops::kTopkStreamClusterMax);
+  // Rows of 128K: as many blocks as one wave holds.
+  EXPECT_EQ(ops::topk_stream_plan(128, 131072, 2048, wave).cluster, 2);
+  EXPECT_EQ(ops::topk_stream_plan(64, 131072, 2048, wave).cluster, 4);
+  EXPECT_EQ(ops::topk_stream_plan(32, 131072, 2048, wave).cluster, 8);
+  EXPECT_EQ(ops::topk_stream_plan(32, 131072, 2048, wave).slice_len, 16384);
+  EXPECT_EQ(ops::topk_stream_plan(1, 131072, 2048, wave).cluster, 16);  // slices of 8K
+  // A device that runs fewer clusters of 4 and 8 than its blocks allow (an H200's GPCs).
+  ops::TopkWave gpcs = wave;
+  gpcs.clusters[4] = 62;
+  gpcs.clusters[8] = 30;
+  EXPECT_EQ(ops::topk_stream_plan(64, 131072, 2048, gpcs).cluster, 3);
+  EXPECT_EQ(ops::topk_stream_plan(32, 131072, 2048, gpcs).cluster, 7);
+  EXPECT_EQ(ops::topk_stream_plan(30, 131072, 2048, gpcs).cluster, 8);
+  // k's candidates (about 1.5 k + 256 a row) within a third of the blocks' pools.
+  EXPECT_EQ(ops::topk_stream_plan(1, 131072, 28000, wave).cluster, 16);
+  EXPECT_EQ(ops::topk_stream_plan(1, 131072, 30000, wave).cluster, 0);
+  EXPECT_EQ(ops::topk_stream_plan(1, 131072, 14000, wave).cluster, 16);
+  EXPECT_EQ(ops::topk_stream_plan(32, 131072, 14000, wave).cluster, 8);
+  EXPECT_EQ(ops::topk_stream_plan(32, 131072, 15000, wave).cluster, 16);  // pools of 8 too small
+  EXPECT_EQ(ops::topk_stream_plan(512, 4096, 2048, wave).cluster, 0);     // one block a row
+  for (const int64_t rows : {1, 2, 7, 64, 100, 513, 4096}) {
+    for (const int64_t max_len : {2049, 4096, 10000, 16385, 100000, 131072, 200000, 524288}) {
+      const ops::TopkClusterPlan p = ops::topk_stream_plan(rows, max_len, 512, wave);
+      ASSERT_GT(p.cluster, 0) << rows << " " << max_len;
+      EXPECT_LE(p.cluster, ops::kTopkStreamClusterMax);
+      EXPECT_EQ(p.slice_len % ops::kTopkStreamGrain, 0);
+      EXPECT_LE(p.slice_len, ops::kTopkStreamMaxSlice);
+      EXPECT_TRUE(p.cluster == 1 || p.slice_len >= ops::kTopkStreamMinSlice);
+      EXPECT_GE(p.cluster * p.slice_len, max_len) << rows << " " << max_len;
+      EXPECT_LT((p.cluster - 1) * p.slice_len, max_len) << rows << " " << max_len;  // none empty
+      EXPECT_LE(3 * ((3 * 512 / 2 + 256 + p.cluster - 1) / p.cluster), ops::kTopkStreamPool);
+    }
+  }
+}
+
+// The op's kernel: the streaming kernel from 32 rows and 2^20 keys where its plan takes the
+// shapes, else the cluster kernel where preferred, else the multi-block kernel with a workspace,
+// else one block a row.
+TEST(OpsTopk, KernelChoice) {
+  using ops::TopkKernel;
+  const ops::TopkWave wave = ops::topk_ideal_wave(264);
+  const auto choose = [&](int64_t rows, int64_t max_len, bool workspace) {
+    const bool multi = workspace && ops::topk_multi_applies(rows, max_len, 2048);
+    return ops::topk_choose(rows, max_len, multi, ops::topk_cluster_plan(rows, max_len, 2048, 132),
+                            ops::topk_stream_plan(rows, max_len, 2048, wave));
+  };
+  for (const bool workspace : {false, true}) {
+    EXPECT_EQ(choose(128, 131072, workspace), TopkKernel::kStream);
+    EXPECT_EQ(choose(64, 16384, workspace), TopkKernel::kStream);
+    EXPECT_EQ(choose(32, 32768, workspace), TopkKernel::kStream);
+    EXPECT_EQ(choose(32, 16384, workspace),  // 2^19 keys: the earlier rule
+              workspace ? TopkKernel::kMultiBlock : TopkKernel::kCluster);
+    EXPECT_EQ(choose(8, 262144, workspace), TopkKernel::kCluster);
+    EXPECT_EQ(choose(1, 131072, workspace), TopkKernel::kCluster);
+  }
+  EXPECT_EQ(choose(64, 2048, false), TopkKernel::kOneBlock);  // rows of k: no selection
+  // Rows past both cluster kernels.
+  EXPECT_EQ(choose(64, int64_t{1} << 21, true), TopkKernel::kMultiBlock);
+  EXPECT_EQ(choose(64, int64_t{1} << 21, false), TopkKernel::kOneBlock);
+  EXPECT_STREQ(ops::topk_kernel_name(TopkKernel::kStream), "stream");
+}
+
 // A workspace is checked on either device (kCpu ignores it otherwise): its size and alignment,
 // by name; a big enough one changes nothing of the cpu result.
 TEST(OpsTopk, ChecksTheWorkspace) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -56,7 +57,9 @@ struct Rng {
 // kSampleTrap: normal, plus 64 at the positions the cluster kernel samples (j % 16 == j / 16 % 16,
 // 1 in 16): the sample puts its bound above every other key, so with k above n / 16 the row has
 // fewer than k keys at or above it (the kernel's fallback).
-enum class TopkValues { kNormal, kTies, kCrowded, kRising, kSampleTrap };
+// kSampleTrap and kStreamTrap raise the keys that the cluster and the streaming top-k kernels
+// sample (topk_cluster.cu, topk_stream.cu) far above the rest: their samples misjudge the row.
+enum class TopkValues { kNormal, kTies, kCrowded, kRising, kSampleTrap, kStreamTrap };
 
 struct TopkInputs {
   int batch, next_n, k, page_size;
@@ -93,7 +96,11 @@ inline TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vec
             x = 1.0f + static_cast<float>(rng.below(1 << 20)) / (1 << 20);
             break;
           case TopkValues::kRising: x = std::exp2(32.0f * static_cast<float>(j) / n); break;
-          case TopkValues::kSampleTrap: x = rng.normal() + (j % 16 == j / 16 % 16 ? 64.0f : 0.0f);
+          case TopkValues::kSampleTrap:
+            x = rng.normal() + (j % 16 == j / 16 % 16 ? 64.0f : 0.0f);
+            break;
+          case TopkValues::kStreamTrap:
+            x = rng.normal() + (j % 128 / 8 == j / 128 % 16 ? 64.0f : 0.0f);
         }
       }
     }
@@ -149,18 +156,19 @@ struct TopkDeviceInputs {
 };
 
 // Captures the CUDA top-k of `a` (in's shapes, device pointers; d_lens its lengths) on `stream`
-// once, then for each of `lens_list` writes the lengths, replays the graph and checks indices and
-// positions against the cpu reference bit for bit.
-inline void replay_topk_with_new_lengths(TopkInputs& in, const ops::TopkArgs& a,
-                                         DeviceVec<int32_t>& d_lens,
-                                         const DeviceVec<int32_t>& d_idx,
-                                         const DeviceVec<int32_t>& d_pos, cudaStream_t stream,
-                                         const std::vector<std::vector<int32_t>>& lens_list) {
+// once (the op, or `kernel` where given), then for each of `lens_list` writes the lengths, replays
+// the graph and checks indices and positions against the cpu reference bit for bit.
+inline void replay_topk_with_new_lengths(
+    TopkInputs& in, const ops::TopkArgs& a, DeviceVec<int32_t>& d_lens,
+    const DeviceVec<int32_t>& d_idx, const DeviceVec<int32_t>& d_pos, cudaStream_t stream,
+    const std::vector<std::vector<int32_t>>& lens_list,
+    const std::function<Status(cudaStream_t)>& kernel = nullptr) {
   const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const Status captured = ops::topk_indices(ops::Device::kCuda, a, stream);
+  const Status captured =
+      kernel ? kernel(stream) : ops::topk_indices(ops::Device::kCuda, a, stream);
   MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
   MLAKIT_ASSERT_OK(captured);
   MLAKIT_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));

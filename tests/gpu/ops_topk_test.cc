@@ -1,9 +1,10 @@
 // GPU tests of the top-k kernels (src/ops/topk/topk.cu: one block a row; topk_multi.cu: several
-// blocks a row with a workspace; topk_cluster.cu: a thread-block cluster a row, sm_90) against
-// the cpu reference, bit for bit: k 1..65536, rows from 0 to past 256K long (lengths 0, 1, k-1,
-// k, k+1, ties, crowded and rising values, next_n 1..4), NaN-poisoned logits past each row's
-// length and outputs poisoned before each run, the multi-block and cluster kernels replayed from
-// a CUDA graph with new lengths. (Both ops in one graph: ops_test.cc.)
+// blocks a row with a workspace; topk_cluster.cu and topk_stream.cu: a thread-block cluster a
+// row, sm_90) against the cpu reference, bit for bit: k 1..65536, rows from 0 to 512K long
+// (lengths 0, 1, k-1, k, k+1, ties, crowded and rising values, next_n 1..4), NaN-poisoned logits
+// past each row's length and outputs poisoned before each run, the multi-block, cluster and
+// streaming kernels replayed from a CUDA graph with new lengths. (Both ops in one graph:
+// ops_test.cc.)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -43,8 +44,8 @@ void expect_kernel_equal(const char* kernel, const TopkInputs& in, Launch&& laun
 }
 
 // Every CUDA kernel that takes the shapes, each equal to the cpu reference bit for bit: the op
-// without a workspace (the cluster kernel on sm_90 where its plan takes the shapes, else one block
-// a row), one block a row by itself, the cluster kernel by itself (twice), and where the shapes
+// without a workspace (topk_choose), one block a row by itself, the cluster and the streaming
+// kernels by themselves where their plans take the shapes (twice each), and where the shapes
 // take it (`multi_block`, asserted) the op with a workspace and the multi-block kernel by itself
 // (the workspace poisoned first and used twice).
 void expect_topk_equal(const TopkInputs& in, bool multi_block) {
@@ -66,6 +67,10 @@ void expect_topk_equal(const TopkInputs& in, bool multi_block) {
   MLAKIT_ASSERT_OK(ops::topk_cluster_plan_here(a, &plan));
   if (plan.cluster > 0) {
     check("cluster", 2, [&] { return ops::topk_indices_cluster(a, in.ld, nullptr); });
+  }
+  MLAKIT_ASSERT_OK(ops::topk_stream_plan_here(a, &plan));
+  if (plan.cluster > 0) {
+    check("stream", 2, [&] { return ops::topk_indices_stream(a, in.ld, nullptr); });
   }
   const size_t bytes = ops::topk_workspace_bytes(a);
   ASSERT_EQ(bytes > 0, multi_block) << "max_len " << in.max_len << " k " << in.k;
@@ -301,7 +306,7 @@ TEST(OpsGpu, TopkPastTheClusterKernel) {
   expect_topk_equal(in, true);
 }
 
-// The cluster kernel (the op without a workspace) captured in a CUDA graph and replayed with new
+// The cluster kernel captured in a CUDA graph and replayed with new
 // lengths: rows below k, rows that leave blocks of the cluster empty, full rows.
 TEST(OpsGpu, TopkClusterGraphReplay) {
   MLAKIT_SKIP_WITHOUT_GPU();
@@ -311,6 +316,85 @@ TEST(OpsGpu, TopkClusterGraphReplay) {
   TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
   TopkDeviceInputs d(rng, in);
   const ops::TopkArgs a = d.args(in);
+  replay_topk_with_new_lengths(
+      in, a, d.lens, d.idx, d.pos, stream.stream, lengths_of_replays(rng, full),
+      [&](cudaStream_t s) { return ops::topk_indices_cluster(a, in.ld, s); });
+}
+
+// expect_topk_equal, asserting that the streaming kernel takes the shapes on an sm_90 device.
+void expect_stream_equal(const TopkInputs& in) {
+  int device = 0, major = 0;
+  MLAKIT_ASSERT_CUDA(cudaGetDevice(&device));
+  MLAKIT_ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major == 9) {
+    ops::TopkClusterPlan plan;
+    MLAKIT_ASSERT_OK(ops::topk_stream_plan_here(
+        topk_args(in, nullptr, nullptr, nullptr, nullptr, nullptr), &plan));
+    ASSERT_GT(plan.cluster, 0) << "max_len " << in.max_len << " k " << in.k;
+  }
+  expect_topk_equal(in, ops::topk_multi_applies(int64_t{in.batch} * in.next_n, in.max_len, in.k));
+}
+
+// The streaming kernel (topk_stream.cu) at 1 to 8 blocks a row (rows of 2049 to 512K, batch 1 to
+// 256), k 1 to 12000, lengths 0, 1, k-1, k, k+1 among long rows, normal, tied, crowded and rising
+// values (one warp's candidates over many chunks), a candidate pool that runs out (tied values:
+// every block walks its slice again), samples that misjudge the row (the fallback), rows 16-byte
+// aligned or not, MTP rows, page sizes 1, 16 and 64.
+TEST(OpsGpu, TopkStreamEqualsCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(114);
+  for (const int32_t len : {2049, 6000, 16385, 40000, 131072, 200003, 524288}) {
+    for (const int ld_extra : {4, 5}) {
+      expect_stream_equal(make_topk(rng, 1024, 1, 64, {len}, TopkValues::kNormal, ld_extra));
+    }
+  }
+  for (const int batch : {8, 32, 64, 128, 256}) {
+    expect_stream_equal(
+        make_topk(rng, 2048, 1, 64, std::vector<int32_t>(batch, 131072), TopkValues::kNormal, 4));
+  }
+  for (const int k : {1, 7, 100, 512, 4096, 12000}) {
+    for (const TopkValues values : {TopkValues::kNormal, TopkValues::kTies}) {
+      expect_stream_equal(make_topk(rng, k, 1, 64, {131072, k + 1, 70001}, values, 4));
+    }
+  }
+  for (const TopkValues values : {TopkValues::kTies, TopkValues::kCrowded, TopkValues::kRising}) {
+    std::vector<int32_t> lens(64, 32768);
+    lens[1] = 0, lens[2] = 1, lens[3] = 2047, lens[4] = 2048, lens[5] = 2049, lens[6] = 16385;
+    expect_stream_equal(make_topk(rng, 2048, 1, 64, lens, values, 5));
+  }
+  // Slices of 64K with a fifth of their keys tied at the top: more candidates than the pool holds.
+  expect_stream_equal(
+      make_topk(rng, 2048, 1, 64, std::vector<int32_t>(128, 131072), TopkValues::kTies, 4));
+  // Samples that misjudge the row: fewer than k keys at or above the bound (the fallback), and
+  // enough of them.
+  expect_stream_equal(make_topk(rng, 12000, 1, 64, {131072, 131000}, TopkValues::kStreamTrap, 4));
+  expect_stream_equal(make_topk(rng, 4096, 2, 16, {40000, 5000}, TopkValues::kStreamTrap, 5));
+  expect_stream_equal(make_topk(rng, 2048, 1, 64, {131072}, TopkValues::kStreamTrap, 4));
+  for (const int next_n : {2, 4}) {
+    for (const int page_size : {1, 16}) {
+      expect_stream_equal(make_topk(rng, 512, next_n, page_size,
+                                    {0, 1, 511, 512, 513, 514, 20000, 131072}, TopkValues::kNormal,
+                                    next_n == 2 ? 4 : 5));
+    }
+  }
+}
+
+// The streaming kernel captured in a CUDA graph and replayed with new lengths (as the cluster
+// kernel's test), and the op where it picks it.
+TEST(OpsGpu, TopkStreamGraphReplay) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(115);
+  StreamHolder stream;
+  std::vector<int32_t> full(64, 131072);
+  TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
+  TopkDeviceInputs d(rng, in);
+  const ops::TopkArgs a = d.args(in);
+  ops::TopkClusterPlan plan;
+  MLAKIT_ASSERT_OK(ops::topk_stream_plan_here(a, &plan));
+  if (plan.cluster == 0) GTEST_SKIP() << "no streaming kernel on this device";
+  replay_topk_with_new_lengths(
+      in, a, d.lens, d.idx, d.pos, stream.stream, lengths_of_replays(rng, full),
+      [&](cudaStream_t s) { return ops::topk_indices_stream(a, in.ld, s); });
   replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
                                lengths_of_replays(rng, full));
 }

@@ -114,16 +114,29 @@ Status topk_indices_one_block(const TopkArgs& a, int64_t ld, Stream stream) {
   return Status::Ok();
 }
 
-Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
+Status topk_choose_here(const TopkArgs& a, bool with_workspace, TopkKernel* kernel,
+                        TopkClusterPlan* plan) {
   const int64_t rows = int64_t{a.batch} * a.next_n;
-  if (rows == 0) return Status::Ok();
-  TopkClusterPlan cluster;
+  TopkClusterPlan cluster, stream;
   MLAKIT_RETURN_IF_ERROR(topk_cluster_plan_here(a, &cluster));
-  const bool multi = a.workspace != nullptr && topk_multi_applies(rows, a.max_len, a.k);
-  if (cluster.cluster > 0 && (!multi || topk_cluster_preferred(rows, cluster))) {
-    return topk_launch_cluster(a, ld, cluster, stream);
+  MLAKIT_RETURN_IF_ERROR(topk_stream_plan_here(a, &stream));
+  const bool multi = with_workspace && topk_multi_applies(rows, a.max_len, a.k);
+  *kernel = topk_choose(rows, a.max_len, multi, cluster, stream);
+  *plan = *kernel == TopkKernel::kStream ? stream : cluster;
+  return Status::Ok();
+}
+
+Status topk_indices_cuda(const TopkArgs& a, int64_t ld, Stream stream) {
+  if (int64_t{a.batch} * a.next_n == 0) return Status::Ok();
+  TopkKernel kernel;
+  TopkClusterPlan plan;
+  MLAKIT_RETURN_IF_ERROR(topk_choose_here(a, a.workspace != nullptr, &kernel, &plan));
+  switch (kernel) {
+    case TopkKernel::kStream: return topk_launch_stream(a, ld, plan, stream);
+    case TopkKernel::kCluster: return topk_launch_cluster(a, ld, plan, stream);
+    case TopkKernel::kMultiBlock: return topk_indices_multi(a, ld, stream);
+    case TopkKernel::kOneBlock: break;
   }
-  if (multi) return topk_indices_multi(a, ld, stream);
   return topk_indices_one_block(a, ld, stream);
 }
 

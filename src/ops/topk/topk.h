@@ -155,6 +155,105 @@ inline bool topk_cluster_preferred(int64_t rows, const TopkClusterPlan& plan) {
          (plan.slice_len >= 8192 && plan.slice_len <= 16384 && rows * plan.cluster <= 512);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The streaming cluster kernel's schedule (topk_stream.cu, sm_90): as the cluster kernel, a row's
+// `cluster` blocks each take a slice, but a block streams its slice from global memory once and
+// keeps only the candidates (keys at or above a bound from a sample of the row) in shared memory,
+// kTopkStreamPool of them; two blocks an SM whatever the slice's length.
+// ---------------------------------------------------------------------------------------------
+inline constexpr int64_t kTopkStreamGrain = 2048;      // 16 warps' segments of whole float4s
+inline constexpr int64_t kTopkStreamMaxSlice = 65536;  // slice positions fit 16 bits
+inline constexpr int64_t kTopkStreamMinSlice = 8192;   // below it, fewer blocks a row
+inline constexpr int kTopkStreamPool = 8192;           // candidates a block
+inline constexpr int kTopkStreamBlocksPerSm = 2;       // the kernel's launch bounds
+// Blocks a row at most: past the portable cluster size (8), as Hopper allows with the kernel's
+// non-portable attribute; only batches of a few long rows take them.
+inline constexpr int kTopkStreamClusterMax = 16;
+
+// Clusters of each size (1 .. kTopkStreamClusterMax blocks) that run at once on the device: the
+// streaming kernel's plan counts waves with them (at two blocks an SM an H200 runs 132 clusters of
+// 2 at once but 30, not 33, of 8: a cluster's blocks must all sit in one GPC).
+struct TopkWave {
+  int32_t clusters[kTopkStreamClusterMax + 1] = {};  // [c]: clusters of c blocks; [0] unused
+};
+
+// The wave of a device that runs `blocks` blocks at once and any cluster shape that fits them (the
+// plan's tests use it).
+inline TopkWave topk_ideal_wave(int blocks) {
+  TopkWave wave;
+  for (int c = 1; c <= kTopkStreamClusterMax; ++c) wave.clusters[c] = blocks / c;
+  return wave;
+}
+
+// A wave's fixed cost counted in keys a block streams: the sample, the selection and the writes
+// take 9-13 us of a block's time at 1-64 rows (H200 traces), about what streaming 32K keys takes
+// at two blocks an SM. A round figure, not tuned: it makes the plan prefer one wave of longer
+// slices to two of shorter ones.
+inline constexpr int64_t kTopkStreamWaveKeys = 32768;
+
+// Blocks a row: the count c (1 .. kTopkStreamClusterMax) whose slices (max_len / c rounded up to
+// kTopkStreamGrain, none empty, at most kTopkStreamMaxSlice and, past one block, at least
+// kTopkStreamMinSlice) take the least time, counted as waves (rows over the clusters of c that
+// run at once) times (slice + kTopkStreamWaveKeys); the fewer blocks on a tie. Not taken (cluster
+// 0) for rows of max_len <= k (the other kernels write them), rows longer than
+// kTopkStreamClusterMax slices, or where a block's expected candidates (about 1.5 k + 256 a row)
+// exceed a third of its pool.
+inline TopkClusterPlan topk_stream_plan(int64_t rows, int64_t max_len, int32_t k,
+                                        const TopkWave& wave) {
+  TopkClusterPlan plan;
+  if (rows <= 0 || max_len <= k) return plan;
+  int64_t best = 0;
+  for (int64_t c = 1; c <= kTopkStreamClusterMax; ++c) {
+    const int64_t slice = (max_len + c - 1) / c;
+    const int64_t slice_len = (slice + kTopkStreamGrain - 1) / kTopkStreamGrain * kTopkStreamGrain;
+    const int64_t expected = (int64_t{3} * k / 2 + 256 + c - 1) / c;
+    if (slice_len > kTopkStreamMaxSlice || 3 * expected > kTopkStreamPool) continue;
+    if (c > 1 && slice_len < kTopkStreamMinSlice) break;
+    if ((c - 1) * slice_len >= max_len || wave.clusters[c] <= 0) continue;  // an empty block
+    const int64_t waves = (rows + wave.clusters[c] - 1) / wave.clusters[c];
+    const int64_t cost = waves * (slice_len + kTopkStreamWaveKeys);
+    if (plan.cluster == 0 || cost < best) {
+      best = cost;
+      plan.cluster = static_cast<int32_t>(c);
+      plan.slice_len = slice_len;
+    }
+  }
+  return plan;
+}
+
+// The CUDA kernels, and the op's choice among them for a call's shapes (`multi`: a workspace is
+// given and topk_multi_applies; `cluster`, `stream`: the plans on the device, cluster 0 where the
+// kernel cannot run). The streaming kernel from 32 rows and 2^20 keys on (measured faster there
+// by 1.1-2.4x, and slower below: H200, k 2048, bench/results/2026-11-28-h200-topk-stream), else
+// as before: the cluster kernel where topk_cluster_preferred, the multi-block kernel with a
+// workspace, one block a row.
+enum class TopkKernel { kOneBlock, kMultiBlock, kCluster, kStream };
+
+inline const char* topk_kernel_name(TopkKernel kernel) {
+  switch (kernel) {
+    case TopkKernel::kOneBlock: return "one-block";
+    case TopkKernel::kMultiBlock: return "multi-block";
+    case TopkKernel::kCluster: return "cluster";
+    case TopkKernel::kStream: return "stream";
+  }
+  return "?";
+}
+
+inline constexpr int64_t kTopkStreamMinRows = 32;
+inline constexpr int64_t kTopkStreamMinKeys = int64_t{1} << 20;  // rows * max_len
+
+inline TopkKernel topk_choose(int64_t rows, int64_t max_len, bool multi,
+                              const TopkClusterPlan& cluster, const TopkClusterPlan& stream) {
+  if (stream.cluster > 0 && rows >= kTopkStreamMinRows && rows * max_len >= kTopkStreamMinKeys) {
+    return TopkKernel::kStream;
+  }
+  if (cluster.cluster > 0 && (!multi || topk_cluster_preferred(rows, cluster))) {
+    return TopkKernel::kCluster;
+  }
+  if (multi) return TopkKernel::kMultiBlock;
+  return TopkKernel::kOneBlock;
+}
+
 // The rows both CUDA kernels read and the outputs they write (kernel parameters): TopkArgs's
 // device pointers and sizes, with the logits' row stride.
 struct TopkRows {
@@ -201,6 +300,17 @@ Status topk_indices_cluster(const TopkArgs& args, int64_t ld, Stream stream);
 // The cluster kernel with a plan that topk_cluster_plan_here gave (cluster > 0) for these args.
 Status topk_launch_cluster(const TopkArgs& args, int64_t ld, const TopkClusterPlan& plan,
                            Stream stream);
+// The streaming cluster kernel (topk_stream.cu): refuses shapes topk_stream_plan does not take
+// and devices without clusters.
+Status topk_indices_stream(const TopkArgs& args, int64_t ld, Stream stream);
+Status topk_launch_stream(const TopkArgs& args, int64_t ld, const TopkClusterPlan& plan,
+                          Stream stream);
+// The streaming plan on the current device (cluster 0 where the kernel cannot run).
+Status topk_stream_plan_here(const TopkArgs& args, TopkClusterPlan* plan);
+// topk_choose on the current device for these args (with a workspace or not), and the plan of
+// the cluster kernel it picks.
+Status topk_choose_here(const TopkArgs& args, bool with_workspace, TopkKernel* kernel,
+                        TopkClusterPlan* plan);
 // The cluster plan on the current device (cluster 0 where it has no clusters or the build no
 // sm_90 code for the kernel).
 Status topk_cluster_plan_here(const TopkArgs& args, TopkClusterPlan* plan);

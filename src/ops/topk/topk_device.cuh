@@ -18,10 +18,10 @@ struct BinPick {
 
 // Over a histogram of kBins bins, the bin d with (keys above d) < remaining <= (keys at or above
 // d); exactly one thread finds it. Ends with a barrier: *out is then visible to every thread.
-template <int kBins, int kThreads>
-__device__ __forceinline__ void pick_bin(const int* s_hist, int remaining,
-                                         typename cub::BlockScan<int, kThreads>::TempStorage& scan,
-                                         BinPick* out) {
+template <int kBins, int kThreads, cub::BlockScanAlgorithm kAlgorithm = cub::BLOCK_SCAN_RAKING>
+__device__ __forceinline__ void pick_bin(
+    const int* s_hist, int remaining,
+    typename cub::BlockScan<int, kThreads, kAlgorithm>::TempStorage& scan, BinPick* out) {
   static_assert(kBins % kThreads == 0, "the bin search gives each thread a run");
   constexpr int kRun = kBins / kThreads;  // thread t: bins kBins-1-t*kRun downwards
   int count[kRun];
@@ -32,7 +32,7 @@ __device__ __forceinline__ void pick_bin(const int* s_hist, int remaining,
     sum += count[e];
   }
   int above;
-  cub::BlockScan<int, kThreads>(scan).ExclusiveSum(sum, above);
+  cub::BlockScan<int, kThreads, kAlgorithm>(scan).ExclusiveSum(sum, above);
 #pragma unroll
   for (int e = 0; e < kRun; ++e) {
     if (above < remaining && above + count[e] >= remaining) {
