@@ -64,19 +64,14 @@ struct Shared {
 
 // The kernel's code is built for sm_90 only (clusters); elsewhere its body is empty.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ float4 load4(const float* src, int j, int len, bool vec) {
-  if (vec && j + 3 < len) return *reinterpret_cast<const float4*>(src + j);
-  return make_float4(j < len ? src[j] : 0.0f, j + 1 < len ? src[j + 1] : 0.0f,
-                     j + 2 < len ? src[j + 2] : 0.0f, j + 3 < len ? src[j + 3] : 0.0f);
-}
-
 // Reads src[0, len) as keys into keys[0, len).
 __device__ __forceinline__ void load_slice(const float* src, int len, bool vec, uint32_t* keys) {
   for (int base = 0; base < len; base += kUnroll * kTopkTile) {
     float4 x[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      x[u] = load4(src, base + u * kTopkTile + 4 * static_cast<int>(threadIdx.x), len, vec);
+      x[u] = topk_device::load4(src, base + u * kTopkTile + 4 * static_cast<int>(threadIdx.x), len,
+                                vec);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {

@@ -1,5 +1,6 @@
-// Device helpers shared by the multi-block (topk_multi.cu) and cluster (topk_cluster.cu) top-k
-// kernels: the bin search over a block's histogram and the write of one output.
+// Device helpers shared by the multi-block (topk_multi.cu) and cluster (topk_cluster.cu,
+// topk_stream.cu) top-k kernels: the bin search over a block's histogram, a row's 16-byte load and
+// the write of one output.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +42,14 @@ __device__ __forceinline__ void pick_bin(
     above += count[e];
   }
   __syncthreads();
+}
+
+// src[j, j + 4) with the positions from len on read as 0: one 16-byte load where `vec` (src + j
+// 16-byte aligned) and all four are below len.
+__device__ __forceinline__ float4 load4(const float* src, int j, int len, bool vec) {
+  if (vec && j + 3 < len) return *reinterpret_cast<const float4*>(src + j);
+  return make_float4(j < len ? src[j] : 0.0f, j + 1 < len ? src[j + 1] : 0.0f,
+                     j + 2 < len ? src[j + 2] : 0.0f, j + 3 < len ? src[j + 3] : 0.0f);
 }
 
 // Writes output m of row r: position pos (-1 = none) and its cache slot through the request's

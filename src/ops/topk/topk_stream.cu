@@ -74,12 +74,6 @@ struct Shared {
 
 // The kernel's code is built for sm_90 only (clusters); elsewhere its body is empty.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ float4 load4(const float* src, int j, int len, bool vec) {
-  if (vec && j + 3 < len) return *reinterpret_cast<const float4*>(src + j);
-  return make_float4(j < len ? src[j] : 0.0f, j + 1 < len ? src[j + 1] : 0.0f,
-                     j + 2 < len ? src[j + 2] : 0.0f, j + 3 < len ? src[j + 3] : 0.0f);
-}
-
 // The float whose order key is `key` (order_key's inverse).
 __device__ __forceinline__ float key_value(uint32_t key) {
   return __uint_as_float((key & 0x80000000u) ? (key ^ 0x80000000u) : ~key);
@@ -164,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
   for (int v = threadIdx.x; v < 2 * ((len + kSampleEvery - 1) / kSampleEvery); v += kThreads) {
     const int g = v / 2;
     const int j = g * kSampleEvery + (g * kSampleGroup) % kSampleEvery + (v % 2) * 4;
-    const float4 x = load4(src, j, len, p.vec);
+    const float4 x = topk_device::load4(src, j, len, p.vec);
     const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -191,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
     const int j0 = base + kRun * lane;
     float4 x[kRun / 4];
 #pragma unroll
-    for (int u = 0; u < kRun / 4; ++u) x[u] = load4(src, j0 + 4 * u, seg_end, p.vec);
+    for (int u = 0; u < kRun / 4; ++u) x[u] = topk_device::load4(src, j0 + 4 * u, seg_end, p.vec);
     unsigned flags = 0;
 #pragma unroll
     for (int u = 0; u < kRun / 4; ++u) {
