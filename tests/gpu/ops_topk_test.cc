@@ -335,7 +335,7 @@ void expect_stream_equal(const TopkInputs& in) {
   expect_topk_equal(in, ops::topk_multi_applies(int64_t{in.batch} * in.next_n, in.max_len, in.k));
 }
 
-// The streaming kernel (topk_stream.cu) at 1 to 8 blocks a row (rows of 2049 to 512K, batch 1 to
+// The streaming kernel (topk_stream.cu) at 1 to 16 blocks a row (rows of 2049 to 512K, batch 1 to
 // 256), k 1 to 12000, lengths 0, 1, k-1, k, k+1 among long rows, normal, tied, crowded and rising
 // values (one warp's candidates over many chunks), a candidate pool that runs out (tied values:
 // every block walks its slice again), samples that misjudge the row (the fallback), rows 16-byte

@@ -209,7 +209,9 @@ Status topk_cluster_plan_here(const TopkArgs& a, TopkClusterPlan* plan) {
   int device = 0, major = 0, sms = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9 || binary_version(topk_cluster_kernel) < 90) return Status::Ok();
+  // Hopper only: elsewhere the runtime would compile the kernel from the sm_80 PTX, whose body is
+  // empty.
+  if (major != 9 || binary_version(topk_cluster_kernel) < 90) return Status::Ok();
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   *plan = topk_cluster_plan(int64_t{a.batch} * a.next_n, a.max_len, a.k, sms);
   return Status::Ok();

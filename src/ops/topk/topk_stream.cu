@@ -269,7 +269,9 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
 }
 
 // The clusters of each size that run at once on `device` (cudaOccupancyMaxActiveClusters), asked
-// once a device.
+// once a device. A size the device refuses (past 8 where it allows no non-portable clusters, or a
+// MIG slice with fewer SMs) counts as 0 clusters: the plan does not take it, and the other sizes
+// and kernels stay available.
 Status stream_wave(int device, TopkWave* wave) {
   constexpr int kDevices = 64;
   static std::mutex mutex;
@@ -283,9 +285,12 @@ Status stream_wave(int device, TopkWave* wave) {
   constexpr size_t kSmem = sizeof(Shared);
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
       topk_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-  MLAKIT_CUDA_RETURN(
-      cudaFuncSetAttribute(topk_stream_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  for (int c = 1; c <= kTopkStreamClusterMax; ++c) {
+  const bool non_portable =
+      cudaFuncSetAttribute(topk_stream_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+      cudaSuccess;
+  (void)cudaGetLastError();  // a refusal is an answer here, not an error to report later
+  *wave = {};
+  for (int c = 1; c <= (non_portable ? kTopkStreamClusterMax : kTopkClusterMax); ++c) {
     cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(c));
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(c));
@@ -293,8 +298,11 @@ Status stream_wave(int device, TopkWave* wave) {
     config.dynamicSmemBytes = kSmem;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    MLAKIT_CUDA_RETURN(
-        cudaOccupancyMaxActiveClusters(&wave->clusters[c], topk_stream_kernel, &config));
+    if (cudaOccupancyMaxActiveClusters(&wave->clusters[c], topk_stream_kernel, &config) !=
+        cudaSuccess) {
+      wave->clusters[c] = 0;
+      (void)cudaGetLastError();
+    }
   }
   if (device >= 0 && device < kDevices) {
     waves[device] = *wave;
@@ -310,7 +318,9 @@ Status topk_stream_plan_here(const TopkArgs& a, TopkClusterPlan* plan) {
   int device = 0, major = 0;
   MLAKIT_CUDA_RETURN(cudaGetDevice(&device));
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9 || binary_version(topk_stream_kernel) < 90) return Status::Ok();
+  // Hopper only: elsewhere the runtime would compile the kernel from the sm_80 PTX, whose body is
+  // empty.
+  if (major != 9 || binary_version(topk_stream_kernel) < 90) return Status::Ok();
   TopkWave wave;
   MLAKIT_RETURN_IF_ERROR(stream_wave(device, &wave));
   *plan = topk_stream_plan(int64_t{a.batch} * a.next_n, a.max_len, a.k, wave);
@@ -343,8 +353,10 @@ Status topk_launch_stream(const TopkArgs& a, int64_t ld, const TopkClusterPlan& 
   constexpr size_t kSmem = sizeof(Shared);
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
       topk_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-  MLAKIT_CUDA_RETURN(
-      cudaFuncSetAttribute(topk_stream_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  if (plan.cluster > kTopkClusterMax) {
+    MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(topk_stream_kernel,
+                                            cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
   // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
   cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
   cudaLaunchConfig_t config = {};
