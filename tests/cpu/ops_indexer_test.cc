@@ -425,13 +425,15 @@ TEST(OpsTopk, ClusterPlan) {
   EXPECT_EQ(ops::topk_cluster_plan(1, 131072, 2048, kSms).slice_len, 16384);
   EXPECT_EQ(ops::topk_cluster_plan(64, 16384, 2048, kSms).cluster, 4);
   EXPECT_EQ(ops::topk_cluster_plan(512, 16384, 2048, kSms).cluster, 1);
-  // The kernel choice where both could run (topk_cluster_preferred): few rows, or slices of 8K-16K
-  // over at most 512 blocks.
+  // The kernel choice where both could run (topk_cluster_preferred): up to 32 rows, or slices of
+  // 8K-16K over at most 512 blocks.
   EXPECT_TRUE(ops::topk_cluster_preferred(8, ops::topk_cluster_plan(8, 262144, 2048, kSms)));
   EXPECT_TRUE(ops::topk_cluster_preferred(64, ops::topk_cluster_plan(64, 131072, 2048, kSms)));
   EXPECT_FALSE(ops::topk_cluster_preferred(128, ops::topk_cluster_plan(128, 131072, 2048, kSms)));
   EXPECT_FALSE(ops::topk_cluster_preferred(64, ops::topk_cluster_plan(64, 262144, 2048, kSms)));
   EXPECT_FALSE(ops::topk_cluster_preferred(64, ops::topk_cluster_plan(64, 16384, 2048, kSms)));
+  EXPECT_TRUE(ops::topk_cluster_preferred(32, ops::topk_cluster_plan(32, 16384, 2048, kSms)));
+  EXPECT_FALSE(ops::topk_cluster_preferred(33, ops::topk_cluster_plan(33, 16384, 2048, kSms)));
   for (const int64_t rows : {1, 2, 7, 64, 100, 513, 4096}) {
     for (const int64_t max_len : {2049, 4096, 10000, 16385, 100000, 131072, 200000, 262144}) {
       const ops::TopkClusterPlan p = ops::topk_cluster_plan(rows, max_len, 2048, kSms);
@@ -506,8 +508,7 @@ TEST(OpsTopk, KernelChoice) {
     EXPECT_EQ(choose(128, 131072, workspace), TopkKernel::kStream);
     EXPECT_EQ(choose(64, 16384, workspace), TopkKernel::kStream);
     EXPECT_EQ(choose(32, 32768, workspace), TopkKernel::kStream);
-    EXPECT_EQ(choose(32, 16384, workspace),  // 2^19 keys: the earlier rule
-              workspace ? TopkKernel::kMultiBlock : TopkKernel::kCluster);
+    EXPECT_EQ(choose(32, 16384, workspace), TopkKernel::kCluster);  // 2^19 keys
     EXPECT_EQ(choose(8, 262144, workspace), TopkKernel::kCluster);
     EXPECT_EQ(choose(1, 131072, workspace), TopkKernel::kCluster);
   }

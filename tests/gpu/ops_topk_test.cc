@@ -185,8 +185,8 @@ TEST(OpsGpu, TopkSortPathFallsBack) {
   expect_topk_equal(make_topk(rng, 2048, 1, 64, lens, TopkValues::kTies, 4), true);
 }
 
-// The multi-block kernel captured in a CUDA graph (its workspace cleared inside the graph) and
-// replayed with new lengths.
+// The multi-block kernel (by itself: the op picks a cluster kernel for these shapes on sm_90)
+// captured in a CUDA graph (its workspace cleared inside the graph) and replayed with new lengths.
 TEST(OpsGpu, TopkMultiBlockGraphReplay) {
   MLAKIT_SKIP_WITHOUT_GPU();
   Rng rng(107);
@@ -201,7 +201,8 @@ TEST(OpsGpu, TopkMultiBlockGraphReplay) {
   a.workspace_size = bytes;
   replay_topk_with_new_lengths(
       in, a, d.lens, d.idx, d.pos, stream.stream,
-      {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}});
+      {{40000, 300, 16384}, {0, 2050, 39999}, {2048, 1, 20000}, {40000, 40000, 40000}},
+      [&](cudaStream_t s) { return ops::topk_indices_multi(a, in.ld, s); });
 }
 
 // The lengths of the replays of `full` (rows of 128K): full rows; a quarter of the rows below
@@ -229,8 +230,9 @@ TEST(OpsGpu, TopkSortPathGraphReplay) {
   DeviceVec<uint8_t> d_ws(std::vector<uint8_t>(bytes, 0xa5));
   a.workspace = d_ws.ptr;
   a.workspace_size = bytes;
-  replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
-                               lengths_of_replays(rng, full));
+  replay_topk_with_new_lengths(
+      in, a, d.lens, d.idx, d.pos, stream.stream, lengths_of_replays(rng, full),
+      [&](cudaStream_t s) { return ops::topk_indices_multi(a, in.ld, s); });
 }
 
 // expect_topk_equal with the multi-block kernel wherever it takes the shapes; asserts that the

@@ -146,12 +146,14 @@ inline TopkClusterPlan topk_cluster_plan(int64_t rows, int64_t max_len, int32_t 
   return plan;
 }
 
-// Where both take the shapes, the cluster kernel over the multi-block one: up to 16 rows, or
+// Where both take the shapes, the cluster kernel over the multi-block one: up to 32 rows, or
 // slices of 8K-16K keys (two blocks an SM) and at most 512 blocks (measured on an H200, k 2048,
 // bench/results/2026-11-28-h100-h200-topk-cluster-indexer, call 6: faster there by 1.2-1.8x;
-// slices of 4K, slices of 32K (one block an SM) and grids of more blocks were slower).
+// slices of 4K, slices of 32K (one block an SM) and grids of more blocks were slower; 32 rows of
+// 16K in slices of 4K: 15.2 against 22.8 us, bench/results/2026-11-28-h200-topk-stream; longer
+// rows at 32 rows take the streaming kernel).
 inline bool topk_cluster_preferred(int64_t rows, const TopkClusterPlan& plan) {
-  return rows <= 16 ||
+  return rows <= 32 ||
          (plan.slice_len >= 8192 && plan.slice_len <= 16384 && rows * plan.cluster <= 512);
 }
 
