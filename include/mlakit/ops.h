@@ -145,7 +145,7 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
 // the k-th largest's bin refined, then each slice of the row written); on sm_90 (Hopper), for
 // max_len up to 262144, a thread-block cluster a row (up to 8 blocks, each holding its slice of
 // the row in shared memory: the row is read once; no workspace needed), which also takes the
-// calls without a workspace and, measured faster there, those of up to 16 rows or of slices of
+// calls without a workspace and, measured faster there, those of up to 32 rows or of slices of
 // 8K-16K keys over at most 512 blocks; on sm_90 from 32 rows and 2^20 keys (rows up to 1M long,
 // k to about 1800 a block of the row), a cluster of up to 16 blocks a row that streams the row
 // once and keeps only the keys above a sampled bound; otherwise one block a row (slow on long
