@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
 // The clusters of each size that run at once on `device` (cudaOccupancyMaxActiveClusters), asked
 // once a device. A size the device refuses (past 8 where it allows no non-portable clusters, or a
 // MIG slice with fewer SMs) counts as 0 clusters: the plan does not take it, and the other sizes
-// and kernels stay available.
+// and kernels stay available. (A refusal because the call is inside a stream capture is not
+// kept: the next call asks again.)
 Status stream_wave(int device, TopkWave* wave) {
   constexpr int kDevices = 64;
   static std::mutex mutex;
@@ -290,6 +291,7 @@ Status stream_wave(int device, TopkWave* wave) {
       cudaSuccess;
   (void)cudaGetLastError();  // a refusal is an answer here, not an error to report later
   *wave = {};
+  bool keep = true;  // an answer refused only because a stream is being captured is not kept
   for (int c = 1; c <= (non_portable ? kTopkStreamClusterMax : kTopkClusterMax); ++c) {
     cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(c));
     cudaLaunchConfig_t config = {};
@@ -298,13 +300,16 @@ Status stream_wave(int device, TopkWave* wave) {
     config.dynamicSmemBytes = kSmem;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&wave->clusters[c], topk_stream_kernel, &config) !=
-        cudaSuccess) {
+    const cudaError_t e =
+        cudaOccupancyMaxActiveClusters(&wave->clusters[c], topk_stream_kernel, &config);
+    if (e != cudaSuccess) {
       wave->clusters[c] = 0;
+      keep =
+          keep && (e < cudaErrorStreamCaptureUnsupported || e > cudaErrorStreamCaptureWrongThread);
       (void)cudaGetLastError();
     }
   }
-  if (device >= 0 && device < kDevices) {
+  if (keep && device >= 0 && device < kDevices) {
     waves[device] = *wave;
     known[device] = true;
   }
