@@ -235,19 +235,23 @@ TEST(OpsGpu, TopkSortPathGraphReplay) {
       [&](cudaStream_t s) { return ops::topk_indices_multi(a, in.ld, s); });
 }
 
-// expect_topk_equal with the multi-block kernel wherever it takes the shapes; asserts that the
-// cluster kernel takes them on an sm_90 device.
-void expect_cluster_equal(const TopkInputs& in) {
+// expect_topk_equal with the multi-block kernel wherever it takes the shapes; asserts on an sm_90
+// device that `plan_here` (topk_cluster_plan_here or topk_stream_plan_here) takes them.
+template <typename PlanHere>
+void expect_planned_equal(const TopkInputs& in, PlanHere&& plan_here) {
   int device = 0, major = 0;
   MLAKIT_ASSERT_CUDA(cudaGetDevice(&device));
   MLAKIT_ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major == 9) {
-    ops::TopkArgs a = topk_args(in, nullptr, nullptr, nullptr, nullptr, nullptr);
     ops::TopkClusterPlan plan;
-    MLAKIT_ASSERT_OK(ops::topk_cluster_plan_here(a, &plan));
+    MLAKIT_ASSERT_OK(plan_here(topk_args(in, nullptr, nullptr, nullptr, nullptr, nullptr), &plan));
     ASSERT_GT(plan.cluster, 0) << "max_len " << in.max_len << " k " << in.k;
   }
   expect_topk_equal(in, ops::topk_multi_applies(int64_t{in.batch} * in.next_n, in.max_len, in.k));
+}
+
+void expect_cluster_equal(const TopkInputs& in) {
+  expect_planned_equal(in, ops::topk_cluster_plan_here);
 }
 
 // The cluster kernel (topk_cluster.cu) at every cluster size (1 to 8 blocks a row: rows of 2049
@@ -323,18 +327,8 @@ TEST(OpsGpu, TopkClusterGraphReplay) {
       [&](cudaStream_t s) { return ops::topk_indices_cluster(a, in.ld, s); });
 }
 
-// expect_topk_equal, asserting that the streaming kernel takes the shapes on an sm_90 device.
 void expect_stream_equal(const TopkInputs& in) {
-  int device = 0, major = 0;
-  MLAKIT_ASSERT_CUDA(cudaGetDevice(&device));
-  MLAKIT_ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major == 9) {
-    ops::TopkClusterPlan plan;
-    MLAKIT_ASSERT_OK(ops::topk_stream_plan_here(
-        topk_args(in, nullptr, nullptr, nullptr, nullptr, nullptr), &plan));
-    ASSERT_GT(plan.cluster, 0) << "max_len " << in.max_len << " k " << in.k;
-  }
-  expect_topk_equal(in, ops::topk_multi_applies(int64_t{in.batch} * in.next_n, in.max_len, in.k));
+  expect_planned_equal(in, ops::topk_stream_plan_here);
 }
 
 // The streaming kernel (topk_stream.cu) at 1 to 16 blocks a row (rows of 2049 to 512K, batch 1 to
