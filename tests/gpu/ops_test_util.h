@@ -59,7 +59,10 @@ struct Rng {
 // fewer than k keys at or above it (the kernel's fallback).
 // kSampleTrap and kStreamTrap raise the keys that the cluster and the streaming top-k kernels
 // sample (topk_cluster.cu, topk_stream.cu) far above the rest: their samples misjudge the row.
-enum class TopkValues { kNormal, kTies, kCrowded, kRising, kSampleTrap, kStreamTrap };
+// kSpread: magnitudes 2^-100 .. 2^10 (uniform exponents), about k / 2 of a row's values
+// positive: the k-th largest is negative, about a thousand histogram bins below the largest (the
+// cluster kernels' picks skip bins by groups, topk_select.cuh).
+enum class TopkValues { kNormal, kTies, kCrowded, kRising, kSampleTrap, kStreamTrap, kSpread };
 
 struct TopkInputs {
   int batch, next_n, k, page_size;
@@ -101,6 +104,10 @@ inline TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vec
             break;
           case TopkValues::kStreamTrap:
             x = rng.normal() + (j % 128 / 8 == j / 128 % 16 ? 64.0f : 0.0f);
+            break;
+          case TopkValues::kSpread:
+            x = (rng.below(2 * n) < k ? 1.0f : -1.0f) *
+                std::exp2(static_cast<float>(rng.below(110 << 10)) / 1024.0f - 100.0f);
         }
       }
     }

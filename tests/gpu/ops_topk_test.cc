@@ -257,8 +257,8 @@ void expect_cluster_equal(const TopkInputs& in) {
 // The cluster kernel (topk_cluster.cu) at every cluster size (1 to 8 blocks a row: rows of 2049
 // to 256K, batch 1 to 200), k 1 to 65536 (with ties, the kept keys equal to T span blocks),
 // lengths 0, 1, k-1, k, k+1 among long rows (blocks whose slice is empty), normal, tied, crowded
-// and rising values, samples that misjudge the row, rows 16-byte aligned or not, MTP rows, page
-// sizes 1, 16 and 64.
+// and rising values, values whose k-th largest lies far below the largest (kSpread), samples that
+// misjudge the row, rows 16-byte aligned or not, MTP rows, page sizes 1, 16 and 64.
 TEST(OpsGpu, TopkClusterEqualsCpu) {
   MLAKIT_SKIP_WITHOUT_GPU();
   Rng rng(111);
@@ -284,6 +284,9 @@ TEST(OpsGpu, TopkClusterEqualsCpu) {
         make_topk(rng, k, 1, 64, std::vector<int32_t>(64, 131072), TopkValues::kRising, 4));
   }
   expect_cluster_equal(make_topk(rng, 1024, 1, 1, {262143}, TopkValues::kCrowded, 5));
+  for (const int k : {512, 2048}) {
+    expect_cluster_equal(make_topk(rng, k, 1, 64, {32768, 131072, 5000}, TopkValues::kSpread, 4));
+  }
   // A sample that misjudges the row (fewer than k keys at or above its bound: the fallback), and
   // one that judges it right (k below n / 16).
   expect_cluster_equal(make_topk(rng, 16384, 1, 64, {131072, 131000}, TopkValues::kSampleTrap, 4));
@@ -334,8 +337,9 @@ void expect_stream_equal(const TopkInputs& in) {
 // The streaming kernel (topk_stream.cu) at 1 to 16 blocks a row (rows of 2049 to 512K, batch 1 to
 // 256), k 1 to 12000, lengths 0, 1, k-1, k, k+1 among long rows, normal, tied, crowded and rising
 // values (one warp's candidates over many chunks), a candidate pool that runs out (tied values:
-// every block walks its slice again), samples that misjudge the row (the fallback), rows 16-byte
-// aligned or not, MTP rows, page sizes 1, 16 and 64.
+// every block walks its slice again), values whose k-th largest lies far below the largest
+// (kSpread), samples that misjudge the row (the fallback), rows 16-byte aligned or not, MTP rows,
+// page sizes 1, 16 and 64.
 TEST(OpsGpu, TopkStreamEqualsCpu) {
   MLAKIT_SKIP_WITHOUT_GPU();
   Rng rng(114);
@@ -357,6 +361,10 @@ TEST(OpsGpu, TopkStreamEqualsCpu) {
     std::vector<int32_t> lens(64, 32768);
     lens[1] = 0, lens[2] = 1, lens[3] = 2047, lens[4] = 2048, lens[5] = 2049, lens[6] = 16385;
     expect_stream_equal(make_topk(rng, 2048, 1, 64, lens, values, 5));
+  }
+  for (const int k : {512, 2048}) {
+    expect_stream_equal(
+        make_topk(rng, k, 1, 64, {32768, 131072, 5000, 32768}, TopkValues::kSpread, 4));
   }
   // Slices of 64K with a fifth of their keys tied at the top: more candidates than the pool holds.
   expect_stream_equal(

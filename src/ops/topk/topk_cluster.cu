@@ -133,25 +133,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   const cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank();
   const int blocks = p.cluster;
-  const int64_t r = blockIdx.x / blocks;
-  const int i = static_cast<int>(r / p.next_n);
-  const int64_t len_i = min(max(int64_t{p.seq_lens[i]}, int64_t{0}), p.max_len);
-  const int64_t n = topk_row_length(len_i, p.next_n, static_cast<int>(r % p.next_n));
-  const int32_t* pages = p.block_table + i * p.block_table_stride;
-  if (n <= p.k) {  // every block of the cluster alike: no barrier is left waiting
-    const int64_t stride = int64_t{blocks} * kThreads;
-    for (int64_t m = int64_t{rank} * kThreads + threadIdx.x; m < p.k; m += stride) {
-      topk_device::emit(p, pages, r, m, m < n ? m : -1);
-    }
-    return;
-  }
-  const int64_t begin = int64_t{rank} * p.slice_len;
-  const int len = static_cast<int>(max(min(begin + p.slice_len, n) - begin, int64_t{0}));
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  topk_select::RowSlice row;
+  if (!topk_select::row_slice(p, rank, row)) return;
+  const int64_t r = row.r, begin = row.begin;
+  const int32_t* const pages = row.pages;
+  const int len = row.len;
+  const int warp = row.warp, lane = row.lane;
   const unsigned lower = (1u << lane) - 1u;
-  const int seg = static_cast<int>(p.slice_len) / kWarps;  // each warp's segment of the slice
-  const int seg_begin = warp * seg;
-  const int seg_end = min(seg_begin + seg, len);
+  const int seg_begin = row.seg_begin, seg_end = row.seg_end;  // this warp's segment
 
   for (int b = threadIdx.x; b < kBins0; b += kThreads) {
     s.select.hist[0][b] = s.select.hist[1][b] = 0;

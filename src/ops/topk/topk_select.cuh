@@ -47,6 +47,10 @@ constexpr int kBins1 = 1 << kBits1;
 static_assert(kBits0 + 2 * kBits1 == 32, "three rounds cover a key");
 static_assert(kBins1 % kThreads == 0, "pick_bin gives each thread a run");
 static_assert(kBins0 % kThreads == 0, "the gathered keys are whole rounds of the threads");
+// Bins a group: cluster_pick skips whole groups by their sums (summarize's).
+constexpr int kGroup = 32;
+static_assert(kBins1 / kThreads <= kGroup && kGroup % (kBins0 / kThreads) == 0,
+              "a group is whole threads' runs");
 // Keys of the bin B of T a row gathers into every block (the fast path).
 constexpr int kGather = kBins0;
 // Outputs a block stages in shared memory (their positions) before writing them; past it a
@@ -79,6 +83,7 @@ struct Pick {
 struct Shared {
   alignas(16) int hist[2][kBins0];         // the block's histograms, alternating; then B's keys
   Head head[2];                            // published with hist[i]
+  int group[2][kBins0 / kGroup];           // published with hist[i]: its groups' sums
   alignas(16) int small[kBins1];           // the fast path's local passes
   int warp_above[kWarps];                  // keys > T among each warp's keys
   int warp_equal[kWarps];                  // keys == T
@@ -86,7 +91,6 @@ struct Shared {
   int block_equal[kTopkStreamClusterMax];
   int seg[kTopkStreamClusterMax + 1];  // fast path: each block's keys in B in the gathered array
   int counter, over;                   // the fast path's keys in B and above B
-  int lo, hi;  // unused (the pick's range is one warp's); removing it moves the SASS: next GPU run
   int part[3][kWarps];  // summarize: each warp's count, highest and lowest non-zero bins
   Pick pick;
   typename BlockScan::TempStorage scan;
@@ -94,10 +98,51 @@ struct Shared {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Publishes the summary of this block's histogram `hist` (kBins bins) in `head`: its highest and
-// lowest non-zero bins and its count. Ends with a barrier.
+// The row a cluster's block takes (both cluster kernels: blocks of kThreads, `p.cluster` blocks a
+// row, block `rank` of a cluster the slice [rank slice_len, (rank + 1) slice_len)) and this
+// thread's warp segment of that slice.
+struct RowSlice {
+  int64_t r;             // the logits row
+  int64_t n;             // the row's valid keys
+  const int32_t* pages;  // its request's block table row
+  int64_t begin;         // the slice's first position in the row
+  int len;               // the slice's valid keys
+  int warp, lane;
+  int seg_begin, seg_end;  // this warp's segment of the slice
+};
+
+// Fills `row`; where the row holds at most k keys, writes it whole (every block of the cluster
+// alike, so that no cluster barrier is left waiting) and returns false.
+template <typename Params>
+__device__ __forceinline__ bool row_slice(const Params& p, unsigned rank, RowSlice& row) {
+  const int blocks = p.cluster;
+  row.r = blockIdx.x / blocks;
+  const int i = static_cast<int>(row.r / p.next_n);
+  const int64_t len_i = min(max(int64_t{p.seq_lens[i]}, int64_t{0}), p.max_len);
+  row.n = topk_row_length(len_i, p.next_n, static_cast<int>(row.r % p.next_n));
+  row.pages = p.block_table + i * p.block_table_stride;
+  if (row.n <= p.k) {
+    const int64_t stride = int64_t{blocks} * kThreads;
+    for (int64_t m = int64_t{rank} * kThreads + threadIdx.x; m < p.k; m += stride) {
+      topk_device::emit(p, row.pages, row.r, m, m < row.n ? m : -1);
+    }
+    return false;
+  }
+  row.begin = int64_t{rank} * p.slice_len;
+  row.len = static_cast<int>(max(min(row.begin + p.slice_len, row.n) - row.begin, int64_t{0}));
+  row.warp = static_cast<int>(threadIdx.x) / 32;
+  row.lane = static_cast<int>(threadIdx.x) % 32;
+  const int seg = static_cast<int>(p.slice_len) / kWarps;
+  row.seg_begin = row.warp * seg;
+  row.seg_end = min(row.seg_begin + seg, row.len);
+  return true;
+}
+
+// Publishes the summary of this block's histogram `hist` (kBins bins) in `head` (its highest and
+// lowest non-zero bins and its count) and `group` (the sums of its kGroup-bin groups). Ends with a
+// barrier.
 template <int kBins>
-__device__ __forceinline__ void summarize(Shared& s, const int* hist, Head& head) {
+__device__ __forceinline__ void summarize(Shared& s, const int* hist, Head& head, int* group) {
   constexpr int kRun = kBins / kThreads;  // thread t: bins kBins-1-t*kRun downwards
   static_assert(kRun == 2 || kRun == 8, "a run is one 8-byte or two 16-byte loads");
   // The run's bins in 8- or 16-byte loads (one word a thread apart would conflict in the banks).
@@ -120,6 +165,14 @@ __device__ __forceinline__ void summarize(Shared& s, const int* hist, Head& head
     sum += count[e];
     if (count[e] > 0) hi = max(hi, bin), low = min(low, bin);
   }
+  // The group sums: kGroup / kRun consecutive threads hold a group's bins.
+  constexpr int kGroupLanes = kGroup / kRun;
+  int in_group = sum;
+#pragma unroll
+  for (int d = 1; d < kGroupLanes; d *= 2) in_group += __shfl_xor_sync(0xffffffffu, in_group, d);
+  if (threadIdx.x % kGroupLanes == 0) {
+    group[(kBins - kRun * (static_cast<int>(threadIdx.x) + 1)) / kGroup] = in_group;
+  }
   const int warp = static_cast<int>(threadIdx.x) / 32;
   sum = __reduce_add_sync(0xffffffffu, sum);
   hi = __reduce_max_sync(0xffffffffu, hi);
@@ -136,13 +189,17 @@ __device__ __forceinline__ void summarize(Shared& s, const int* hist, Head& head
 }
 
 // The row's pick over the blocks' histograms hist[which] (kBins bins, filled by each block) for
-// `target`: publishes this block's summary in head[which], one cluster barrier, then reads the
-// bins that can hold the answer from every block. Every block of the cluster gets the same
-// result. hist[which] and head[which] stay untouched until the next cluster barrier.
+// `target`: publishes this block's summary in head[which] and group[which], one cluster barrier,
+// then reads the bins that can hold the answer from every block, 32 a round from the highest
+// non-zero one down. Where the answer is not among the first 32 (a row whose values spread over
+// many exponents between its largest and the answer, e.g. around 0: up to about 2000 bins), the
+// rounds go on by groups of kGroup bins, then the group's bins: at most 7 rounds, not 128. Every
+// block of the cluster gets the same result. hist[which], head[which] and group[which] stay
+// untouched until the next cluster barrier.
 template <int kBins>
 __device__ __forceinline__ Pick cluster_pick(const cg::cluster_group& cluster, int blocks,
                                              Shared& s, int which, int target) {
-  summarize<kBins>(s, s.hist[which], s.head[which]);
+  summarize<kBins>(s, s.hist[which], s.head[which], s.group[which]);
   cluster.sync();
   if (threadIdx.x < 32) {  // one warp: lane c reads block c's summary, then the bins
     const int lane = static_cast<int>(threadIdx.x);
@@ -153,21 +210,27 @@ __device__ __forceinline__ Pick cluster_pick(const cg::cluster_group& cluster, i
     const int low = __reduce_min_sync(0xffffffffu, h.low);
     const int total = __reduce_add_sync(0xffffffffu, h.total);
     Pick pick = {
-        .found = total >= target && target > 0, .bin = 0, .above = 0, .count = 0, .total = total};
-    int carry = 0;  // the row's keys above these 32 bins
-    for (int top = hi; pick.found && top >= low; top -= 32) {
-      const int bin = top - lane;  // lane order: bins from the top down
+        .found = total >= target && target > 0, .bin = low, .above = 0, .count = 0, .total = total};
+    // Rounds of up to 32 entries of `table` (bins, or group sums) summed over the blocks, from
+    // `top` down to `floor`: first the 32 bins from the highest (most rows' answer), then the rest
+    // of the next bin's group, then whole groups, then the bins of the group that holds the
+    // answer. One copy of the round in a loop (four inlined ones spill registers).
+    const int* table = s.hist[which];
+    int top = hi, floor = low, phase = 0;
+    int carry = 0;  // the row's keys above the round's entries
+    while (pick.found) {
+      const int at = top - lane;  // lane order: from the top down
       int v = 0;
-      if (bin >= low) {  // every block's count, the loads issued before the sum
+      if (at >= floor) {  // every block's count, the loads issued before the sum
         int part[kTopkStreamClusterMax];
 #pragma unroll
         for (int c = 0; c < kTopkStreamClusterMax; ++c) {
-          part[c] = c < blocks ? *cluster.map_shared_rank(&s.hist[which][bin], c) : 0;
+          part[c] = c < blocks ? *cluster.map_shared_rank(table + at, c) : 0;
         }
 #pragma unroll
         for (int c = 0; c < kTopkStreamClusterMax; ++c) v += part[c];
       }
-      int upto = v;  // the row's keys in the bins from `top` down to this one
+      int upto = v;  // the row's keys from `top` down to this entry
 #pragma unroll
       for (int d = 1; d < 32; d *= 2) {
         const int t = __shfl_up_sync(0xffffffffu, upto, d);
@@ -175,15 +238,38 @@ __device__ __forceinline__ Pick cluster_pick(const cg::cluster_group& cluster, i
       }
       const int above = carry + upto - v;
       const unsigned hit =
-          __ballot_sync(0xffffffffu, bin >= low && above < target && above + v >= target);
+          __ballot_sync(0xffffffffu, at >= floor && above < target && above + v >= target);
       if (hit != 0) {
-        const int at = __ffs(hit) - 1;
-        pick.bin = __shfl_sync(0xffffffffu, bin, at);
-        pick.above = __shfl_sync(0xffffffffu, above, at);
-        pick.count = __shfl_sync(0xffffffffu, v, at);
+        const int first = __ffs(hit) - 1;
+        const int entry = __shfl_sync(0xffffffffu, at, first);
+        carry = __shfl_sync(0xffffffffu, above, first);
+        if (phase == 2) {  // the group: its bins next
+          table = s.hist[which];
+          top = entry * kGroup + kGroup - 1;
+          floor = entry * kGroup;
+          phase = 3;
+          continue;
+        }
+        pick.bin = entry;
+        pick.above = carry;
+        pick.count = __shfl_sync(0xffffffffu, v, first);
         break;
       }
       carry += __shfl_sync(0xffffffffu, upto, 31);
+      if (phase == 0) {  // the rest of the next bin's group (the answer lies below hi - 31)
+        top = hi - 32;
+        floor = max(low, top & ~(kGroup - 1));
+        phase = 1;
+      } else if (phase == 1) {  // whole groups
+        table = s.group[which];
+        top = (hi - 32) / kGroup - 1;
+        floor = low / kGroup;
+        phase = 2;
+      } else if (phase == 2 && top - 32 >= floor) {
+        top -= 32;
+      } else {
+        break;  // not reached: the histograms hold target keys
+      }
     }
     if (lane == 0) s.pick = pick;
   }
