@@ -7,8 +7,8 @@ cached tokens and `next_n` new ones each:
   1. append: the new tokens' latent + RoPE into the 656-byte V3.2 cache (`append_kv`) and their
      indexer keys into the indexer cache (`append_indexer`);
   2. indexer: the lightning indexer's logits over every cached position (`indexer_logits`);
-  3. top-k: the `topk` largest as sparse-decode indices (`topk_indices`; rows of 8192 positions
-     and more run the multi-block kernel, its workspace from PyTorch's allocator);
+  3. top-k: the `topk` largest as sparse-decode indices (`topk_indices`: the op's choice of
+     kernel, docs/ops.md);
   4. attention: the sparse decode over them (`mlakit.torch.decode` with `indices`).
 
 On a GPU each step is captured in its own CUDA graph and the four in one graph
@@ -20,6 +20,10 @@ does not depend on it). `--device cpu` runs the four steps once, eagerly, at the
 sizes: a check of the sequence, no timing.
 
     python3 bench/v32_layer_bench.py --batch 64 --len 32768 --heads 128 --topk 2048
+
+`--dump-logits FILE` instead writes the indexer's logits of the layer (one indexer call after the
+caches are filled: rows [batch * next_n, len] of float32) to FILE and exits: top-k inputs with an
+indexer's value distribution for `mlakit bench-op topk --len LEN --logits-file FILE`.
 
 Needs PyTorch and the mlakit package (`python/run_tests.sh` installs it).
 """
@@ -116,11 +120,20 @@ def main(argv):
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--dump-logits", metavar="FILE",
+                        help="write the indexer's logits [batch * next_n, len] (float32) and exit")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no GPU (use --device cpu for a check of the sequence)")
     layer = make_layer(args, args.device)
     fns = steps(args, layer)
+    if args.dump_logits:
+        fns["indexer"]()
+        rows = layer["logits"][:, :args.len].contiguous().float().cpu().numpy()
+        rows.tofile(args.dump_logits)
+        print(f"{args.dump_logits}: the indexer's logits, {rows.shape[0]} rows of {rows.shape[1]} "
+              f"float32 (bench-op topk --len {args.len} --logits-file {args.dump_logits})")
+        return 0
     if args.device == "cpu":
         for fn in fns.values():
             fn()

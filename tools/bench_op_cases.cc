@@ -76,6 +76,28 @@ std::vector<int32_t> shuffled_table(std::mt19937_64& gen, int64_t batch, int64_t
   return table;
 }
 
+// Fills `logits` (whole rows of `len`) with the rows of a file of float32 rows of `len` values,
+// cycling through them.
+Status read_logit_rows(const std::string& path, int64_t len, std::vector<float>* logits) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return invalid_argument("--logits-file", "a readable file", path);
+  std::vector<float> rows;
+  std::vector<float> buf(1 << 16);
+  size_t got = 0;
+  while ((got = std::fread(buf.data(), sizeof(float), buf.size(), file)) > 0) {
+    rows.insert(rows.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(got));
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed || rows.empty() || rows.size() % static_cast<size_t>(len) != 0) {
+    return invalid_argument("--logits-file",
+                            str_cat("whole rows of --len ", len, " float32 values"),
+                            str_cat(path, " (", rows.size(), " values)"));
+  }
+  for (size_t i = 0; i < logits->size(); ++i) (*logits)[i] = rows[i % rows.size()];
+  return Status::Ok();
+}
+
 }  // namespace
 
 // Appends next_n new tokens per request at positions len..len+next_n-1: the cache holds each
@@ -156,9 +178,13 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
   const int64_t rows = int64_t{c.batch} * c.next_n;
   const int64_t pages_per = std::max<int64_t>(1, (int64_t{c.len} + ps - 1) / ps);
   std::mt19937_64 gen(f.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> logits(rows * std::max(c.len, 1));
-  for (float& x : logits) x = normal(gen);
+  if (f.logits_file.empty()) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& x : logits) x = normal(gen);
+  } else {
+    MLAKIT_RETURN_IF_ERROR(read_logit_rows(f.logits_file, std::max(c.len, 1), &logits));
+  }
   const std::vector<int32_t> lens(c.batch, c.len);
   const std::vector<int32_t> table = shuffled_table(gen, c.batch, pages_per);
   row->bytes = static_cast<double>(rows) * (int64_t{c.len} + f.k) * sizeof(float);

@@ -83,6 +83,9 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
     return invalid_argument("--keys",
                             "bytes (the default) for " + f.op + ": keys are the indexer's", f.keys);
   }
+  if (f.op != "topk" && !f.logits_file.empty()) {
+    return invalid_argument("--logits-file", "only with topk", f.logits_file);
+  }
   if (f.op == "append" && f.kernel != "auto") {
     return invalid_argument("--kernel", "auto for append (it has one kernel)", f.kernel);
   }
@@ -193,6 +196,7 @@ int run_bench_op(OpFlags& f, bool run) {
                                 {"date", iso_date()},
                                 {"device", gpu ? device.name : "cpu"},
                                 {"keys", f.op == "indexer" ? f.keys : ""},
+                                {"logits_file", f.logits_file},
                                 {"results", results}};
     if (!write_json_file(f.json_path, doc.dump(1))) return 1;
   }
@@ -238,6 +242,10 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
                   "(1..1000) / 448000; the default) or normal (normal bf16 keys quantized by the "
                   "cpu append, per-token amax scales, as a model's keys are)")
       ->check(CLI::IsMember({"bytes", "normal"}));
+  cmd->add_option("--logits-file", f->logits_file,
+                  "topk: the logits from a file of float32 rows (little-endian, --len each, e.g. "
+                  "an indexer's output) instead of normal random values; row r of a case is the "
+                  "file's row r % rows");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--replays", f->replays, "timed graph replays (median reported)")

@@ -70,3 +70,21 @@ def test_layer_benchmark_runs_its_steps_on_the_cpu_device():
     bench = runpy.run_path(str(EXAMPLE.parents[2] / "bench" / "v32_layer_bench.py"))
     assert bench["main"](["--device", "cpu", "--batch", "2", "--len", "130", "--heads", "16",
                           "--index-heads", "8", "--topk", "64", "--next-n", "2"]) == 0  # fmt: skip
+
+
+def test_layer_benchmark_dumps_the_indexer_logits(tmp_path):
+    """--dump-logits writes the indexer's logits of the layer, rows [batch * next_n, len] of
+    float32 (what `mlakit bench-op topk --logits-file` reads), equal to the op's own output."""
+    torch = pytest.importorskip("torch")
+    bench = runpy.run_path(str(EXAMPLE.parents[2] / "bench" / "v32_layer_bench.py"))
+    path = tmp_path / "logits.f32"
+    args = ["--device", "cpu", "--batch", "2", "--len", "130", "--heads", "16", "--index-heads",
+            "8", "--topk", "64", "--next-n", "2"]  # fmt: skip
+    assert bench["main"](args + ["--dump-logits", str(path)]) == 0
+    rows = np.fromfile(path, dtype=np.float32).reshape(4, 130)
+    ns = bench["argparse"].Namespace(batch=2, len=130, next_n=2, heads=16, index_heads=8, topk=64,
+                                     seed=1)  # fmt: skip
+    layer = bench["make_layer"](ns, "cpu")
+    bench["steps"](ns, layer)["indexer"]()
+    assert np.array_equal(rows, layer["logits"][:, :130].numpy())
+    assert np.isfinite(rows).all()

@@ -340,6 +340,32 @@ TEST_F(Cli, BenchOpJson) {
   std::filesystem::remove(json);
 }
 
+// --logits-file: top-k over rows read from a file (cycled over the case's rows); a file that is not
+// whole rows of --len is an error that names the flag.
+TEST_F(Cli, BenchOpLogitsFile) {
+  const std::string path = ::testing::TempDir() + "mlakit-cli-logits.f32";
+  {
+    std::vector<float> rows(2 * 300);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>((i * 7919) % 601) - 300;
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(rows.data()),
+              static_cast<std::streamsize>(rows.size() * sizeof(float)));
+  }
+  Result r = run_mlakit({"bench-op", "topk", "--batch", "3", "--len", "300", "--k", "8",
+                         "--replays", "1", "--device", "cpu", "--logits-file", path});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "reference")) << r.output;
+  r = run_mlakit({"bench-op", "topk", "--batch", "1", "--len", "250", "--k", "8", "--replays", "1",
+                  "--device", "cpu", "--logits-file", path});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "--logits-file: expected whole rows of --len 250 float32 values")) << r.output;
+  r = run_mlakit({"bench-op", "topk", "--batch", "1", "--len", "300", "--device", "cpu",
+                  "--logits-file", path + ".missing"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "--logits-file: expected a readable file")) << r.output;
+  std::filesystem::remove(path);
+}
+
 // Bad flags are refused by name before anything is allocated.
 TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
   auto refused = [](std::vector<std::string> args, const std::string& message) {
@@ -366,6 +392,7 @@ TEST_F(Cli, BenchOpRefusesBadFlagsByName) {
           "cluster");
   refused({"append", "--kernel", "copy"}, "--kernel: expected auto for append");
   refused({"topk", "--keys", "normal"}, "--keys: expected bytes (the default) for topk");
+  refused({"indexer", "--logits-file", "x.f32"}, "--logits-file: expected only with topk");
   const Result r = run_mlakit({"bench-op", "sort"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "append,indexer,topk")) << r.output;
