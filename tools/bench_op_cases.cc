@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -77,24 +78,29 @@ std::vector<int32_t> shuffled_table(std::mt19937_64& gen, int64_t batch, int64_t
 }
 
 // Fills `logits` (whole rows of `len`) with the rows of a file of float32 rows of `len` values,
-// cycling through them.
+// cycling through them; reads no more of the file than `logits` takes.
 Status read_logit_rows(const std::string& path, int64_t len, std::vector<float>* logits) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return invalid_argument("--logits-file", "a readable file", path);
-  std::vector<float> rows;
-  std::vector<float> buf(1 << 16);
-  size_t got = 0;
-  while ((got = std::fread(buf.data(), sizeof(float), buf.size(), file)) > 0) {
-    rows.insert(rows.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(got));
-  }
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed || rows.empty() || rows.size() % static_cast<size_t>(len) != 0) {
+  std::error_code error;
+  const bool regular = std::filesystem::is_regular_file(path, error);
+  const uintmax_t bytes = regular ? std::filesystem::file_size(path, error) : 0;
+  if (!regular || error) return invalid_argument("--logits-file", "a readable file", path);
+  const uintmax_t row_bytes = static_cast<uintmax_t>(len) * sizeof(float);
+  if (bytes == 0 || bytes % row_bytes != 0) {
     return invalid_argument("--logits-file",
                             str_cat("whole rows of --len ", len, " float32 values"),
-                            str_cat(path, " (", rows.size(), " values)"));
+                            str_cat(path, " (", bytes, " bytes)"));
   }
-  for (size_t i = 0; i < logits->size(); ++i) (*logits)[i] = rows[i % rows.size()];
+  const size_t values = static_cast<size_t>(
+      std::min<uintmax_t>(bytes / sizeof(float), static_cast<uintmax_t>(logits->size())));
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return invalid_argument("--logits-file", "a readable file", path);
+  const size_t got = std::fread(logits->data(), sizeof(float), values, file);
+  std::fclose(file);
+  if (got != values) {
+    return invalid_argument("--logits-file", str_cat(values, " float32 values read"),
+                            str_cat(path, " (", got, " read)"));
+  }
+  for (size_t i = values; i < logits->size(); ++i) (*logits)[i] = (*logits)[i % values];
   return Status::Ok();
 }
 

@@ -74,7 +74,8 @@ def test_layer_benchmark_runs_its_steps_on_the_cpu_device():
 
 def test_layer_benchmark_dumps_the_indexer_logits(tmp_path):
     """--dump-logits writes the indexer's logits of the layer, rows [batch * next_n, len] of
-    float32 (what `mlakit bench-op topk --logits-file` reads), equal to the op's own output."""
+    float32 (what `mlakit bench-op topk --logits-file` reads): the indexer step's output on the
+    same layer (same seed), its first len positions."""
     torch = pytest.importorskip("torch")
     bench = runpy.run_path(str(EXAMPLE.parents[2] / "bench" / "v32_layer_bench.py"))
     path = tmp_path / "logits.f32"

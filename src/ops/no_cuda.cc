@@ -50,6 +50,8 @@ Status topk_cluster_plan_here(const TopkArgs&, TopkClusterPlan* plan) {
   *plan = {};  // no device: no cluster kernel
   return Status::Ok();
 }
+void topk_stream_forget_waves() {}
+bool topk_stream_wave_known(int) { return false; }
 
 }  // namespace mlakit::ops
 

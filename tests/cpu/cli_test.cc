@@ -354,13 +354,18 @@ TEST_F(Cli, BenchOpLogitsFile) {
   Result r = run_mlakit({"bench-op", "topk", "--batch", "3", "--len", "300", "--k", "8",
                          "--replays", "1", "--device", "cpu", "--logits-file", path});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(has(r, "reference")) << r.output;
+  EXPECT_TRUE(has(r, "topk    k=8          3      300      1    64 cpu")) << r.output;
+  EXPECT_FALSE(has(r, "ERROR")) << r.output;
   r = run_mlakit({"bench-op", "topk", "--batch", "1", "--len", "250", "--k", "8", "--replays", "1",
                   "--device", "cpu", "--logits-file", path});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "--logits-file: expected whole rows of --len 250 float32 values")) << r.output;
   r = run_mlakit({"bench-op", "topk", "--batch", "1", "--len", "300", "--device", "cpu",
                   "--logits-file", path + ".missing"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "--logits-file: expected a readable file")) << r.output;
+  r = run_mlakit({"bench-op", "topk", "--batch", "1", "--len", "300", "--device", "cpu",
+                  "--logits-file", ::testing::TempDir()});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "--logits-file: expected a readable file")) << r.output;
   std::filesystem::remove(path);

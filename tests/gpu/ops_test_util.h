@@ -169,11 +169,12 @@ inline void replay_topk_with_new_lengths(
     TopkInputs& in, const ops::TopkArgs& a, DeviceVec<int32_t>& d_lens,
     const DeviceVec<int32_t>& d_idx, const DeviceVec<int32_t>& d_pos, cudaStream_t stream,
     const std::vector<std::vector<int32_t>>& lens_list,
-    const std::function<Status(cudaStream_t)>& kernel = nullptr) {
+    const std::function<Status(cudaStream_t)>& kernel = nullptr,
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal) {
   const size_t out = static_cast<size_t>(in.batch) * in.next_n * in.k;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  MLAKIT_ASSERT_CUDA(cudaStreamBeginCapture(stream, mode));
   const Status captured =
       kernel ? kernel(stream) : ops::topk_indices(ops::Device::kCuda, a, stream);
   MLAKIT_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));

@@ -284,6 +284,9 @@ TEST(OpsGpu, TopkClusterEqualsCpu) {
         make_topk(rng, k, 1, 64, std::vector<int32_t>(64, 131072), TopkValues::kRising, 4));
   }
   expect_cluster_equal(make_topk(rng, 1024, 1, 1, {262143}, TopkValues::kCrowded, 5));
+  // The later rounds' picks (1024 bins) by groups: T's bin holds 32K keys, T about 512 bins below
+  // the top of it.
+  expect_cluster_equal(make_topk(rng, 16384, 1, 1, {262143}, TopkValues::kCrowded, 5));
   for (const int k : {512, 2048}) {
     expect_cluster_equal(make_topk(rng, k, 1, 64, {32768, 131072, 5000}, TopkValues::kSpread, 4));
   }
@@ -366,6 +369,9 @@ TEST(OpsGpu, TopkStreamEqualsCpu) {
     expect_stream_equal(
         make_topk(rng, k, 1, 64, {32768, 131072, 5000, 32768}, TopkValues::kSpread, 4));
   }
+  // The later rounds' picks (1024 bins) by groups: T's bin holds 16K keys, T about 256 bins below
+  // the top of it.
+  expect_stream_equal(make_topk(rng, 4096, 1, 64, {131072, 131072}, TopkValues::kCrowded, 4));
   // Slices of 64K with a fifth of their keys tied at the top: more candidates than the pool holds.
   expect_stream_equal(
       make_topk(rng, 2048, 1, 64, std::vector<int32_t>(128, 131072), TopkValues::kTies, 4));
@@ -401,6 +407,33 @@ TEST(OpsGpu, TopkStreamGraphReplay) {
       [&](cudaStream_t s) { return ops::topk_indices_stream(a, in.ld, s); });
   replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
                                lengths_of_replays(rng, full));
+}
+
+// A process's first top-k call inside a capture of global mode (PyTorch's default): the streaming
+// kernel's plan asks the device for its cluster occupancy then. The capture survives, the answer
+// is kept for the next calls, and the replays equal the cpu reference.
+TEST(OpsGpu, TopkFirstCallInsideGlobalCapture) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  Rng rng(116);
+  StreamHolder stream;
+  std::vector<int32_t> full(64, 32768);
+  TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
+  TopkDeviceInputs d(rng, in);
+  const ops::TopkArgs a = d.args(in);
+  ops::topk_stream_forget_waves();
+  replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
+                               {full, std::vector<int32_t>(64, 20000)}, nullptr,
+                               cudaStreamCaptureModeGlobal);
+  int device = 0, major = 0;
+  MLAKIT_ASSERT_CUDA(cudaGetDevice(&device));
+  MLAKIT_ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major == 9) {  // asked inside the capture (relaxed mode), answered, kept
+    EXPECT_TRUE(ops::topk_stream_wave_known(device));
+    ops::TopkKernel kernel;
+    ops::TopkClusterPlan plan;
+    MLAKIT_ASSERT_OK(ops::topk_choose_here(a, false, &kernel, &plan));
+    EXPECT_EQ(kernel, ops::TopkKernel::kStream);
+  }
 }
 
 }  // namespace

@@ -307,8 +307,13 @@ Status topk_launch_cluster(const TopkArgs& args, int64_t ld, const TopkClusterPl
 Status topk_indices_stream(const TopkArgs& args, int64_t ld, Stream stream);
 Status topk_launch_stream(const TopkArgs& args, int64_t ld, const TopkClusterPlan& plan,
                           Stream stream);
-// The streaming plan on the current device (cluster 0 where the kernel cannot run).
+// The streaming plan on the current device (cluster 0 where the kernel cannot run). Its cluster
+// occupancy is asked once a device (also inside a stream capture, in relaxed mode) and kept.
 Status topk_stream_plan_here(const TopkArgs& args, TopkClusterPlan* plan);
+// Forgets the kept occupancy answers: the next plan asks the device again, as a process's first
+// call does; and whether an answer for `device` is kept (tests).
+void topk_stream_forget_waves();
+bool topk_stream_wave_known(int device);
 // topk_choose on the current device for these args (with a workspace or not), and the plan of
 // the cluster kernel it picks.
 Status topk_choose_here(const TopkArgs& args, bool with_workspace, TopkKernel* kernel,

@@ -257,21 +257,43 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
 #endif
 }
 
+// This thread's stream-capture mode set to relaxed while it lives, then restored. A capture in
+// global or thread-local mode (PyTorch's torch.cuda.graph captures in global mode) forbids the
+// capturing thread potentially unsafe calls, and a refused one invalidates the capture; the
+// occupancy queries below are no stream work. (Driver 580 on an H200 answered them inside a
+// global-mode capture with or without this: a defence for drivers that refuse them.)
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCaptureMode() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool ok_ = false;
+};
+
+constexpr int kWaveDevices = 64;
+std::mutex wave_mutex;
+TopkWave waves[kWaveDevices];
+bool wave_known[kWaveDevices] = {};
+
 // The clusters of each size that run at once on `device` (cudaOccupancyMaxActiveClusters), asked
-// once a device. A size the device refuses (past 8 where it allows no non-portable clusters, or a
-// MIG slice with fewer SMs) counts as 0 clusters: the plan does not take it, and the other sizes
-// and kernels stay available. (A refusal because the call is inside a stream capture is not
-// kept: the next call asks again.)
+// once a device, in relaxed capture mode (the first call may come inside a capture). A size the
+// device refuses (past 8 where it allows no non-portable clusters, or a MIG slice with fewer SMs)
+// counts as 0 clusters: the plan does not take it, and the other sizes and kernels stay
+// available. (A refusal because the call is inside a stream capture is not kept: the next call
+// asks again.)
 Status stream_wave(int device, TopkWave* wave) {
-  constexpr int kDevices = 64;
-  static std::mutex mutex;
-  static TopkWave waves[kDevices];
-  static bool known[kDevices] = {};
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (device >= 0 && device < kDevices && known[device]) {
+  const std::lock_guard<std::mutex> lock(wave_mutex);
+  if (device >= 0 && device < kWaveDevices && wave_known[device]) {
     *wave = waves[device];
     return Status::Ok();
   }
+  const RelaxedCaptureMode relaxed;
   constexpr size_t kSmem = sizeof(Shared);
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
       topk_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
@@ -298,14 +320,24 @@ Status stream_wave(int device, TopkWave* wave) {
       (void)cudaGetLastError();
     }
   }
-  if (keep && device >= 0 && device < kDevices) {
+  if (keep && device >= 0 && device < kWaveDevices) {
     waves[device] = *wave;
-    known[device] = true;
+    wave_known[device] = true;
   }
   return Status::Ok();
 }
 
 }  // namespace
+
+void topk_stream_forget_waves() {
+  const std::lock_guard<std::mutex> lock(wave_mutex);
+  for (bool& known : wave_known) known = false;
+}
+
+bool topk_stream_wave_known(int device) {
+  const std::lock_guard<std::mutex> lock(wave_mutex);
+  return device >= 0 && device < kWaveDevices && wave_known[device];
+}
 
 Status topk_stream_plan_here(const TopkArgs& a, TopkClusterPlan* plan) {
   *plan = {};
