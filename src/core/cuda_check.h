@@ -15,6 +15,26 @@ inline Status cuda_status(cudaError_t err, const char* call, const char* file, i
 }
 
 #ifndef MLAKIT_NO_CUDA
+// This thread's stream-capture mode set to relaxed while it lives, then restored. A capture in
+// global or thread-local mode (PyTorch's torch.cuda.graph captures in global mode) forbids the
+// capturing thread potentially unsafe calls, and a refused one invalidates the capture; for calls
+// that are no stream work, such as occupancy queries a first call may make inside a capture.
+// (Driver 580 on an H200 answered cudaOccupancyMaxActiveClusters inside a global-mode capture
+// with or without it: a defence for drivers that refuse it.)
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCaptureMode() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool ok_ = false;
+};
+
 // The compute capability (major * 10 + minor) of the code the runtime loads for `kernel` on the
 // current device, or 0 where it has none (the build lacks code for this device; the error is
 // cleared). Only for the CUDA sources (the stand-in runtime of a build without CUDA has no

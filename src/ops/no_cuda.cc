@@ -50,7 +50,8 @@ Status topk_cluster_plan_here(const TopkArgs&, TopkClusterPlan* plan) {
   *plan = {};  // no device: no cluster kernel
   return Status::Ok();
 }
-void topk_stream_forget_waves() {}
+void topk_forget_occupancy() {}
+void topk_cluster_forget_capacity() {}
 bool topk_stream_wave_known(int) { return false; }
 
 }  // namespace mlakit::ops

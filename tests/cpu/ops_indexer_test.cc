@@ -512,6 +512,18 @@ TEST(OpsTopk, KernelChoice) {
     EXPECT_EQ(choose(8, 262144, workspace), TopkKernel::kCluster);
     EXPECT_EQ(choose(1, 131072, workspace), TopkKernel::kCluster);
   }
+  // The cluster kernel's rows in two waves of its clusters (the device's occupancy, from
+  // topk_cluster_plan_here): the streaming kernel, below 32 rows and 2^20 keys too.
+  const auto choose_waves = [&](int64_t rows, int64_t max_len, int32_t waves) {
+    ops::TopkClusterPlan cluster = ops::topk_cluster_plan(rows, max_len, 2048, 132);
+    cluster.waves = waves;
+    return ops::topk_choose(rows, max_len, false, cluster,
+                            ops::topk_stream_plan(rows, max_len, 2048, wave));
+  };
+  EXPECT_EQ(choose_waves(16, 262144, 2), TopkKernel::kStream);
+  EXPECT_EQ(choose_waves(31, 32768, 2), TopkKernel::kStream);
+  EXPECT_EQ(choose_waves(31, 32768, 1), TopkKernel::kCluster);
+  EXPECT_EQ(choose_waves(12, 262144, 1), TopkKernel::kCluster);
   EXPECT_EQ(choose(64, 2048, false), TopkKernel::kOneBlock);  // rows of k: no selection
   // Rows past both cluster kernels.
   EXPECT_EQ(choose(64, int64_t{1} << 21, true), TopkKernel::kMultiBlock);

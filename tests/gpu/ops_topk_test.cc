@@ -420,7 +420,7 @@ TEST(OpsGpu, TopkFirstCallInsideGlobalCapture) {
   TopkInputs in = make_topk(rng, 2048, 1, 64, full, TopkValues::kNormal, 4);
   TopkDeviceInputs d(rng, in);
   const ops::TopkArgs a = d.args(in);
-  ops::topk_stream_forget_waves();
+  ops::topk_forget_occupancy();
   replay_topk_with_new_lengths(in, a, d.lens, d.idx, d.pos, stream.stream,
                                {full, std::vector<int32_t>(64, 20000)}, nullptr,
                                cudaStreamCaptureModeGlobal);

@@ -125,6 +125,9 @@ inline constexpr int64_t kTopkClusterGrain = kTopkClusterThreads;
 struct TopkClusterPlan {
   int32_t cluster = 0;    // blocks a row; 0: the shapes do not take the cluster kernel
   int64_t slice_len = 0;  // a multiple of kTopkClusterGrain
+  // The cluster kernel's waves of clusters for the rows on the device (topk_cluster_plan_here
+  // asks the device's occupancy); 1 where not known.
+  int32_t waves = 1;
 };
 
 // Blocks a row: enough for slices of kTopkClusterSlice keys, then more while the grid has fewer
@@ -226,9 +229,11 @@ inline TopkClusterPlan topk_stream_plan(int64_t rows, int64_t max_len, int32_t k
 // The CUDA kernels, and the op's choice among them for a call's shapes (`multi`: a workspace is
 // given and topk_multi_applies; `cluster`, `stream`: the plans on the device, cluster 0 where the
 // kernel cannot run). The streaming kernel from 32 rows and 2^20 keys on (measured faster there
-// by 1.1-2.4x, and slower below: H200, k 2048, bench/results/2026-11-28-h200-topk-stream), else
-// as before: the cluster kernel where topk_cluster_preferred, the multi-block kernel with a
-// workspace, one block a row.
+// by 1.1-2.4x, and slower below: H200, k 2048, bench/results/2026-11-28-h200-topk-stream), and
+// wherever the cluster kernel's rows take more than one wave of its clusters (12-31 rows, H200:
+// one wave, the cluster kernel 0.5-2.5 us faster; two waves, the streaming one 1.1-1.9x faster;
+// bench/results/2026-11-28-h200-topk-indexer-logits, call 9); else as before: the cluster kernel
+// where topk_cluster_preferred, the multi-block kernel with a workspace, one block a row.
 enum class TopkKernel { kOneBlock, kMultiBlock, kCluster, kStream };
 
 inline const char* topk_kernel_name(TopkKernel kernel) {
@@ -246,7 +251,8 @@ inline constexpr int64_t kTopkStreamMinKeys = int64_t{1} << 20;  // rows * max_l
 
 inline TopkKernel topk_choose(int64_t rows, int64_t max_len, bool multi,
                               const TopkClusterPlan& cluster, const TopkClusterPlan& stream) {
-  if (stream.cluster > 0 && rows >= kTopkStreamMinRows && rows * max_len >= kTopkStreamMinKeys) {
+  if (stream.cluster > 0 && ((rows >= kTopkStreamMinRows && rows * max_len >= kTopkStreamMinKeys) ||
+                             (cluster.cluster > 0 && cluster.waves > 1))) {
     return TopkKernel::kStream;
   }
   if (cluster.cluster > 0 && (!multi || topk_cluster_preferred(rows, cluster))) {
@@ -310,9 +316,11 @@ Status topk_launch_stream(const TopkArgs& args, int64_t ld, const TopkClusterPla
 // The streaming plan on the current device (cluster 0 where the kernel cannot run). Its cluster
 // occupancy is asked once a device (also inside a stream capture, in relaxed mode) and kept.
 Status topk_stream_plan_here(const TopkArgs& args, TopkClusterPlan* plan);
-// Forgets the kept occupancy answers: the next plan asks the device again, as a process's first
-// call does; and whether an answer for `device` is kept (tests).
-void topk_stream_forget_waves();
+// Forgets the kept occupancy answers of both cluster kernels: the next plans ask the device
+// again, as a process's first call does; and whether the streaming kernel's answer for `device`
+// is kept (tests).
+void topk_forget_occupancy();
+void topk_cluster_forget_capacity();  // the cluster kernel's part of it
 bool topk_stream_wave_known(int device);
 // topk_choose on the current device for these args (with a workspace or not), and the plan of
 // the cluster kernel it picks.

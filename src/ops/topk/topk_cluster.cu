@@ -22,6 +22,9 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <vector>
+
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/pdl.h"
@@ -191,7 +194,58 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
+// Clusters of the plan's shape (its cluster size, its slice's shared memory) that run at once on
+// `device` (cudaOccupancyMaxActiveClusters), asked once a device and shape, in relaxed capture
+// mode; 0 where the device refuses (then the plan's waves stay unknown). A refusal because the
+// call is inside a stream capture is not kept.
+struct KnownCapacity {
+  int device;
+  int32_t cluster;
+  int64_t slice_len;
+  int clusters;
+};
+std::mutex capacity_mutex;
+std::vector<KnownCapacity> known_capacity;
+
+int cluster_capacity(int device, const TopkClusterPlan& plan) {
+  const std::lock_guard<std::mutex> lock(capacity_mutex);
+  std::vector<KnownCapacity>& known = known_capacity;
+  for (const KnownCapacity& k : known) {
+    if (k.device == device && k.cluster == plan.cluster && k.slice_len == plan.slice_len) {
+      return k.clusters;
+    }
+  }
+  const RelaxedCaptureMode relaxed;
+  const auto smem = static_cast<int>(plan.slice_len * sizeof(uint32_t));
+  int clusters = 0;
+  cudaError_t e =
+      cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) {
+    cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(plan.cluster));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    e = cudaOccupancyMaxActiveClusters(&clusters, topk_cluster_kernel, &config);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // an answer here, not an error to report later
+    clusters = 0;
+    if (e >= cudaErrorStreamCaptureUnsupported && e <= cudaErrorStreamCaptureWrongThread) return 0;
+  }
+  if (known.size() >= 256) known.clear();  // plans come in few shapes; bounded anyway
+  known.push_back({device, plan.cluster, plan.slice_len, clusters});
+  return clusters;
+}
+
 }  // namespace
+
+void topk_cluster_forget_capacity() {
+  const std::lock_guard<std::mutex> lock(capacity_mutex);
+  known_capacity.clear();
+}
 
 Status topk_cluster_plan_here(const TopkArgs& a, TopkClusterPlan* plan) {
   *plan = {};
@@ -202,7 +256,12 @@ Status topk_cluster_plan_here(const TopkArgs& a, TopkClusterPlan* plan) {
   // empty.
   if (major != 9 || binary_version(topk_cluster_kernel) < 90) return Status::Ok();
   MLAKIT_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  *plan = topk_cluster_plan(int64_t{a.batch} * a.next_n, a.max_len, a.k, sms);
+  const int64_t rows = int64_t{a.batch} * a.next_n;
+  *plan = topk_cluster_plan(rows, a.max_len, a.k, sms);
+  if (plan->cluster > 0) {
+    const int clusters = cluster_capacity(device, *plan);
+    if (clusters > 0) plan->waves = static_cast<int32_t>((rows + clusters - 1) / clusters);
+  }
   return Status::Ok();
 }
 

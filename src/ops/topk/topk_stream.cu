@@ -257,25 +257,6 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
 #endif
 }
 
-// This thread's stream-capture mode set to relaxed while it lives, then restored. A capture in
-// global or thread-local mode (PyTorch's torch.cuda.graph captures in global mode) forbids the
-// capturing thread potentially unsafe calls, and a refused one invalidates the capture; the
-// occupancy queries below are no stream work. (Driver 580 on an H200 answered them inside a
-// global-mode capture with or without this: a defence for drivers that refuse them.)
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
-  ~RelaxedCaptureMode() {
-    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
-  }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-  bool ok_ = false;
-};
-
 constexpr int kWaveDevices = 64;
 std::mutex wave_mutex;
 TopkWave waves[kWaveDevices];
@@ -329,9 +310,12 @@ Status stream_wave(int device, TopkWave* wave) {
 
 }  // namespace
 
-void topk_stream_forget_waves() {
-  const std::lock_guard<std::mutex> lock(wave_mutex);
-  for (bool& known : wave_known) known = false;
+void topk_forget_occupancy() {
+  {
+    const std::lock_guard<std::mutex> lock(wave_mutex);
+    for (bool& known : wave_known) known = false;
+  }
+  topk_cluster_forget_capacity();
 }
 
 bool topk_stream_wave_known(int device) {
