@@ -194,6 +194,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
+// The kernel's dynamic shared memory cap: the largest slice's, whatever the call's slice, so that
+// calls of other shapes from other host threads (and the occupancy queries) never lower it under
+// a launch that needs more.
+constexpr int kMaxDynamicSmem = static_cast<int>(kTopkClusterMaxSlice * sizeof(uint32_t));
+
 // Clusters of the plan's shape (its cluster size, its slice's shared memory) that run at once on
 // `device` (cudaOccupancyMaxActiveClusters), asked once a device and shape, in relaxed capture
 // mode; 0 where the device refuses (then the plan's waves stay unknown). A refusal because the
@@ -218,8 +223,8 @@ int cluster_capacity(int device, const TopkClusterPlan& plan) {
   const RelaxedCaptureMode relaxed;
   const auto smem = static_cast<int>(plan.slice_len * sizeof(uint32_t));
   int clusters = 0;
-  cudaError_t e =
-      cudaFuncSetAttribute(topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e = cudaFuncSetAttribute(
+      topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxDynamicSmem);
   if (e == cudaSuccess) {
     cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
     cudaLaunchConfig_t config = {};
@@ -288,7 +293,7 @@ Status topk_launch_cluster(const TopkArgs& a, int64_t ld, const TopkClusterPlan&
   p.vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
   const auto smem = static_cast<size_t>(plan.slice_len) * sizeof(uint32_t);
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
-      topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxDynamicSmem));
   // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
   cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
   cudaLaunchConfig_t config = {};
