@@ -146,7 +146,8 @@ Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream strea
 // max_len up to 262144, a thread-block cluster a row (up to 8 blocks, each holding its slice of
 // the row in shared memory: the row is read once; no workspace needed), which also takes the
 // calls without a workspace and, measured faster there, those of up to 32 rows or of slices of
-// 8K-16K keys over at most 512 blocks; on sm_90 from 32 rows and 2^20 keys (rows up to 1M long,
+// 8K-16K keys over at most 512 blocks; on sm_90 from 32 rows and 2^20 keys, and where the cluster
+// kernel's rows would take two waves of its clusters (rows up to 1M long,
 // k to about 1800 a block of the row), a cluster of up to 16 blocks a row that streams the row
 // once and keeps only the keys above a sampled bound; otherwise one block a row (slow on long
 // rows). The workspace holds no state between calls (it is cleared on the stream first); one call

@@ -367,7 +367,8 @@ def topk_indices(
     clamped to [0, max_len] and a negative page id gives -1.
 
     On a GPU the same result bit for bit comes from one of four kernels (docs/ops.md): on sm_90
-    (Hopper) from 32 rows and 2^20 keys a streaming thread-block cluster a row, and with rows of
+    (Hopper) from 32 rows and 2^20 keys, and where the cluster kernel below would need two waves
+    of clusters, a streaming thread-block cluster a row, and with rows of
     up to 262144 positions (max_len) a cluster a row that holds the row in shared memory (neither
     uses a workspace); otherwise rows of 8192 positions and more (above k) run the multi-block
     kernel with a workspace (``topk_workspace_bytes``), shorter ones and ``one_block=True`` one
