@@ -493,15 +493,18 @@ TEST(OpsTopk, StreamPlan) {
   }
 }
 
-// The op's kernel: the streaming kernel from 32 rows and 2^20 keys where its plan takes the
-// shapes, else the cluster kernel where preferred, else the multi-block kernel with a workspace,
-// else one block a row.
+// The op's kernel: the streaming kernel from 32 rows and 2^20 keys, or where the cluster kernel's
+// rows take two waves, where its plan takes the shapes; else the cluster kernel where preferred,
+// else the multi-block kernel with a workspace, else one block a row.
 TEST(OpsTopk, KernelChoice) {
   using ops::TopkKernel;
   const ops::TopkWave wave = ops::topk_ideal_wave(264);
-  const auto choose = [&](int64_t rows, int64_t max_len, bool workspace) {
+  // `waves`: the cluster kernel's waves of clusters (topk_cluster_plan_here asks the device).
+  const auto choose = [&](int64_t rows, int64_t max_len, bool workspace, int32_t waves = 1) {
     const bool multi = workspace && ops::topk_multi_applies(rows, max_len, 2048);
-    return ops::topk_choose(rows, max_len, multi, ops::topk_cluster_plan(rows, max_len, 2048, 132),
+    ops::TopkClusterPlan cluster = ops::topk_cluster_plan(rows, max_len, 2048, 132);
+    cluster.waves = waves;
+    return ops::topk_choose(rows, max_len, multi, cluster,
                             ops::topk_stream_plan(rows, max_len, 2048, wave));
   };
   for (const bool workspace : {false, true}) {
@@ -512,18 +515,12 @@ TEST(OpsTopk, KernelChoice) {
     EXPECT_EQ(choose(8, 262144, workspace), TopkKernel::kCluster);
     EXPECT_EQ(choose(1, 131072, workspace), TopkKernel::kCluster);
   }
-  // The cluster kernel's rows in two waves of its clusters (the device's occupancy, from
-  // topk_cluster_plan_here): the streaming kernel, below 32 rows and 2^20 keys too.
-  const auto choose_waves = [&](int64_t rows, int64_t max_len, int32_t waves) {
-    ops::TopkClusterPlan cluster = ops::topk_cluster_plan(rows, max_len, 2048, 132);
-    cluster.waves = waves;
-    return ops::topk_choose(rows, max_len, false, cluster,
-                            ops::topk_stream_plan(rows, max_len, 2048, wave));
-  };
-  EXPECT_EQ(choose_waves(16, 262144, 2), TopkKernel::kStream);
-  EXPECT_EQ(choose_waves(31, 32768, 2), TopkKernel::kStream);
-  EXPECT_EQ(choose_waves(31, 32768, 1), TopkKernel::kCluster);
-  EXPECT_EQ(choose_waves(12, 262144, 1), TopkKernel::kCluster);
+  // The cluster kernel's rows in two waves of its clusters: the streaming kernel, below 32 rows
+  // and 2^20 keys too.
+  EXPECT_EQ(choose(16, 262144, false, 2), TopkKernel::kStream);
+  EXPECT_EQ(choose(31, 32768, false, 2), TopkKernel::kStream);
+  EXPECT_EQ(choose(31, 32768, false, 1), TopkKernel::kCluster);
+  EXPECT_EQ(choose(12, 262144, false, 1), TopkKernel::kCluster);
   EXPECT_EQ(choose(64, 2048, false), TopkKernel::kOneBlock);  // rows of k: no selection
   // Rows past both cluster kernels.
   EXPECT_EQ(choose(64, int64_t{1} << 21, true), TopkKernel::kMultiBlock);
