@@ -236,8 +236,8 @@ void run_topk_case(const TopkCase& c, Rng& rng) {
 
 // The op's kernel choice (indexer.h): on sm_90 for the page sizes TMA takes and a 16-byte aligned
 // cache, from as many 64-position tiles as the device has SMs, the persistent kernel with up to 64
-// heads and an aligned q for next_n 2, and for next_n 1 below 2^20 positions in all; else the
-// pipelined kernel; else the copy kernel.
+// heads at next_n 1 to 4 and up to 128 at next_n 1 and 2, with an aligned q; else the pipelined
+// kernel; else the copy kernel.
 TEST(OpsIndexerLogits, AutoKernelChoice) {
 #ifdef MLAKIT_NO_CUDA
   GTEST_SKIP() << "a build without CUDA has no GPU kernels";
@@ -270,13 +270,10 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   a.index_cache = cache + 4;  // not 16-byte aligned
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kCopy);
   a.index_cache = cache;
-  // next_n 1: the persistent kernel below 2^20 positions in all, the pipelined one from there.
-  a.batch = 32;
-  a.max_len = 32767;
+  // next_n 1 and 2 at any size, up to 64 heads.
+  a.batch = 128;
+  a.max_len = 131072;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent);
-  a.max_len = 32768;
-  EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
-  // next_n 2 at any size, up to 64 heads.
   a.next_n = 2;
   for (const int heads : {1, 20, 64}) {
     a.heads = heads;
@@ -288,10 +285,19 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   a.q = q + 4;  // q not 16-byte aligned: no TMA map of the heads
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   a.q = q;
-  a.heads = 65;
+  // Up to 128 heads at next_n 1 and 2, up to 64 heads at next_n 3 and 4.
+  for (const int heads : {65, 128}) {
+    a.heads = heads;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << heads;
+  }
+  a.next_n = 3;
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   a.heads = 64;
-  for (const int next_n : {3, 4, 16}) {
+  for (const int next_n : {1, 3, 4}) {
+    a.next_n = next_n;
+    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << next_n;
+  }
+  for (const int next_n : {5, 16}) {
     a.next_n = next_n;
     EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << next_n;
   }

@@ -23,14 +23,12 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& args, int64_t ld, Stream str
 // 32), and the kernel itself (kUnsupported off sm_90 or for other shapes, naming the reason).
 bool indexer_tma_takes_page_size(int32_t page_size);
 // The op's choice (kAuto) on a device of compute capability major.x with `sms` SMs (kTma,
-// kPersistent or kCopy), from bench-op on an H200 with cold caches, both kernels in one call
-// (docs/ops.md): on sm_90 where the page size and the cache's alignment suit TMA, with up to 64
-// heads and a 16-byte aligned q, the persistent kernel for next_n 2 (11-34% faster) and for
-// next_n 1 below kIndexerPersistentNextN1Positions positions in all (batch x max_len; 5-29%
-// faster; from there on the two were within 6% either way); else the pipelined kernel's narrow
-// shape. The copy kernel where the keys are fewer 64-position tiles than the device has SMs (one
-// short wave: with no pipeline to set up it was faster there, batch 1 x 8K) or on other devices.
-inline constexpr int64_t kIndexerPersistentNextN1Positions = int64_t{1} << 20;
+// kPersistent or kCopy), from bench-op on an H200 with cold caches, the kernels in one call
+// (docs/ops.md): on sm_90 where the page size and the cache's alignment suit TMA, with a 16-byte
+// aligned q, the persistent kernel for next_n 1 to 4 with up to 64 heads and for next_n 1 and 2
+// with up to 128 (3-32% faster where both were timed); else the pipelined kernel's narrow shape.
+// The copy kernel where the keys are fewer 64-position tiles than the device has SMs (one short
+// wave: with no pipeline to set up it was faster there, batch 1 x 8K) or on other devices.
 IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& args, int major, int sms);
 // The current device's properties the kernels' choices and launches need, queried once a call.
 struct IndexerDevice {

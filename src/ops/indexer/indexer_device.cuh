@@ -182,12 +182,18 @@ __device__ __forceinline__ void load_heads(uint8_t* qs, float* ws, const uint8_t
 //    position's scale;
 //  - quad_sum: times the scale (positive), then two shuffles add the quad's other heads (the
 //    same in the quad's four threads). Deterministic.
+// The descriptor `bytes` further on, as sm90::desc_advance, with the add in the low word only (it
+// never carries, see there): the high word stays what the compiler knows it is (a constant for
+// these tiles), so a step is one 32-bit add instead of a 64-bit one.
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (bytes >> 4));
+}
+
 __device__ __forceinline__ void products(uint64_t desc_keys, uint64_t desc_q, float (&d)[32]) {
   sm90::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kIndexerDim / 32; ++k) {
-    sm90::wgmma_m64n64k32_e4m3(d, sm90::desc_advance(desc_keys, 32 * k),
-                               sm90::desc_advance(desc_q, 32 * k), k > 0);
+    sm90::wgmma_m64n64k32_e4m3(d, desc_at(desc_keys, 32 * k), desc_at(desc_q, 32 * k), k > 0);
   }
   sm90::wgmma_commit_group();
 }
@@ -198,8 +204,7 @@ __device__ __forceinline__ void products128(uint64_t desc_keys, uint64_t desc_q,
   sm90::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kIndexerDim / 32; ++k) {
-    sm90::wgmma_m64n128k32_e4m3(d, sm90::desc_advance(desc_keys, 32 * k),
-                                sm90::desc_advance(desc_q, 32 * k), k > 0);
+    sm90::wgmma_m64n128k32_e4m3(d, desc_at(desc_keys, 32 * k), desc_at(desc_q, 32 * k), k > 0);
   }
   sm90::wgmma_commit_group();
 }
@@ -209,9 +214,10 @@ __device__ __forceinline__ bool all_positive(float s_lo, float s_hi) {
   return __all_sync(0xffffffffu, s_lo > 0.f && s_lo <= FLT_MAX && s_hi > 0.f && s_hi <= FLT_MAX);
 }
 
-__device__ __forceinline__ void add_heads(const float* d, const float* w, bool positive, float s_lo,
-                                          float s_hi, float* lo, float* hi) {
-  const float* wt = w + 2 * (threadIdx.x % 4);
+// add_heads with the thread's weights at wt = w + 2 (threadIdx.x % 4) (a caller that keeps it
+// across tiles saves its arithmetic).
+__device__ __forceinline__ void add_heads_at(const float* d, const float* wt, bool positive,
+                                             float s_lo, float s_hi, float* lo, float* hi) {
   // Two chains a position (even and odd heads), added at the end: half the dependent steps.
   float l0 = *lo, l1 = 0.f, h0 = *hi, h1 = 0.f;
   if (positive) {
@@ -235,6 +241,37 @@ __device__ __forceinline__ void add_heads(const float* d, const float* w, bool p
   }
   *lo = l0 + l1;
   *hi = h0 + h1;
+}
+
+// add_heads with the thread's 16 weights in registers: w[2 nb + e] = the block's weight
+// 8 nb + 2 (threadIdx.x % 4) + e.
+__device__ __forceinline__ void add_heads_w(const float* d, const float (&w)[16], bool positive,
+                                            float s_lo, float s_hi, float* lo, float* hi) {
+  float l0 = *lo, l1 = 0.f, h0 = *hi, h1 = 0.f;
+  if (positive) {
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      l0 = fmaf(w[2 * nb], fmaxf(d[4 * nb], 0.f), l0);
+      l1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 1], 0.f), l1);
+      h0 = fmaf(w[2 * nb], fmaxf(d[4 * nb + 2], 0.f), h0);
+      h1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 3], 0.f), h1);
+    }
+  } else {
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      l0 = fmaf(w[2 * nb], fmaxf(d[4 * nb] * s_lo, 0.f), l0);
+      l1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 1] * s_lo, 0.f), l1);
+      h0 = fmaf(w[2 * nb], fmaxf(d[4 * nb + 2] * s_hi, 0.f), h0);
+      h1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 3] * s_hi, 0.f), h1);
+    }
+  }
+  *lo = l0 + l1;
+  *hi = h0 + h1;
+}
+
+__device__ __forceinline__ void add_heads(const float* d, const float* w, bool positive, float s_lo,
+                                          float s_hi, float* lo, float* hi) {
+  add_heads_at(d, w + 2 * (threadIdx.x % 4), positive, s_lo, s_hi, lo, hi);
 }
 
 __device__ __forceinline__ void quad_sum(bool positive, float s_lo, float s_hi, float* lo,

@@ -16,11 +16,13 @@
 // warp 0's loads, into one of two slots: the slot of the CTA's unit v is loaded once every
 // warpgroup has released unit v - 2's, so the next unit's heads arrive while the current one is
 // computed. A consumer's tile: wgmma e4m3 with the positions as M and the heads as N, then the
-// sums of indexer_device.cuh. Units of one 64-head block (next_n 1 with up to 64 heads) take
-// their tiles two at a time: both products issued, then each tile's sums while the other's
-// products run (3-10% faster at next_n 1 on an H200 than a tile at a time); units of two blocks
-// take one m64n128k32 product a tile. Positions past a unit's tiles are set to -inf
-// after the main loop, in pieces of 4096 spread over the grid.
+// sums of indexer_device.cuh. The kernel is instantiated per unit shape: where every unit is one
+// 64-head block (next_n 1 with up to 64 heads) a tile is one m64n64k32 product with the thread's
+// 16 weights in registers; where every unit is two blocks (next_n 2 with up to 64 heads, or 128
+// heads) one m64n128k32 product; other shapes take tile_logits_wide's loop. Tiles whose positions
+// every row sees and whose boxes were all read store one value a thread without tests; the others
+// set -inf where a row does not see a position or its box was not read. Positions past a unit's
+// tiles are set to -inf after the main loop, in pieces of 4096 spread over the grid.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -160,6 +162,9 @@ __device__ __forceinline__ int64_t block_exclusive_scan(int64_t x, int64_t* sums
 
 #endif
 
+// kBlocks: the 64-head blocks of every unit (rows x head groups) where all units have 1 or 2 (their
+// own straight paths), else 0 (tile_logits_wide's loop over any).
+template <int kBlocks>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_persistent_kernel(const __grid_constant__ PersistParams p) {
 #if defined(__CUDA_ARCH__) && !defined(MLAKIT_SM90_WGMMA)
@@ -338,6 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int quad = lane / 4, tg = lane % 4;
     const int pos_lo = 16 * (wt / 32) + quad, pos_hi = pos_lo + 8;  // the thread's positions
     const int box_lo = pos_lo / p.box_rows, box_hi = pos_hi / p.box_rows;
+    const uint32_t full_mask = (1u << (kTile / p.box_rows)) - 1;  // every box of a tile read
     const int max_len = static_cast<int>(p.max_len);
     const uint64_t desc_k = sm90::smem_desc_sw128(ptx::smem_u32(ks), 0, 1024);
     int s = g, visit = 0;
@@ -353,107 +359,123 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint64_t desc_q =
             sm90::smem_desc_sw128(ptx::smem_u32(qs + slot * q_slot_bytes), 0, 1024);
         const float* wsl = ws + slot * p.rows_per_unit * hp;
-        float* const out = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld;
-        const bool single = (x.rows << (hgroups - 1)) == 1;  // one 64-head block: pairs
+        const float* wt = wsl + 2 * tg;  // the thread's weights (add_heads_at)
+        // Plain tiles: every position visible to every row of the unit (row 0 sees the fewest),
+        // so where all their boxes were read no position needs -inf. There quad lane tg stores
+        // the quad's value tg: row tg / 2, position pos_lo + 8 (tg % 2) (one store a thread, no
+        // branch). Other tiles (a unit's last ones, or one with a page id out of range) take
+        // store_edge, which reads the unit's lengths back from shared memory.
+        const int plain_tiles = max(0, min(x.len, x.vis0)) / kTile;
+        float* const out_q = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld + pos_lo +
+                             (tg & 1) * 8 + (tg >> 1) * p.ld;
+        // The unit's length and row 0's visible length for store_edge, in the warp's slot of the
+        // scan's scratch (free since the scan).
+        __syncwarp();  // the warp's reads of the last unit's values are done
+        if (lane == 0) *reinterpret_cast<int2*>(&scan[warp]) = make_int2(x.len, x.vis0);
+        __syncwarp();
+        // A tile's per-thread state, read before its stage goes back: the box mask and the
+        // scales of the thread's two positions.
+        struct Tile {
+          uint32_t mask;
+          float s_lo, s_hi;
+        };
+        auto tile_at = [&](int st) {
+          return Tile{masks[st], ss[st * kTile + pos_lo], ss[st * kTile + pos_hi]};
+        };
+        auto plain = [&](const Tile& t, int tn) { return tn < plain_tiles && t.mask == full_mask; };
+        // Row r's sums of tile tn into its logits (tg 0 of each quad), -inf where a position is
+        // not visible to the row or its box was not read.
+        auto store_edge = [&](const Tile& t, int tn, int r, float v_lo, float v_hi) {
+          if (tg == 0) {
+            float* o = out_q - pos_lo + r * p.ld;  // tg 0: out_q is row 0's pos_lo
+            const int2 lv = *reinterpret_cast<const int2*>(&scan[warp]);
+            const int vis = min(lv.x, lv.y + r), j_lo = tn * kTile + pos_lo, j_hi = j_lo + 8;
+            const bool ok_lo = ((t.mask >> box_lo) & 1) != 0, ok_hi = ((t.mask >> box_hi) & 1) != 0;
+            if (j_lo < max_len) o[j_lo] = j_lo < vis && ok_lo ? v_lo : -INFINITY;
+            if (j_hi < max_len) o[j_hi] = j_hi < vis && ok_hi ? v_hi : -INFINITY;
+          }
+        };
+        // Row r's sums of tile tn: quad lanes 0 and 1 store a plain tile's two values.
+        auto store_row = [&](const Tile& t, int tn, int r, float v_lo, float v_hi) {
+          if (plain(t, tn)) {
+            if (tg < 2) out_q[tn * kTile + r * p.ld] = tg == 0 ? v_lo : v_hi;
+          } else {
+            store_edge(t, tn, r, v_lo, v_hi);
+          }
+        };
+        auto next_stage = [&](int st, uint32_t* rd) {
+          st += kConsumers;
+          if (st >= stages) {
+            st -= stages;
+            *rd ^= 1;
+          }
+          return st;
+        };
+        // One 64-head block a unit: the block's 16 weights of the thread in registers.
+        float wr[kBlocks == 1 ? 16 : 1];
+        if constexpr (kBlocks == 1) {
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb) {
+            const float2 w2 = *reinterpret_cast<const float2*>(wt + 8 * nb);
+            wr[2 * nb] = w2.x;
+            wr[2 * nb + 1] = w2.y;
+          }
+        }
         for (int kk = k; kk < k + take;) {
           const int n = kSegTiles * kk + g;
           if (n >= x.tiles) break;
           s = __shfl_sync(0xffffffffu, s, 0);  // uniform: the stage's addresses and descriptors
-          // A tile's per-thread state: its two positions' ok bits and scales, positions.
-          struct Tile {
-            bool ok_lo, ok_hi;
-            float s_lo, s_hi;
-            int j_lo;
-          };
-          auto tile_at = [&](int st, int tn) {
-            const uint32_t mask = masks[st];
-            return Tile{((mask >> box_lo) & 1) != 0, ((mask >> box_hi) & 1) != 0,
-                        ss[st * kTile + pos_lo], ss[st * kTile + pos_hi], tn * kTile + pos_lo};
-          };
-          // Row r's sums of tile t into its logits (tg 0 of each quad).
-          auto store = [&](const Tile& t, int r, float v_lo, float v_hi) {
-            if (tg == 0) {
-              float* o = out + r * p.ld;
-              const int vis = min(x.len, x.vis0 + r), j_hi = t.j_lo + 8;
-              if (t.j_lo < max_len) o[t.j_lo] = t.j_lo < vis && t.ok_lo ? v_lo : -INFINITY;
-              if (j_hi < max_len) o[j_hi] = j_hi < vis && t.ok_hi ? v_hi : -INFINITY;
-            }
-          };
-          auto next_stage = [&](int st, uint32_t* rd) {
-            st += kConsumers;
-            if (st >= stages) {
-              st -= stages;
-              *rd ^= 1;
-            }
-            return st;
-          };
-          if (single && kk + 1 < k + take && n + kSegTiles < x.tiles) {
-            // Two tiles (this segment's and the next's): both products issued, then each tile's
-            // sums while the other's products run, so a warpgroup's waits and latencies are
-            // shared by two tiles.
-            uint32_t round2 = round;
-            const int s2 = next_stage(s, &round2);
-            float da[32], db[32];
+          if constexpr (kBlocks == 1) {
+            float d[32];
             wait_parity(&full[s], round);
-            const Tile a = tile_at(s, n);
-            indexer_device::products(sm90::desc_advance(desc_k, s * kKeyBytes), desc_q, da);
-            wait_parity(&full[s2], round2);
-            const Tile b = tile_at(s2, n + kSegTiles);
-            indexer_device::products(sm90::desc_advance(desc_k, s2 * kKeyBytes), desc_q, db);
-            const bool pos_a = indexer_device::all_positive(a.s_lo, a.s_hi);
-            const bool pos_b = indexer_device::all_positive(b.s_lo, b.s_hi);
-            sm90::wgmma_wait_group<1>();
-            sm90::fence_accumulators(da);
+            const Tile t = tile_at(s);
+            indexer_device::products(indexer_device::desc_at(desc_k, s * kKeyBytes), desc_q, d);
+            const bool pos = indexer_device::all_positive(t.s_lo, t.s_hi);
+            sm90::wgmma_wait_group<0>();
+            sm90::fence_accumulators(d);
             (void)cuda::ptx::mbarrier_arrive(&empty[s]);
             float lo = 0.f, hi = 0.f;
-            indexer_device::add_heads(da, wsl, pos_a, a.s_lo, a.s_hi, &lo, &hi);
-            indexer_device::quad_sum(pos_a, a.s_lo, a.s_hi, &lo, &hi);
-            store(a, 0, lo, hi);
-            sm90::wgmma_wait_group<0>();
-            sm90::fence_accumulators(db);
-            (void)cuda::ptx::mbarrier_arrive(&empty[s2]);
-            lo = hi = 0.f;
-            indexer_device::add_heads(db, wsl, pos_b, b.s_lo, b.s_hi, &lo, &hi);
-            indexer_device::quad_sum(pos_b, b.s_lo, b.s_hi, &lo, &hi);
-            store(b, 0, lo, hi);
-            s = next_stage(s2, &round2);
-            round = round2;
-            kk += 2;
-            continue;
-          }
-          wait_parity(&full[s], round);
-          const Tile t = tile_at(s, n);
-          if ((x.rows << (hgroups - 1)) == 2) {
+            indexer_device::add_heads_w(d, wr, pos, t.s_lo, t.s_hi, &lo, &hi);
+            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo, &hi);
+            store_row(t, n, 0, lo, hi);
+          } else if constexpr (kBlocks == 2) {
             // Two 64-head blocks (two rows of up to 64 heads, or one of 128): one m64n128k32
             // product, the blocks' sums side by side.
             float d[64];
-            indexer_device::products128(sm90::desc_advance(desc_k, s * kKeyBytes), desc_q, d);
+            wait_parity(&full[s], round);
+            const Tile t = tile_at(s);
+            indexer_device::products128(indexer_device::desc_at(desc_k, s * kKeyBytes), desc_q, d);
             const bool pos = indexer_device::all_positive(t.s_lo, t.s_hi);
             sm90::wgmma_wait_group<0>();
             sm90::fence_accumulators(d);
             (void)cuda::ptx::mbarrier_arrive(&empty[s]);
             float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
-            indexer_device::add_heads(d, wsl, pos, t.s_lo, t.s_hi, &lo0, &hi0);
-            indexer_device::add_heads(d + 32, wsl + kWgHeads, pos, t.s_lo, t.s_hi, &lo1, &hi1);
+            indexer_device::add_heads_at(d, wt, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            indexer_device::add_heads_at(d + 32, wt + kWgHeads, pos, t.s_lo, t.s_hi, &lo1, &hi1);
             if (hgroups == 2) {
               lo0 += lo1;
               hi0 += hi1;
               indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-              store(t, 0, lo0, hi0);
+              store_row(t, n, 0, lo0, hi0);
             } else {
               indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
               indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
-              store(t, 0, lo0, hi0);
-              store(t, 1, lo1, hi1);
+              if (plain(t, n)) {
+                out_q[n * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
+              } else {
+                store_edge(t, n, 0, lo0, hi0);
+                store_edge(t, n, 1, lo1, hi1);
+              }
             }
-            s = next_stage(s, &round);
-            ++kk;
-            continue;
+          } else {
+            wait_parity(&full[s], round);
+            const Tile t = tile_at(s);
+            indexer_device::tile_logits_wide(
+                indexer_device::desc_at(desc_k, s * kKeyBytes), desc_q, wsl, hgroups, x.rows,
+                t.s_lo, t.s_hi,
+                [&](int r, float v_lo, float v_hi) { store_row(t, n, r, v_lo, v_hi); },
+                [&] { (void)cuda::ptx::mbarrier_arrive(&empty[s]); });
           }
-          indexer_device::tile_logits_wide(
-              sm90::desc_advance(desc_k, s * kKeyBytes), desc_q, wsl, hgroups, x.rows, t.s_lo,
-              t.s_hi, [&](int r, float v_lo, float v_hi) { store(t, r, v_lo, v_hi); },
-              [&] { (void)cuda::ptx::mbarrier_arrive(&empty[s]); });
           s = next_stage(s, &round);
           ++kk;
         }
@@ -488,7 +510,7 @@ Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream 
                                  const IndexerDevice& dev) {
   if (a.batch == 0 || a.max_len == 0) return Status::Ok();
   MLAKIT_RETURN_IF_ERROR(indexer_device::check_tma_call(
-      a, "the persistent indexer kernel", dev.major, binary_version(indexer_persistent_kernel),
+      a, "the persistent indexer kernel", dev.major, binary_version(indexer_persistent_kernel<0>),
       /*need_q=*/true));
   const int hp = (a.heads + kWgHeads - 1) / kWgHeads * kWgHeads;
   const int per_row = 2 * hp * (kIndexerDim + 4);  // two slots
@@ -529,10 +551,16 @@ Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream 
   p.row_groups = (a.next_n + p.rows_per_unit - 1) / p.rows_per_unit;
   p.stages = stages;
   const int smem_bytes = persist_layout_of(stages, p.rows_per_unit, hp).bytes;
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(indexer_persistent_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  indexer_persistent_kernel<<<dev.sms, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(
-      p);
+  // Every unit has rows_per_unit rows where they divide next_n: then 1 or 2 blocks take their own
+  // straight path.
+  const int blocks = p.rows_per_unit * (hp / kWgHeads);
+  const int uniform_blocks = a.next_n % p.rows_per_unit == 0 && blocks <= 2 ? blocks : 0;
+  auto* kernel = uniform_blocks == 1   ? indexer_persistent_kernel<1>
+                 : uniform_blocks == 2 ? indexer_persistent_kernel<2>
+                                       : indexer_persistent_kernel<0>;
+  MLAKIT_CUDA_RETURN(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<dev.sms, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
   MLAKIT_CUDA_RETURN_LAUNCH("indexer_persistent_kernel");
   return Status::Ok();
 }
