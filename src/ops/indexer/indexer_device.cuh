@@ -244,8 +244,9 @@ __device__ __forceinline__ void add_heads_at(const float* d, const float* wt, bo
 }
 
 // add_heads with the thread's 16 weights in registers: w[2 nb + e] = the block's weight
-// 8 nb + 2 (threadIdx.x % 4) + e.
-__device__ __forceinline__ void add_heads_w(const float* d, const float (&w)[16], bool positive,
+// 8 nb + 2 (threadIdx.x % 4) + e (w indexes a register array: every index is a constant once
+// inlined and unrolled).
+__device__ __forceinline__ void add_heads_w(const float* d, const float* w, bool positive,
                                             float s_lo, float s_hi, float* lo, float* hi) {
   float l0 = *lo, l1 = 0.f, h0 = *hi, h1 = 0.f;
   if (positive) {

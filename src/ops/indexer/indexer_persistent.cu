@@ -162,8 +162,9 @@ __device__ __forceinline__ int64_t block_exclusive_scan(int64_t x, int64_t* sums
 
 #endif
 
-// kBlocks: the 64-head blocks of every unit (rows x head groups) where all units have 1 or 2 (their
-// own straight paths), else 0 (tile_logits_wide's loop over any).
+// kBlocks: where every unit has the same shape, its own straight path: 1 (one row of one 64-head
+// block), 2 (one row of two blocks) or 3 (two rows of one block); else 0 (tile_logits_wide's loop
+// over any).
 template <int kBlocks>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_persistent_kernel(const __grid_constant__ PersistParams p) {
@@ -411,14 +412,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           return st;
         };
-        // One 64-head block a unit: the block's 16 weights of the thread in registers.
-        float wr[kBlocks == 1 ? 16 : 1];
-        if constexpr (kBlocks == 1) {
+        // Rows of one 64-head block: the thread's 16 weights of each row in registers.
+        constexpr int kRegW = kBlocks == 1 ? 1 : kBlocks == 3 ? 2 : 0;
+        float wr[kRegW == 0 ? 1 : 16 * kRegW];
+#pragma unroll
+        for (int b = 0; b < kRegW; ++b) {
 #pragma unroll
           for (int nb = 0; nb < 8; ++nb) {
-            const float2 w2 = *reinterpret_cast<const float2*>(wt + 8 * nb);
-            wr[2 * nb] = w2.x;
-            wr[2 * nb + 1] = w2.y;
+            const float2 w2 = *reinterpret_cast<const float2*>(wt + b * kWgHeads + 8 * nb);
+            wr[16 * b + 2 * nb] = w2.x;
+            wr[16 * b + 2 * nb + 1] = w2.y;
           }
         }
         for (int kk = k; kk < k + take;) {
@@ -438,9 +441,38 @@ __global__ void __launch_bounds__(kThreads, 1)
             indexer_device::add_heads_w(d, wr, pos, t.s_lo, t.s_hi, &lo, &hi);
             indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo, &hi);
             store_row(t, n, 0, lo, hi);
+          } else if constexpr (kBlocks == 3) {
+            // Two rows of one 64-head block: two m64n64k32 products one after the other (the
+            // second reads the same keys), each row's 16 weights of the thread in registers. (One
+            // m64n128k32 product for both rows, weights from shared memory, was 2-4% slower from
+            // batch 32 on an H200; issuing both products before the first row's sums, 3-5%.)
+            wait_parity(&full[s], round);
+            const Tile t = tile_at(s);
+            const uint64_t dk = indexer_device::desc_at(desc_k, s * kKeyBytes);
+            const uint64_t dq1 = indexer_device::desc_at(desc_q, kWgHeads * kIndexerDim);
+            const bool pos = indexer_device::all_positive(t.s_lo, t.s_hi);
+            float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
+            float d[32];
+            indexer_device::products(dk, desc_q, d);
+            sm90::wgmma_wait_group<0>();
+            sm90::fence_accumulators(d);
+            indexer_device::add_heads_w(d, wr, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            indexer_device::products(dk, dq1, d);
+            sm90::wgmma_wait_group<0>();
+            sm90::fence_accumulators(d);
+            (void)cuda::ptx::mbarrier_arrive(&empty[s]);
+            indexer_device::add_heads_w(d, wr + 16, pos, t.s_lo, t.s_hi, &lo1, &hi1);
+            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
+            if (plain(t, n)) {
+              out_q[n * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
+            } else {
+              store_edge(t, n, 0, lo0, hi0);
+              store_edge(t, n, 1, lo1, hi1);
+            }
           } else if constexpr (kBlocks == 2) {
-            // Two 64-head blocks (two rows of up to 64 heads, or one of 128): one m64n128k32
-            // product, the blocks' sums side by side.
+            // One row of two 64-head blocks (65 to 128 heads): one m64n128k32 product, the
+            // blocks' sums side by side.
             float d[64];
             wait_parity(&full[s], round);
             const Tile t = tile_at(s);
@@ -452,21 +484,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
             indexer_device::add_heads_at(d, wt, pos, t.s_lo, t.s_hi, &lo0, &hi0);
             indexer_device::add_heads_at(d + 32, wt + kWgHeads, pos, t.s_lo, t.s_hi, &lo1, &hi1);
-            if (hgroups == 2) {
-              lo0 += lo1;
-              hi0 += hi1;
-              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-              store_row(t, n, 0, lo0, hi0);
-            } else {
-              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
-              if (plain(t, n)) {
-                out_q[n * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
-              } else {
-                store_edge(t, n, 0, lo0, hi0);
-                store_edge(t, n, 1, lo1, hi1);
-              }
-            }
+            lo0 += lo1;
+            hi0 += hi1;
+            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            store_row(t, n, 0, lo0, hi0);
           } else {
             wait_parity(&full[s], round);
             const Tile t = tile_at(s);
@@ -551,13 +572,14 @@ Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream 
   p.row_groups = (a.next_n + p.rows_per_unit - 1) / p.rows_per_unit;
   p.stages = stages;
   const int smem_bytes = persist_layout_of(stages, p.rows_per_unit, hp).bytes;
-  // Every unit has rows_per_unit rows where they divide next_n: then 1 or 2 blocks take their own
-  // straight path.
-  const int blocks = p.rows_per_unit * (hp / kWgHeads);
-  const int uniform_blocks = a.next_n % p.rows_per_unit == 0 && blocks <= 2 ? blocks : 0;
-  auto* kernel = uniform_blocks == 1   ? indexer_persistent_kernel<1>
-                 : uniform_blocks == 2 ? indexer_persistent_kernel<2>
-                                       : indexer_persistent_kernel<0>;
+  // Every unit has rows_per_unit rows where they divide next_n: then one or two 64-head blocks
+  // take their own straight path.
+  const int hgroups = hp / kWgHeads;
+  const bool uniform = a.next_n % p.rows_per_unit == 0;
+  auto* kernel = uniform && p.rows_per_unit == 1 && hgroups == 1   ? indexer_persistent_kernel<1>
+                 : uniform && p.rows_per_unit == 1 && hgroups == 2 ? indexer_persistent_kernel<2>
+                 : uniform && p.rows_per_unit == 2 && hgroups == 1 ? indexer_persistent_kernel<3>
+                                                                   : indexer_persistent_kernel<0>;
   MLAKIT_CUDA_RETURN(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   kernel<<<dev.sms, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
