@@ -213,6 +213,105 @@ void check_indexer_logits(int heads, int next_n, int page_size, const char* kern
               kernel, heads, next_n, page_size, worst);
 }
 
+// One indexer case for IndexerLogitsEqualsCpu and IndexerLongCallsEqualCpu: keys quantized by the
+// cpu append into shuffled pages (the unused ones NaN-poisoned), random q and weights, the cpu
+// reference against each GPU kernel by itself and the op's choice (check_indexer_logits).
+void run_indexer_case(Rng& rng, const DeviceInfo& dev, int heads, int next_n, int page_size,
+                      const std::vector<int32_t>& lens, int64_t max_len) {
+  const int b = static_cast<int>(lens.size());
+  const int64_t bt_stride = (max_len + page_size - 1) / page_size;
+  const int64_t num_pages = b * bt_stride + 3;
+  // Keys quantized by the cpu append into every page, then the pages no table names poisoned.
+  ops::AppendIndexerArgs ap;
+  ap.page_size = page_size;
+  ap.num_pages = num_pages;
+  ap.n_tokens = num_pages * page_size;
+  const auto keys = random_rows(rng, ap.n_tokens, 128, DType::kBF16);
+  std::vector<int64_t> slots(ap.n_tokens);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::vector<uint8_t> cache(num_pages * ops::indexer_page_bytes(page_size));
+  ap.k = keys.data();
+  ap.slot_mapping = slots.data();
+  ap.index_cache = cache.data();
+  MLAKIT_ASSERT_OK(ops::append_indexer(Device::kCpu, ap));
+  std::vector<int32_t> ids(num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng.gen);
+  std::vector<int32_t> table(b * bt_stride, -1);
+  std::vector<bool> used(num_pages, false);
+  int next = 0;
+  for (int i = 0; i < b; ++i) {
+    for (int64_t pg = 0; pg * page_size < lens[i]; ++pg) {
+      table[i * bt_stride + pg] = ids[next++];
+      used[table[i * bt_stride + pg]] = true;
+    }
+  }
+  for (int64_t pg = 0; pg < num_pages; ++pg) {
+    if (!used[pg]) {
+      std::fill_n(cache.begin() + pg * ops::indexer_page_bytes(page_size),
+                  ops::indexer_page_bytes(page_size), 0xff);
+    }
+  }
+  std::vector<uint8_t> q(int64_t{b} * next_n * heads * 128);
+  for (auto& v : q) v = float_to_e4m3(rng.normal() * 0.5f);
+  std::vector<float> weights(int64_t{b} * next_n * heads);
+  for (auto& w : weights) w = rng.normal();
+  const int64_t ld = max_len + 3;
+  const int64_t rows = int64_t{b} * next_n;
+  std::vector<float> want(rows * ld, 7.0f);
+  ops::IndexerLogitsArgs a;
+  a.batch = b;
+  a.next_n = next_n;
+  a.heads = heads;
+  a.q = q.data();
+  a.weights = weights.data();
+  a.index_cache = cache.data();
+  a.num_pages = num_pages;
+  a.page_size = page_size;
+  a.block_table = table.data();
+  a.block_table_stride = bt_stride;
+  a.seq_lens = lens.data();
+  a.logits = want.data();
+  a.max_len = max_len;
+  a.logits_stride = ld;
+  MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCpu, a));
+  // The GPU's table: two used pages of the longest request out of range (-inf expected there).
+  std::vector<int32_t> gpu_table = table;
+  const int longest = b - 1;
+  gpu_table[longest * bt_stride + 1] = static_cast<int32_t>(num_pages + 7);
+  gpu_table[longest * bt_stride + 3] = -3;
+  DeviceVec<uint8_t> d_q(q), d_cache(cache);
+  DeviceVec<float> d_w(weights), d_logits(std::vector<float>(rows * ld, NAN));
+  DeviceVec<int32_t> d_table(gpu_table), d_lens(lens);
+  a.q = d_q.ptr;
+  a.weights = d_w.ptr;
+  a.index_cache = d_cache.ptr;
+  a.block_table = d_table.ptr;
+  a.seq_lens = d_lens.ptr;
+  a.logits = d_logits.ptr;
+  // The pipelined kernel runs on sm_90 for the page sizes it takes; the copy kernel everywhere.
+  const bool tma = dev.sm_major == 9 && ops::indexer_tma_takes_page_size(page_size);
+  for (const char* kernel : {"auto", "tma", "tma-wide", "persistent", "copy"}) {
+    if ((std::strncmp(kernel, "tma", 3) == 0 || std::strcmp(kernel, "persistent") == 0) && !tma) {
+      continue;
+    }
+    MLAKIT_ASSERT_CUDA(cudaMemset(d_logits.ptr, 0xff, rows * ld * sizeof(float)));  // NaN
+    if (std::strcmp(kernel, "auto") == 0) {
+      MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCuda, a));
+    } else {
+      const ops::IndexerKernel k =
+          std::strcmp(kernel, "tma") == 0          ? ops::IndexerKernel::kTma
+          : std::strcmp(kernel, "tma-wide") == 0   ? ops::IndexerKernel::kTmaWide
+          : std::strcmp(kernel, "persistent") == 0 ? ops::IndexerKernel::kPersistent
+                                                   : ops::IndexerKernel::kCopy;
+      MLAKIT_ASSERT_OK(ops::indexer_logits_cuda(a, ld, nullptr, k));
+    }
+    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+    check_indexer_logits(heads, next_n, page_size, kernel, d_logits.download(), want, b, max_len,
+                         ld, longest);
+  }
+}
+
 // The indexer's logits on the GPU (fp8 mma) against the cpu reference (double) on the same codes,
 // each kernel by itself and the op's choice: heads 1..128 (16- and 64-head groups padded), next_n
 // 1..16 (row groups per CTA), page sizes 1 (4-byte copies), 8, 16 and 32 (the pipelined kernel:
@@ -230,101 +329,26 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
   for (const Case c : {Case{64, 1, 64}, Case{64, 2, 64}, Case{1, 1, 64}, Case{20, 3, 1},
                        Case{128, 1, 64}, Case{128, 16, 16}, Case{96, 4, 64}, Case{64, 2, 8},
                        Case{64, 1, 32}, Case{64, 3, 128}, Case{20, 2, 192}}) {
-    const std::vector<int32_t> lens = {0, 1, 63, 64, 65, 300, 2049, 5000};
-    const int b = static_cast<int>(lens.size());
-    const int64_t max_len = 5000 + 7;
-    const int64_t bt_stride = (max_len + c.page_size - 1) / c.page_size;
-    const int64_t num_pages = b * bt_stride + 3;
-    // Keys quantized by the cpu append into every page, then the pages no table names poisoned.
-    ops::AppendIndexerArgs ap;
-    ap.page_size = c.page_size;
-    ap.num_pages = num_pages;
-    ap.n_tokens = num_pages * c.page_size;
-    const auto keys = random_rows(rng, ap.n_tokens, 128, DType::kBF16);
-    std::vector<int64_t> slots(ap.n_tokens);
-    std::iota(slots.begin(), slots.end(), 0);
-    std::vector<uint8_t> cache(num_pages * ops::indexer_page_bytes(c.page_size));
-    ap.k = keys.data();
-    ap.slot_mapping = slots.data();
-    ap.index_cache = cache.data();
-    MLAKIT_ASSERT_OK(ops::append_indexer(Device::kCpu, ap));
-    std::vector<int32_t> ids(num_pages);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng.gen);
-    std::vector<int32_t> table(b * bt_stride, -1);
-    std::vector<bool> used(num_pages, false);
-    int next = 0;
-    for (int i = 0; i < b; ++i) {
-      for (int64_t pg = 0; pg * c.page_size < lens[i]; ++pg) {
-        table[i * bt_stride + pg] = ids[next++];
-        used[table[i * bt_stride + pg]] = true;
-      }
-    }
-    for (int64_t pg = 0; pg < num_pages; ++pg) {
-      if (!used[pg]) {
-        std::fill_n(cache.begin() + pg * ops::indexer_page_bytes(c.page_size),
-                    ops::indexer_page_bytes(c.page_size), 0xff);
-      }
-    }
-    std::vector<uint8_t> q(int64_t{b} * c.next_n * c.heads * 128);
-    for (auto& v : q) v = float_to_e4m3(rng.normal() * 0.5f);
-    std::vector<float> weights(int64_t{b} * c.next_n * c.heads);
-    for (auto& w : weights) w = rng.normal();
-    const int64_t ld = max_len + 3;
-    const int64_t rows = int64_t{b} * c.next_n;
-    std::vector<float> want(rows * ld, 7.0f);
-    ops::IndexerLogitsArgs a;
-    a.batch = b;
-    a.next_n = c.next_n;
-    a.heads = c.heads;
-    a.q = q.data();
-    a.weights = weights.data();
-    a.index_cache = cache.data();
-    a.num_pages = num_pages;
-    a.page_size = c.page_size;
-    a.block_table = table.data();
-    a.block_table_stride = bt_stride;
-    a.seq_lens = lens.data();
-    a.logits = want.data();
-    a.max_len = max_len;
-    a.logits_stride = ld;
-    MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCpu, a));
-    // The GPU's table: two used pages of the longest request out of range (-inf expected there).
-    std::vector<int32_t> gpu_table = table;
-    const int longest = b - 1;
-    gpu_table[longest * bt_stride + 1] = static_cast<int32_t>(num_pages + 7);
-    gpu_table[longest * bt_stride + 3] = -3;
-    DeviceVec<uint8_t> d_q(q), d_cache(cache);
-    DeviceVec<float> d_w(weights), d_logits(std::vector<float>(rows * ld, NAN));
-    DeviceVec<int32_t> d_table(gpu_table), d_lens(lens);
-    a.q = d_q.ptr;
-    a.weights = d_w.ptr;
-    a.index_cache = d_cache.ptr;
-    a.block_table = d_table.ptr;
-    a.seq_lens = d_lens.ptr;
-    a.logits = d_logits.ptr;
-    // The pipelined kernel runs on sm_90 for the page sizes it takes; the copy kernel everywhere.
-    const bool tma = dev.sm_major == 9 && ops::indexer_tma_takes_page_size(c.page_size);
-    for (const char* kernel : {"auto", "tma", "tma-wide", "persistent", "copy"}) {
-      if ((std::strncmp(kernel, "tma", 3) == 0 || std::strcmp(kernel, "persistent") == 0) && !tma) {
-        continue;
-      }
-      MLAKIT_ASSERT_CUDA(cudaMemset(d_logits.ptr, 0xff, rows * ld * sizeof(float)));  // NaN
-      if (std::strcmp(kernel, "auto") == 0) {
-        MLAKIT_ASSERT_OK(ops::indexer_logits(Device::kCuda, a));
-      } else {
-        const ops::IndexerKernel k =
-            std::strcmp(kernel, "tma") == 0          ? ops::IndexerKernel::kTma
-            : std::strcmp(kernel, "tma-wide") == 0   ? ops::IndexerKernel::kTmaWide
-            : std::strcmp(kernel, "persistent") == 0 ? ops::IndexerKernel::kPersistent
-                                                     : ops::IndexerKernel::kCopy;
-        MLAKIT_ASSERT_OK(ops::indexer_logits_cuda(a, ld, nullptr, k));
-      }
-      MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
-      check_indexer_logits(c.heads, c.next_n, c.page_size, kernel, d_logits.download(), want, b,
-                           max_len, ld, longest);
-    }
+    run_indexer_case(rng, dev, c.heads, c.next_n, c.page_size, {0, 1, 63, 64, 65, 300, 2049, 5000},
+                     5000 + 7);
   }
+}
+
+// Calls long enough for the persistent kernel's shapes that only long calls take (next_n 2 up to
+// 64 heads as two m64n64 products from kIndexerTwoRowTilesPerSm tiles an SM: 48 requests of about
+// 4500 positions, over 3168 tiles), with a length short of a tile, one short of a page and one of
+// 0 among them.
+TEST(OpsGpu, IndexerLongCallsEqualCpu) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const DeviceInfo dev = current_device();
+  if (dev.sm_major * 10 + dev.sm_minor < 89) GTEST_SKIP() << "needs sm_89 or newer";
+  Rng rng(107);
+  std::vector<int32_t> lens(48, 4500);
+  lens[3] = 0;
+  lens[7] = 4500 - 63;
+  lens[20] = 4500 - 1;
+  lens[47] = 4501;
+  for (const int next_n : {2, 1}) run_indexer_case(rng, dev, 64, next_n, 64, lens, 4501 + 9);
 }
 
 TEST(OpsGpu, GraphReplayWithNewLengthsAndSlots) {
