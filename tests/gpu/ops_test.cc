@@ -328,7 +328,7 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
   };
   for (const Case c : {Case{64, 1, 64}, Case{64, 2, 64}, Case{1, 1, 64}, Case{20, 3, 1},
                        Case{128, 1, 64}, Case{128, 16, 16}, Case{96, 4, 64}, Case{64, 2, 8},
-                       Case{64, 1, 32}, Case{64, 3, 128}, Case{20, 2, 192}}) {
+                       Case{64, 1, 32}, Case{64, 3, 128}, Case{20, 2, 192}, Case{64, 16, 64}}) {
     run_indexer_case(rng, dev, c.heads, c.next_n, c.page_size, {0, 1, 63, 64, 65, 300, 2049, 5000},
                      5000 + 7);
   }
@@ -336,8 +336,9 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
 
 // Calls long enough for the persistent kernel's shapes that only long calls take (next_n 2 up to
 // 64 heads as two m64n64 products from kIndexerTwoRowTilesPerSm tiles an SM: 48 requests of about
-// 4500 positions, over 3168 tiles), with a length short of a tile, one short of a page and one of
-// 0 among them.
+// 4500 positions, 3408 tiles, over 24 x 132), with lengths of 0, a multiple of the tile (4480),
+// one past it (4481: row 0 of next_n 2 sees exactly 70 tiles, all plain) and one short of it
+// (4479) among them.
 TEST(OpsGpu, IndexerLongCallsEqualCpu) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const DeviceInfo dev = current_device();
@@ -345,8 +346,9 @@ TEST(OpsGpu, IndexerLongCallsEqualCpu) {
   Rng rng(107);
   std::vector<int32_t> lens(48, 4500);
   lens[3] = 0;
-  lens[7] = 4500 - 63;
-  lens[20] = 4500 - 1;
+  lens[7] = 4480;
+  lens[20] = 4481;
+  lens[30] = 4479;
   lens[47] = 4501;
   for (const int next_n : {2, 1}) run_indexer_case(rng, dev, 64, next_n, 64, lens, 4501 + 9);
 }

@@ -16,13 +16,16 @@
 // warp 0's loads, into one of two slots: the slot of the CTA's unit v is loaded once every
 // warpgroup has released unit v - 2's, so the next unit's heads arrive while the current one is
 // computed. A consumer's tile: wgmma e4m3 with the positions as M and the heads as N, then the
-// sums of indexer_device.cuh. The kernel is instantiated per unit shape: where every unit is one
-// 64-head block (next_n 1 with up to 64 heads) a tile is one m64n64k32 product with the thread's
-// 16 weights in registers; where every unit is two blocks (next_n 2 with up to 64 heads, or 128
-// heads) one m64n128k32 product; other shapes take tile_logits_wide's loop. Tiles whose positions
-// every row sees and whose boxes were all read store one value a thread without tests; the others
-// set -inf where a row does not see a position or its box was not read. Positions past a unit's
-// tiles are set to -inf after the main loop, in pieces of 4096 spread over the grid.
+// sums of indexer_device.cuh. The kernel is instantiated per unit shape (kBlocks): one row of one
+// 64-head block (next_n 1 with up to 64 heads): one m64n64k32 product a tile, the thread's 16
+// weights in registers; two rows of one block (next_n 2 with up to 64 heads) in calls of at
+// least kIndexerTwoRowTilesPerSm tiles an SM: two m64n64k32 products one after the other, each
+// row's weights in registers; two blocks (one row of 65 to 128 heads, or two rows in shorter
+// calls): one m64n128k32 product; any other shape: tile_logits_wide's loop. Tiles whose
+// positions every row sees and whose boxes were all read store without tests (each quad lane one
+// value of the quad's two positions and up to two rows); the others set -inf where a row does not
+// see a position or its box was not read. Positions past a unit's tiles are set to -inf after
+// the main loop, in pieces of 4096 spread over the grid.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -363,13 +366,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint64_t desc_q =
             sm90::smem_desc_sw128(ptx::smem_u32(qs + slot * q_slot_bytes), 0, 1024);
         const float* wsl = ws + slot * p.rows_per_unit * hp;
-        const float* wt = wsl + 2 * tg;  // the thread's weights (add_heads_at)
+        const float* w_thread = wsl + 2 * tg;  // the thread's weights (add_heads_at)
         // Plain tiles: every position visible to every row of the unit (row 0 sees the fewest),
         // so where all their boxes were read no position needs -inf. There quad lane tg stores
         // the quad's value tg: row tg / 2, position pos_lo + 8 (tg % 2) (one store a thread, no
         // branch). Other tiles (a unit's last ones, or one with a page id out of range) take
         // store_edge, which reads the unit's lengths back from shared memory.
-        const int plain_tiles = max(0, min(x.len, x.vis0)) / kTile;
+        const int plain_tiles = max(0, x.vis0) / kTile;  // vis0 <= len
         float* const out_q = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld + pos_lo +
                              (tg & 1) * 8 + (tg >> 1) * p.ld;
         // The unit's length and row 0's visible length for store_edge, in the warp's slot of the
@@ -422,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int b = 0; b < kRegW; ++b) {
 #pragma unroll
           for (int nb = 0; nb < 8; ++nb) {
-            const float2 w2 = *reinterpret_cast<const float2*>(wt + b * kWgHeads + 8 * nb);
+            const float2 w2 = *reinterpret_cast<const float2*>(w_thread + b * kWgHeads + 8 * nb);
             wr[16 * b + 2 * nb] = w2.x;
             wr[16 * b + 2 * nb + 1] = w2.y;
           }
@@ -485,8 +488,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             sm90::fence_accumulators(d);
             (void)cuda::ptx::mbarrier_arrive(&empty[s]);
             float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
-            indexer_device::add_heads_at(d, wt, pos, t.s_lo, t.s_hi, &lo0, &hi0);
-            indexer_device::add_heads_at(d + 32, wt + kWgHeads, pos, t.s_lo, t.s_hi, &lo1, &hi1);
+            indexer_device::add_heads_at(d, w_thread, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            indexer_device::add_heads_at(d + 32, w_thread + kWgHeads, pos, t.s_lo, t.s_hi, &lo1,
+                                         &hi1);
             if (hgroups == 2) {
               lo0 += lo1;
               hi0 += hi1;
@@ -591,13 +595,13 @@ Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream 
   // kIndexerTwoRowTilesPerSm key tiles an SM (2-4% faster there on an H200), one m64n128 product
   // in shorter calls (2-10% faster at batch 1).
   const int hgroups = hp / kWgHeads;
-  const bool uniform = a.next_n % p.rows_per_unit == 0;
+  const bool uniform = a.next_n % p.rows_per_unit == 0;  // (always with one row a unit)
   const int64_t tiles = (a.max_len + kTile - 1) / kTile * a.batch;
   const bool two_rows = uniform && p.rows_per_unit == 2 && hgroups == 1;
-  auto* kernel = uniform && p.rows_per_unit == 1 && hgroups == 1 ? indexer_persistent_kernel<1>
+  auto* kernel = p.rows_per_unit == 1 && hgroups == 1 ? indexer_persistent_kernel<1>
                  : two_rows && tiles >= int64_t{kIndexerTwoRowTilesPerSm} * dev.sms
                      ? indexer_persistent_kernel<3>
-                 : two_rows || (uniform && p.rows_per_unit == 1 && hgroups == 2)
+                 : two_rows || (p.rows_per_unit == 1 && hgroups == 2)
                      ? indexer_persistent_kernel<2>
                      : indexer_persistent_kernel<0>;
   MLAKIT_CUDA_RETURN(
