@@ -214,16 +214,17 @@ __device__ __forceinline__ bool all_positive(float s_lo, float s_hi) {
   return __all_sync(0xffffffffu, s_lo > 0.f && s_lo <= FLT_MAX && s_hi > 0.f && s_hi <= FLT_MAX);
 }
 
-// add_heads with the thread's weights at wt = w + 2 (threadIdx.x % 4) (a caller that keeps it
-// across tiles saves its arithmetic).
-__device__ __forceinline__ void add_heads_at(const float* d, const float* wt, bool positive,
+// add_heads over the thread's weights as pairs: weights(nb) = the block's weights
+// 8 nb + 2 (threadIdx.x % 4) + {0, 1}.
+template <typename Weights>
+__device__ __forceinline__ void add_heads_by(const float* d, Weights weights, bool positive,
                                              float s_lo, float s_hi, float* lo, float* hi) {
   // Two chains a position (even and odd heads), added at the end: half the dependent steps.
   float l0 = *lo, l1 = 0.f, h0 = *hi, h1 = 0.f;
   if (positive) {
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
-      const float2 w_h = *reinterpret_cast<const float2*>(wt + 8 * nb);
+      const float2 w_h = weights(nb);
       l0 = fmaf(w_h.x, fmaxf(d[4 * nb], 0.f), l0);
       l1 = fmaf(w_h.y, fmaxf(d[4 * nb + 1], 0.f), l1);
       h0 = fmaf(w_h.x, fmaxf(d[4 * nb + 2], 0.f), h0);
@@ -232,7 +233,7 @@ __device__ __forceinline__ void add_heads_at(const float* d, const float* wt, bo
   } else {
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
-      const float2 w_h = *reinterpret_cast<const float2*>(wt + 8 * nb);
+      const float2 w_h = weights(nb);
       l0 = fmaf(w_h.x, fmaxf(d[4 * nb] * s_lo, 0.f), l0);
       l1 = fmaf(w_h.y, fmaxf(d[4 * nb + 1] * s_lo, 0.f), l1);
       h0 = fmaf(w_h.x, fmaxf(d[4 * nb + 2] * s_hi, 0.f), h0);
@@ -243,31 +244,23 @@ __device__ __forceinline__ void add_heads_at(const float* d, const float* wt, bo
   *hi = h0 + h1;
 }
 
+// add_heads with the thread's weights at wt = w + 2 (threadIdx.x % 4) (a caller that keeps it
+// across tiles saves its arithmetic).
+__device__ __forceinline__ void add_heads_at(const float* d, const float* wt, bool positive,
+                                             float s_lo, float s_hi, float* lo, float* hi) {
+  add_heads_by(
+      d, [wt](int nb) { return *reinterpret_cast<const float2*>(wt + 8 * nb); }, positive, s_lo,
+      s_hi, lo, hi);
+}
+
 // add_heads with the thread's 16 weights in registers: w[2 nb + e] = the block's weight
 // 8 nb + 2 (threadIdx.x % 4) + e (w indexes a register array: every index is a constant once
 // inlined and unrolled).
 __device__ __forceinline__ void add_heads_w(const float* d, const float* w, bool positive,
                                             float s_lo, float s_hi, float* lo, float* hi) {
-  float l0 = *lo, l1 = 0.f, h0 = *hi, h1 = 0.f;
-  if (positive) {
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-      l0 = fmaf(w[2 * nb], fmaxf(d[4 * nb], 0.f), l0);
-      l1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 1], 0.f), l1);
-      h0 = fmaf(w[2 * nb], fmaxf(d[4 * nb + 2], 0.f), h0);
-      h1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 3], 0.f), h1);
-    }
-  } else {
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-      l0 = fmaf(w[2 * nb], fmaxf(d[4 * nb] * s_lo, 0.f), l0);
-      l1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 1] * s_lo, 0.f), l1);
-      h0 = fmaf(w[2 * nb], fmaxf(d[4 * nb + 2] * s_hi, 0.f), h0);
-      h1 = fmaf(w[2 * nb + 1], fmaxf(d[4 * nb + 3] * s_hi, 0.f), h1);
-    }
-  }
-  *lo = l0 + l1;
-  *hi = h0 + h1;
+  add_heads_by(
+      d, [w](int nb) { return make_float2(w[2 * nb], w[2 * nb + 1]); }, positive, s_lo, s_hi, lo,
+      hi);
 }
 
 __device__ __forceinline__ void add_heads(const float* d, const float* w, bool positive, float s_lo,

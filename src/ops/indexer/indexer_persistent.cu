@@ -410,6 +410,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             store_edge(t, tn, r, v_lo, v_hi);
           }
         };
+        // Two rows' sums of tile tn (rows 0 and 1 of the unit): each quad lane stores one of the
+        // plain tile's four values.
+        auto store_two_rows = [&](const Tile& t, int tn, bool pos, float lo0, float hi0, float lo1,
+                                  float hi1) {
+          indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
+          indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
+          if (plain(t, tn)) {
+            out_q[tn * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
+          } else {
+            store_edge(t, tn, 0, lo0, hi0);
+            store_edge(t, tn, 1, lo1, hi1);
+          }
+        };
         auto next_stage = [&](int st, uint32_t* rd) {
           st += kConsumers;
           if (st >= stages) {
@@ -468,14 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             sm90::fence_accumulators(d);
             (void)cuda::ptx::mbarrier_arrive(&empty[s]);
             indexer_device::add_heads_w(d, wr + 16, pos, t.s_lo, t.s_hi, &lo1, &hi1);
-            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
-            if (plain(t, n)) {
-              out_q[n * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
-            } else {
-              store_edge(t, n, 0, lo0, hi0);
-              store_edge(t, n, 1, lo1, hi1);
-            }
+            store_two_rows(t, n, pos, lo0, hi0, lo1, hi1);
           } else if constexpr (kBlocks == 2) {
             // Two 64-head blocks (one row of 65 to 128 heads, or two rows of up to 64 in short
             // calls): one m64n128k32 product, the blocks' sums side by side.
@@ -497,14 +503,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
               store_row(t, n, 0, lo0, hi0);
             } else {
-              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
-              if (plain(t, n)) {
-                out_q[n * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
-              } else {
-                store_edge(t, n, 0, lo0, hi0);
-                store_edge(t, n, 1, lo1, hi1);
-              }
+              store_two_rows(t, n, pos, lo0, hi0, lo1, hi1);
             }
           } else {
             wait_parity(&full[s], round);
