@@ -48,11 +48,12 @@ inline cudaLaunchAttribute cluster_dimension(unsigned x) {
 
 // Launches `kernel` with cudaLaunchKernelEx; `pdl` sets programmatic stream serialization (only
 // pass true on sm_90 and newer); `cluster_x` > 1 groups consecutive CTAs of the 1-D grid into
-// clusters of that many (sm_90 and newer; the grid a multiple of it). Returns the launch error.
+// clusters of that many (sm_90 and newer; the grid a multiple of it), `cluster_attribute` sets
+// the cluster attribute for clusters of one CTA too. Returns the launch error.
 template <typename... KernelArgs, typename... Args>
-cudaError_t launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
-                             size_t smem_bytes, cudaStream_t stream, bool pdl, unsigned cluster_x,
-                             Args&&... args) {
+cudaError_t launch_ex(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                      cudaStream_t stream, bool pdl, unsigned cluster_x, bool cluster_attribute,
+                      Args&&... args) {
   cudaLaunchAttribute attribute[2];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
@@ -63,8 +64,17 @@ cudaError_t launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 bloc
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = attribute;
-  config.numAttrs = cluster_x > 1 ? 2 : 1;
+  config.numAttrs = cluster_attribute || cluster_x > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// launch_ex with the cluster attribute only for clusters of more than one CTA.
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
+                             size_t smem_bytes, cudaStream_t stream, bool pdl, unsigned cluster_x,
+                             Args&&... args) {
+  return launch_ex(kernel, grid, block, smem_bytes, stream, pdl, cluster_x, false,
+                   std::forward<Args>(args)...);
 }
 
 // The same without clusters.

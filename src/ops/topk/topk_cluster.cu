@@ -295,15 +295,11 @@ Status topk_launch_cluster(const TopkArgs& a, int64_t ld, const TopkClusterPlan&
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
       topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxDynamicSmem));
   // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
-  cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = static_cast<cudaStream_t>(stream);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MLAKIT_CUDA_RETURN(cudaLaunchKernelEx(&config, topk_cluster_kernel, p));
+  MLAKIT_CUDA_RETURN(pdl::launch_ex(topk_cluster_kernel,
+                                    dim3(static_cast<unsigned>(rows * plan.cluster)),
+                                    dim3(kThreads), smem, static_cast<cudaStream_t>(stream),
+                                    /*pdl=*/false, static_cast<unsigned>(plan.cluster),
+                                    /*cluster_attribute=*/true, p));
   return Status::Ok();
 }
 

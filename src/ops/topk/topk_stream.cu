@@ -368,15 +368,11 @@ Status topk_launch_stream(const TopkArgs& a, int64_t ld, const TopkClusterPlan& 
                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   }
   // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
-  cudaLaunchAttribute attribute = pdl::cluster_dimension(static_cast<unsigned>(plan.cluster));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = static_cast<cudaStream_t>(stream);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  MLAKIT_CUDA_RETURN(cudaLaunchKernelEx(&config, topk_stream_kernel, p));
+  MLAKIT_CUDA_RETURN(pdl::launch_ex(topk_stream_kernel,
+                                    dim3(static_cast<unsigned>(rows * plan.cluster)),
+                                    dim3(kThreads), kSmem, static_cast<cudaStream_t>(stream),
+                                    /*pdl=*/false, static_cast<unsigned>(plan.cluster),
+                                    /*cluster_attribute=*/true, p));
   return Status::Ok();
 }
 
