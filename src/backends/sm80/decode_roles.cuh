@@ -38,6 +38,7 @@
 #include "backends/sm80/qk_pairs.cuh"
 #include "backends/sm80/qk_softmax.cuh"
 #include "backends/sm80/qk_split_k.cuh"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/ptx.h"
 #include "plan/work.cuh"
 
@@ -77,16 +78,9 @@ inline constexpr int kOutputRegs = (12 * kLaunchRegs - 4 * kScoreRegs) / 8 / 8 *
 // (docs/sm80-decode.md, item 21).
 __device__ __forceinline__ void cta_sync() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
 
-// Waits until the phase of `bar` with parity `parity` has completed (sm_90: try_wait, which
-// suspends the thread in hardware for a while; sm_80: polling test_wait).
+// Waits until the phase of `bar` with parity `parity` has completed (kernels/common/mbarrier.cuh).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-#if __CUDA_ARCH__ >= 900
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
-#else
-  while (!cuda::ptx::mbarrier_test_wait_parity(bar, parity)) {
-  }
-#endif
+  mbarrier_wait_parity(bar, parity);
 }
 
 // cp.async.mbarrier.arrive.noinc (sm_80): one arrival on `bar` once every cp.async this thread

@@ -8,6 +8,7 @@
 #include "backends/sm90/config.h"
 #include "backends/sm90/params.h"
 #include "backends/sm90/wgmma.cuh"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/numeric.cuh"
 #include "kernels/common/ptx.h"
 #include "plan/page_mask.cuh"
@@ -25,8 +26,7 @@ struct Smem {
 };
 
 __device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
+  mbarrier_wait_parity(bar, parity);
 }
 
 __device__ __forceinline__ void arrive(uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }

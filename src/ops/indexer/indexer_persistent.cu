@@ -37,6 +37,7 @@
 #include "backends/sm90/wgmma.cuh"
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
 #include "ops/indexer/indexer.h"
@@ -74,10 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* qfull = reinterpret_cast<uint64_t*>(smem + l.qfull);
   uint64_t* qempty = reinterpret_cast<uint64_t*>(smem + l.qempty);
   int64_t* scan = reinterpret_cast<int64_t*>(smem + l.scan);
-  auto wait_parity = [](uint64_t* bar, uint32_t parity) {
-    while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-    }
-  };
+  auto wait_parity = [](uint64_t* bar, uint32_t parity) { mbarrier_wait_parity(bar, parity); };
 
   if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(&p.keys) : "memory");

@@ -28,6 +28,7 @@
 #include "backends/sm90/wgmma.cuh"
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/pdl.h"
 #include "kernels/common/ptx.h"
 #include "ops/indexer/indexer.h"
@@ -130,10 +131,7 @@ __global__ void __launch_bounds__(Cfg<kWide>::kThreads, Cfg<kWide>::kBlocksPerSm
   uint32_t* masks = reinterpret_cast<uint32_t*>(smem + l.mask);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + l.full);
   uint64_t* empty = reinterpret_cast<uint64_t*>(smem + l.empty);
-  auto wait_parity = [](uint64_t* bar, uint32_t parity) {
-    while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-    }
-  };
+  auto wait_parity = [](uint64_t* bar, uint32_t parity) { mbarrier_wait_parity(bar, parity); };
 
   if (threadIdx.x == 0) {
     // The tensor map is a kernel parameter (no earlier kernel writes it): prefetch it before the
