@@ -285,27 +285,17 @@ TEST(OpsIndexerLogits, AutoKernelChoice) {
   a.q = q + 4;  // q not 16-byte aligned: no TMA map of the heads
   EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma);
   a.q = q;
-  // Up to 128 heads at next_n 1 and 2, up to 64 heads at next_n 3 and 4.
-  for (const int next_n : {1, 2}) {
-    a.next_n = next_n;
-    for (const int heads : {65, 128}) {
-      a.heads = heads;
+  // next_n 1-4 at any head count up to 128; the pipelined kernel from next_n 5.
+  for (const int heads : {64, 65, 128}) {
+    a.heads = heads;
+    for (const int next_n : {1, 2, 3, 4}) {
+      a.next_n = next_n;
       EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << next_n << " " << heads;
     }
-  }
-  a.heads = 65;
-  for (const int next_n : {3, 4}) {
-    a.next_n = next_n;
-    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << next_n;
-  }
-  a.heads = 64;
-  for (const int next_n : {1, 3, 4}) {
-    a.next_n = next_n;
-    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kPersistent) << next_n;
-  }
-  for (const int next_n : {5, 16}) {
-    a.next_n = next_n;
-    EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << next_n;
+    for (const int next_n : {5, 16}) {
+      a.next_n = next_n;
+      EXPECT_EQ(ops::indexer_auto_kernel(a, 9, 132), K::kTma) << next_n << " " << heads;
+    }
   }
 #endif
 }

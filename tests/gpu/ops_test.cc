@@ -334,11 +334,10 @@ TEST(OpsGpu, IndexerLogitsEqualsCpu) {
   }
 }
 
-// Calls long enough for the persistent kernel's shapes that only long calls take (next_n 2 up to
-// 64 heads as two m64n64 products from kIndexerTwoRowTilesPerSm tiles an SM: 48 requests of about
-// 4500 positions, 3408 tiles, over 24 x 132), with lengths of 0, a multiple of the tile (4480),
-// one past it (4481: row 0 of next_n 2 sees exactly 70 tiles, all plain) and one short of it
-// (4479) among them.
+// Long calls (48 requests of about 4500 positions, 3408 tiles: many units a CTA, shares that start
+// and end inside units) at next_n 2 up to 64 heads (the persistent kernel's two-row shape), with
+// lengths of 0, a multiple of the tile (4480), one past it (4481: row 0 of next_n 2 sees exactly
+// 70 tiles, all plain) and one short of it (4479) among them.
 TEST(OpsGpu, IndexerLongCallsEqualCpu) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const DeviceInfo dev = current_device();

@@ -25,8 +25,8 @@ bool indexer_tma_takes_page_size(int32_t page_size);
 // The op's choice (kAuto) on a device of compute capability major.x with `sms` SMs (kTma,
 // kPersistent or kCopy), from bench-op on an H200 with cold caches, the kernels in one call
 // (docs/ops.md): on sm_90 where the page size and the cache's alignment suit TMA, with a 16-byte
-// aligned q, the persistent kernel for next_n 1 to 4 with up to 64 heads and for next_n 1 and 2
-// with up to 128 (3-32% faster where both were timed); else the pipelined kernel's narrow shape.
+// aligned q, the persistent kernel for next_n 1 to 4 with any head count up to 128 (3-38% faster
+// where both were timed); else the pipelined kernel's narrow shape.
 // The copy kernel where the keys are fewer 64-position tiles than the device has SMs (one short
 // wave: with no pipeline to set up it was faster there, batch 1 x 8K) or on other devices.
 IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& args, int major, int sms);

@@ -279,6 +279,32 @@ __device__ __forceinline__ void quad_sum(bool positive, float s_lo, float s_hi, 
   *hi = h;
 }
 
+// The quad's partial sums of a tile's positions pos_lo (lo) and pos_hi (hi), summed over the quad
+// and scattered: quad lane tg returns position pos_lo + 8 (tg % 2)'s sum (lanes tg and tg ^ 2
+// the same), times its scale where positive. Two shuffles.
+__device__ __forceinline__ float quad_scatter(bool positive, float s_lo, float s_hi, float lo,
+                                              float hi) {
+  const bool odd = (threadIdx.x & 1) != 0;
+  float v = odd ? hi : lo;
+  v += __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return positive ? v * (odd ? s_hi : s_lo) : v;
+}
+
+// Two rows' partial sums (lo0, hi0: row 0; lo1, hi1: row 1), summed over the quad and
+// scattered: quad lane tg returns row tg / 2's sum at position pos_lo + 8 (tg % 2), times its
+// scale where positive. Three shuffles.
+__device__ __forceinline__ float quad_scatter2(bool positive, float s_lo, float s_hi, float lo0,
+                                               float hi0, float lo1, float hi1) {
+  const bool up = (threadIdx.x & 2) != 0, odd = (threadIdx.x & 1) != 0;
+  float k0 = up ? lo1 : lo0, k1 = up ? hi1 : hi0;
+  k0 += __shfl_xor_sync(0xffffffffu, up ? lo0 : lo1, 2);
+  k1 += __shfl_xor_sync(0xffffffffu, up ? hi0 : hi1, 2);
+  float v = odd ? k1 : k0;
+  v += __shfl_xor_sync(0xffffffffu, odd ? k0 : k1, 1);
+  return positive ? v * (odd ? s_hi : s_lo) : v;
+}
+
 // One query row's logits of a tile: its hgroups x 64 heads (desc_q: [hgroups * 64][128]; wr: their
 // weights), 64 at a time (products, add_heads), then quad_sum. Returns the sums in *v_lo and *v_hi.
 __device__ __forceinline__ void row_logits(uint64_t desc_keys, uint64_t desc_q, const float* wr,

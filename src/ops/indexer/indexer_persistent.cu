@@ -18,14 +18,14 @@
 // computed. A consumer's tile: wgmma e4m3 with the positions as M and the heads as N, then the
 // sums of indexer_device.cuh. The kernel is instantiated per unit shape (kBlocks): one row of one
 // 64-head block (next_n 1 with up to 64 heads): one m64n64k32 product a tile, the thread's 16
-// weights in registers; two rows of one block (next_n 2 with up to 64 heads) in calls of at
-// least kIndexerTwoRowTilesPerSm tiles an SM: two m64n64k32 products one after the other, each
-// row's weights in registers; two blocks (one row of 65 to 128 heads, or two rows in shorter
-// calls): one m64n128k32 product; any other shape: tile_logits_wide's loop. Tiles whose
-// positions every row sees and whose boxes were all read store without tests (each quad lane one
-// value of the quad's two positions and up to two rows); the others set -inf where a row does not
-// see a position or its box was not read. Positions past a unit's tiles are set to -inf after
-// the main loop, in pieces of 4096 spread over the grid.
+// weights in registers; two rows of one block (next_n 2 with up to 64 heads): one m64n128k32
+// product, row 0's weights in registers, row 1's from shared memory; two blocks (one row of 65 to
+// 128 heads): one m64n128k32 product; any other shape: tile_logits_wide's loop. The quad's sums
+// are scattered (indexer_device::quad_scatter, quad_scatter2: each quad lane ends with one value,
+// a row's sum at one of the quad's two positions); tiles whose positions every row sees and whose
+// boxes were all read store it without tests; the others set -inf where a row does not see a
+// position or its box was not read. Positions past a unit's tiles are set to -inf after the main
+// loop, in pieces of 4096 spread over the grid's warps.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -50,8 +50,9 @@ namespace {
 using namespace indexer_persistent;  // NOLINT(google-build-using-namespace): its own pieces
 
 // kBlocks: where every unit has the same shape, its own straight path: 1 (one row of one 64-head
-// block), 2 (two blocks: one m64n128 product) or 3 (two rows of one block, two m64n64 products);
-// else 0 (tile_logits_wide's loop over any).
+// block: one m64n64 product), 2 (one row of two blocks: one m64n128 product) or 3 (two rows of one
+// block: one m64n128 product, row 0's weights in registers); else 0 (tile_logits_wide's loop over
+// any).
 template <int kBlocks>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_persistent_kernel(const __grid_constant__ PersistParams p) {
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     total += chunk_total;
   }
+  total = __shfl_sync(0xffffffffu, total, 0);  // the same in every thread: make it warp-uniform
   const int64_t seg_begin = total * blockIdx.x / gridDim.x;
   const int64_t count = total * (blockIdx.x + 1) / gridDim.x - seg_begin;
   if (count > 0 && units <= kThreads) {
@@ -239,7 +241,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Unit x = unit_of<true>(p, u);
       const int take = static_cast<int>(min(remaining, int64_t{x.segs - k}));
       if (take > 0) {
-        const int slot = visit & 1;
+        // Warp-uniform (a shuffle from lane 0): the heads' descriptors then stay out of the
+        // vector registers (fewer R2UR moves a tile).
+        const int slot = __shfl_sync(0xffffffffu, visit & 1, 0);
         wait_parity(&qfull[slot], (visit >> 1) & 1);
         const uint64_t desc_q =
             sm90::smem_desc_sw128(ptx::smem_u32(qs + slot * q_slot_bytes), 0, 1024);
@@ -288,17 +292,18 @@ __global__ void __launch_bounds__(kThreads, 1)
             store_edge(t, tn, r, v_lo, v_hi);
           }
         };
-        // Two rows' sums of tile tn (rows 0 and 1 of the unit): each quad lane stores one of the
-        // plain tile's four values.
-        auto store_two_rows = [&](const Tile& t, int tn, bool pos, float lo0, float hi0, float lo1,
-                                  float hi1) {
-          indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-          indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo1, &hi1);
+        // The lane's value v of tile tn (quad_scatter / quad_scatter2): row tg / 2 (rows > 1) or
+        // row 0 (lanes tg < 2 store), position pos_lo + 8 (tg % 2).
+        auto store_lane = [&](const Tile& t, int tn, int rows, float v) {
+          if (rows == 1 && tg >= 2) return;
           if (plain(t, tn)) {
-            out_q[tn * kTile] = tg == 0 ? lo0 : tg == 1 ? hi0 : tg == 2 ? lo1 : hi1;
+            out_q[tn * kTile] = v;
           } else {
-            store_edge(t, tn, 0, lo0, hi0);
-            store_edge(t, tn, 1, lo1, hi1);
+            const int2 lv = *reinterpret_cast<const int2*>(&scan[warp]);
+            const int vis = min(lv.x, lv.y + (tg >> 1));
+            const int j = tn * kTile + pos_lo + 8 * (tg & 1);
+            const bool ok = ((t.mask >> ((tg & 1) ? box_hi : box_lo)) & 1) != 0;
+            if (j < max_len) out_q[tn * kTile] = j < vis && ok ? v : -INFINITY;
           }
         };
         auto next_stage = [&](int st, uint32_t* rd) {
@@ -310,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           return st;
         };
         // Rows of one 64-head block: the thread's 16 weights of each row in registers.
-        constexpr int kRegW = kBlocks == 1 ? 1 : kBlocks == 3 ? 2 : 0;
+        constexpr int kRegW = kBlocks == 1 || kBlocks == 3 ? 1 : 0;
         float wr[kRegW == 0 ? 1 : 16 * kRegW];
 #pragma unroll
         for (int b = 0; b < kRegW; ++b) {
@@ -336,33 +341,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             (void)cuda::ptx::mbarrier_arrive(&empty[s]);
             float lo = 0.f, hi = 0.f;
             indexer_device::add_heads_w(d, wr, pos, t.s_lo, t.s_hi, &lo, &hi);
-            indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo, &hi);
-            store_row(t, n, 0, lo, hi);
-          } else if constexpr (kBlocks == 3) {
-            // Two rows of one 64-head block: two m64n64k32 products one after the other (the
-            // second reads the same keys), each row's 16 weights of the thread in registers. (One
-            // m64n128k32 product for both rows, weights from shared memory, was 2-4% slower from
-            // batch 32 on an H200; issuing both products before the first row's sums, 3-5%.)
-            wait_parity(&full[s], round);
-            const Tile t = tile_at(s);
-            const uint64_t dk = indexer_device::desc_at(desc_k, s * kKeyBytes);
-            const uint64_t dq1 = indexer_device::desc_at(desc_q, kWgHeads * kIndexerDim);
-            const bool pos = indexer_device::all_positive(t.s_lo, t.s_hi);
-            float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
-            float d[32];
-            indexer_device::products(dk, desc_q, d);
-            sm90::wgmma_wait_group<0>();
-            sm90::fence_accumulators(d);
-            indexer_device::add_heads_w(d, wr, pos, t.s_lo, t.s_hi, &lo0, &hi0);
-            indexer_device::products(dk, dq1, d);
-            sm90::wgmma_wait_group<0>();
-            sm90::fence_accumulators(d);
-            (void)cuda::ptx::mbarrier_arrive(&empty[s]);
-            indexer_device::add_heads_w(d, wr + 16, pos, t.s_lo, t.s_hi, &lo1, &hi1);
-            store_two_rows(t, n, pos, lo0, hi0, lo1, hi1);
-          } else if constexpr (kBlocks == 2) {
-            // Two 64-head blocks (one row of 65 to 128 heads, or two rows of up to 64 in short
-            // calls): one m64n128k32 product, the blocks' sums side by side.
+            store_lane(t, n, 1, indexer_device::quad_scatter(pos, t.s_lo, t.s_hi, lo, hi));
+          } else if constexpr (kBlocks == 2 || kBlocks == 3) {
+            // One m64n128k32 product: two 64-head blocks side by side (row 0's and row 1's
+            // heads, or one row's 65 to 128). Shape 3 keeps row 0's weights in registers (both
+            // rows' made ptxas spill 244 bytes in the loop; two m64n64 products one after the
+            // other with both in registers, the nineteenth session's shape 3, was 1-7% slower
+            // from batch 32 on an H200).
             float d[64];
             wait_parity(&full[s], round);
             const Tile t = tile_at(s);
@@ -372,16 +357,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             sm90::fence_accumulators(d);
             (void)cuda::ptx::mbarrier_arrive(&empty[s]);
             float lo0 = 0.f, hi0 = 0.f, lo1 = 0.f, hi1 = 0.f;
-            indexer_device::add_heads_at(d, w_thread, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            if constexpr (kBlocks == 3) {
+              indexer_device::add_heads_w(d, wr, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            } else {
+              indexer_device::add_heads_at(d, w_thread, pos, t.s_lo, t.s_hi, &lo0, &hi0);
+            }
             indexer_device::add_heads_at(d + 32, w_thread + kWgHeads, pos, t.s_lo, t.s_hi, &lo1,
                                          &hi1);
-            if (hgroups == 2) {
-              lo0 += lo1;
-              hi0 += hi1;
-              indexer_device::quad_sum(pos, t.s_lo, t.s_hi, &lo0, &hi0);
-              store_row(t, n, 0, lo0, hi0);
+            if (kBlocks == 2 && hgroups == 2) {
+              store_lane(t, n, 1,
+                         indexer_device::quad_scatter(pos, t.s_lo, t.s_hi, lo0 + lo1, hi0 + hi1));
             } else {
-              store_two_rows(t, n, pos, lo0, hi0, lo1, hi1);
+              store_lane(t, n, 2,
+                         indexer_device::quad_scatter2(pos, t.s_lo, t.s_hi, lo0, hi0, lo1, hi1));
             }
           } else {
             wait_parity(&full[s], round);
@@ -404,16 +392,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Positions past each unit's tiles: -inf, in pieces spread over the grid.
+  // Positions past each unit's tiles: -inf, in pieces spread over the grid's warps (a warp a
+  // piece: with the CTA's threads on one piece every warp worked out each piece's unit, about 3%
+  // of the kernel's issued instructions at 32 x 128K next_n 2 where nothing was left to fill).
   const int64_t pieces = (p.max_len + kFillPiece - 1) / kFillPiece;
-  for (int64_t c = blockIdx.x; c < units * pieces; c += gridDim.x) {
+  const int64_t warps = int64_t{gridDim.x} * kWarps;
+  for (int64_t c = blockIdx.x + int64_t{gridDim.x} * warp; c < units * pieces; c += warps) {
     const Unit x = unit_of<true>(p, c / pieces);
     const int64_t piece = c % pieces * kFillPiece;
     const int64_t begin = max(piece, int64_t{x.tiles} * kTile);
     const int64_t end = min(piece + kFillPiece, p.max_len);
     float* const out = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld;
     for (int r = 0; r < x.rows; ++r) {
-      for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) out[r * p.ld + j] = -INFINITY;
+      for (int64_t j = begin + lane; j < end; j += 32) out[r * p.ld + j] = -INFINITY;
     }
   }
   pdl::griddepcontrol_launch_dependents();
@@ -468,19 +459,14 @@ Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream 
   p.stages = stages;
   const int smem_bytes = persist_layout_of(stages, p.rows_per_unit, hp).bytes;
   // Every unit has rows_per_unit rows where they divide next_n: then one or two 64-head blocks
-  // take their own straight path. Two rows of one block: two m64n64 products from
-  // kIndexerTwoRowTilesPerSm key tiles an SM (2-4% faster there on an H200), one m64n128 product
-  // in shorter calls (2-10% faster at batch 1).
+  // take their own straight path (kBlocks above).
   const int hgroups = hp / kWgHeads;
   const bool uniform = a.next_n % p.rows_per_unit == 0;  // (always with one row a unit)
-  const int64_t tiles = (a.max_len + kTile - 1) / kTile * a.batch;
   const bool two_rows = uniform && p.rows_per_unit == 2 && hgroups == 1;
-  auto* kernel = p.rows_per_unit == 1 && hgroups == 1 ? indexer_persistent_kernel<1>
-                 : two_rows && tiles >= int64_t{kIndexerTwoRowTilesPerSm} * dev.sms
-                     ? indexer_persistent_kernel<3>
-                 : two_rows || (p.rows_per_unit == 1 && hgroups == 2)
-                     ? indexer_persistent_kernel<2>
-                     : indexer_persistent_kernel<0>;
+  auto* kernel = p.rows_per_unit == 1 && hgroups == 1   ? indexer_persistent_kernel<1>
+                 : two_rows                             ? indexer_persistent_kernel<3>
+                 : p.rows_per_unit == 1 && hgroups == 2 ? indexer_persistent_kernel<2>
+                                                        : indexer_persistent_kernel<0>;
   MLAKIT_CUDA_RETURN(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   kernel<<<dev.sms, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);

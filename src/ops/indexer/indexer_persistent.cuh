@@ -22,9 +22,6 @@ constexpr int kThreads = kConsumers * 128 + kProducers * 32;
 constexpr int kWarps = kThreads / 32;
 constexpr int kKeyBytes = kTile * kIndexerDim;
 constexpr int kMinStages = 8, kMaxStages = 16;
-// Two rows of one 64-head block take two m64n64 products from this many key tiles an SM in the
-// call (batch 32 x 8K and more on an H200), one m64n128 product below (batch 1 up to 128K).
-constexpr int kIndexerTwoRowTilesPerSm = 24;
 static_assert(kMinStages % kProducers == 0 && kMinStages % kConsumers == 0 &&
               kMaxStages % kMinStages == 0);
 // Registers per thread: the launch's (65536 / 640 rounded down to 8), then setmaxnreg moves the

@@ -286,8 +286,7 @@ IndexerKernel indexer_auto_kernel(const IndexerLogitsArgs& a, int major, int sms
       reinterpret_cast<uintptr_t>(a.index_cache) % 16 != 0 || tiles < sms) {
     return IndexerKernel::kCopy;
   }
-  const bool persistent = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
-                          ((a.heads <= kWgHeads && a.next_n <= 4) || a.next_n <= 2);
+  const bool persistent = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.next_n <= 4;
   return persistent ? IndexerKernel::kPersistent : IndexerKernel::kTma;
 }
 
