@@ -26,6 +26,7 @@ struct OpFlags {
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
   int replays = 15, warmup = 3;
+  double settle_ms = 0;  // untimed replays before timing (harness::TimingOptions::settle_ms)
   bool no_verify = false;
   uint64_t seed = 1;
   std::string json_path;

@@ -58,7 +58,7 @@ Status verify_exact_then_time(const OpFlags& f, Launch& launch, const harness::D
     MLAKIT_RETURN_IF_ERROR(download(dev, &got));
     row->check = compare_exact(got, want, &row->ok);
   }
-  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
+  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays, .settle_ms = f.settle_ms};
   return harness::time_gpu_launches(launch, 1, topt, &row->timing);
 }
 
@@ -432,7 +432,7 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
     std::snprintf(err, sizeof(err), "%.1e", worst);
     row->check = differ == 0 ? str_cat("ok ", err) : str_cat("FAIL ", differ, " differ");
   }
-  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays};
+  harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays, .settle_ms = f.settle_ms};
   return harness::time_gpu_launches(launch, copies, topt, &row->timing);
 }
 

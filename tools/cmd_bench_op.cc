@@ -146,8 +146,8 @@ int run_bench_op(OpFlags& f, bool run) {
   const std::string what = f.op == "append"    ? f.layout
                            : f.op == "indexer" ? str_cat("h=", f.heads)
                                                : str_cat("k=", f.k);
-  std::printf("%-7s %-8s %5s %8s %6s %5s %-6s %10s %8s  %s\n", "op", "variant", "batch", "len",
-              "next_n", "page", "device", "time_us", "GB/s", "check");
+  std::printf("%-7s %-8s %5s %8s %6s %5s %-6s %10s %8s %5s %5s  %s\n", "op", "variant", "batch",
+              "len", "next_n", "page", "device", "time_us", "GB/s", "MHz", "W", "check");
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   for (const OpCase& c : cases) {
@@ -163,11 +163,19 @@ int run_bench_op(OpFlags& f, bool run) {
     }
     all_ok &= row.ok;
     const double gbs = row.timing.median_us > 0 ? row.bytes / row.timing.median_us / 1e3 : 0;
+    // SM clock and board power over the timed replays, as mlakit bench prints them ('-' where
+    // the replays were too short for NVML's readings; '*': the power cap held the clock).
+    const harness::PowerReading& pw = row.timing.power;
+    const bool long_enough = pw.samples > 0 && pw.window_ms >= harness::kMinPowerWindowMs;
     std::printf(
-        "%-7s %-8s %5d %8d %6d %5d %-6s %10s %8s  %s\n", f.op.c_str(), what.c_str(), c.batch, c.len,
-        c.next_n, f.page_size, row.device.c_str(),
+        "%-7s %-8s %5d %8d %6d %5d %-6s %10s %8s %5s %5s  %s\n", f.op.c_str(), what.c_str(),
+        c.batch, c.len, c.next_n, f.page_size, row.device.c_str(),
         row.timing.median_us > 0 ? fixed(row.timing.median_us).c_str() : "-",
         gbs > 0 ? fixed(gbs).c_str() : "-",
+        long_enough ? str_cat(static_cast<int>(pw.sm_mhz)).c_str() : "-",
+        long_enough && pw.power_w > 0
+            ? str_cat(static_cast<int>(pw.power_w + 0.5), pw.power_capped ? "*" : "").c_str()
+            : "-",
         row.kernel.empty() ? row.check.c_str() : str_cat(row.check, ", ", row.kernel).c_str());
     if (!row.note.empty()) std::printf("       %s\n", row.note.c_str());
     results.push_back({{"op", f.op},
@@ -248,9 +256,16 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
                   "file's row r % rows");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--replays", f->replays, "timed graph replays (median reported)")
+  cmd->add_option(
+         "--replays", f->replays,
+         "timed graph replays (median reported); the MHz and W columns need >= 1 s of them")
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--warmup", f->warmup, "untimed graph replays")->check(CLI::Range(0, 1000));
+  cmd->add_option(
+         "--settle-ms", f->settle_ms,
+         "untimed replays for this long before timing (0: none): a power-capped case then "
+         "runs at its steady clock, not at the boost clock that follows the inputs' upload")
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_flag("--no-verify", f->no_verify, "skip the check against the cpu reference");
   cmd->add_option("--seed", f->seed, "random inputs' seed");
   cmd->add_option("--json", f->json_path, "also write the results as JSON to this file");
