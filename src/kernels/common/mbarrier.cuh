@@ -6,12 +6,12 @@
 
 namespace mlakit {
 
-// The suspend-time hint of mbarrier.try_wait, in nanoseconds: the longest a waiting thread may
-// sleep in hardware before the instruction returns false; it wakes when the phase completes.
-// Without a hint the instruction returns after a short system-dependent time, and the loop below
-// polls: on an H200 the persistent indexer kernel's producer warps took 18 polls (56 issued
-// instructions) a tile at next_n 2, issue slots their schedulers' consumer warps needed (ncu,
-// bench/results/2026-11-28-h200-indexer-wait). CUTLASS's ClusterBarrier::wait uses the same value.
+// The suspend-time hint of mbarrier.try_wait, in nanoseconds (CUTLASS's ClusterBarrier::wait
+// passes the same): the longest a waiting thread may sleep in hardware before the instruction
+// returns false; ptxas makes it a NANOSLEEP.SYNCS after a failed try. It did not make a waiting
+// warp poll less, nor did __nanosleep(256) between polls: the persistent indexer kernel's
+// producers polled about 17 times a tile at 32 x 128K next_n 2 in each form, and the polls drew
+// almost no stall samples (ncu, H200; bench/results/2026-11-28-h200-indexer-wait, calls 2, 7, 8).
 inline constexpr uint32_t kMbarrierSuspendHintNs = 0x989680;
 
 // Waits until the phase of `bar` with parity `parity` has completed (sm_90: try_wait with the
