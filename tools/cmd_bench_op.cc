@@ -204,6 +204,7 @@ int run_bench_op(OpFlags& f, bool run) {
                                 {"date", iso_date()},
                                 {"device", gpu ? device.name : "cpu"},
                                 {"keys", f.op == "indexer" ? f.keys : ""},
+                                {"settle_ms", f.settle_ms},
                                 {"logits_file", f.logits_file},
                                 {"results", results}};
     if (!write_json_file(f.json_path, doc.dump(1))) return 1;

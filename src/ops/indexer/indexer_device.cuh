@@ -178,8 +178,8 @@ __device__ __forceinline__ void load_heads(uint8_t* qs, float* ws, const uint8_t
 //  - add_heads: the thread's 16 heads of its two positions (d: 32 accumulators in products'
 //    layout) into *lo and *hi as w_h relu(m d) (w: the 64 heads' weights), in a fixed order; m is 1
 //    where every scale of the warp's positions is positive and finite (what the appends write:
-//    relu(s d) = s relu(d), and the scale multiplies the sum once, in quad_sum), else the
-//    position's scale;
+//    relu(s d) = s relu(d), and the scale multiplies the sum once, in quad_sum or quad_scatter),
+//    else the position's scale;
 //  - quad_sum: times the scale (positive), then two shuffles add the quad's other heads (the
 //    same in the quad's four threads). Deterministic.
 // The descriptor `bytes` further on, as sm90::desc_advance, with the add in the low word only (it

@@ -252,13 +252,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Plain tiles: every position visible to every row of the unit (row 0 sees the fewest),
         // so where all their boxes were read no position needs -inf. There quad lane tg stores
         // the quad's value tg: row tg / 2, position pos_lo + 8 (tg % 2) (one store a thread, no
-        // branch). Other tiles (a unit's last ones, or one with a page id out of range) take
-        // store_edge, which reads the unit's lengths back from shared memory.
+        // branch). Other tiles (a unit's last ones, or one with a page id out of range) test
+        // each position (store_lane; the general shape's store_edge), reading the unit's lengths
+        // back from shared memory.
         const int plain_tiles = max(0, x.vis0) / kTile;  // vis0 <= len
         float* const out_q = p.logits + (int64_t{x.i} * p.next_n + x.t0) * p.ld + pos_lo +
                              (tg & 1) * 8 + (tg >> 1) * p.ld;
-        // The unit's length and row 0's visible length for store_edge, in the warp's slot of the
-        // scan's scratch (free since the scan).
+        // The unit's length and row 0's visible length for the edge tiles' stores, in the warp's
+        // slot of the scan's scratch (free since the scan).
         __syncwarp();  // the warp's reads of the last unit's values are done
         if (lane == 0) *reinterpret_cast<int2*>(&scan[warp]) = make_int2(x.len, x.vis0);
         __syncwarp();
@@ -314,16 +315,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           return st;
         };
-        // Rows of one 64-head block: the thread's 16 weights of each row in registers.
-        constexpr int kRegW = kBlocks == 1 || kBlocks == 3 ? 1 : 0;
-        float wr[kRegW == 0 ? 1 : 16 * kRegW];
-#pragma unroll
-        for (int b = 0; b < kRegW; ++b) {
+        // Shapes 1 and 3: the thread's 16 weights of row 0 (its only row in shape 1) in
+        // registers.
+        float wr[16];
+        if constexpr (kBlocks == 1 || kBlocks == 3) {
 #pragma unroll
           for (int nb = 0; nb < 8; ++nb) {
-            const float2 w2 = *reinterpret_cast<const float2*>(w_thread + b * kWgHeads + 8 * nb);
-            wr[16 * b + 2 * nb] = w2.x;
-            wr[16 * b + 2 * nb + 1] = w2.y;
+            const float2 w2 = *reinterpret_cast<const float2*>(w_thread + 8 * nb);
+            wr[2 * nb] = w2.x;
+            wr[2 * nb + 1] = w2.y;
           }
         }
         for (int kk = k; kk < k + take;) {
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             indexer_device::add_heads_at(d + 32, w_thread + kWgHeads, pos, t.s_lo, t.s_hi, &lo1,
                                          &hi1);
-            if (kBlocks == 2 && hgroups == 2) {
+            if (kBlocks == 2 && hgroups == 2) {  // one row of two blocks (always, from the host)
               store_lane(t, n, 1,
                          indexer_device::quad_scatter(pos, t.s_lo, t.s_hi, lo0 + lo1, hi0 + hi1));
             } else {
