@@ -46,16 +46,20 @@ std::string compare_exact(const std::vector<T>& got, const std::vector<T>& want,
   return differ == 0 ? "exact" : str_cat("FAIL ", differ, " differ");
 }
 
-// Unless --no-verify: one launch, then `dev` compared bit for bit with `want`; then the timed
-// replays of `launch`.
-template <typename T, typename Launch>
-Status verify_exact_then_time(const OpFlags& f, Launch& launch, const harness::DeviceBuffer& dev,
-                              const std::vector<T>& want, OpRow* row) {
+// Unless --no-verify: one launch, then `dev` compared bit for bit with `want` (both passed
+// through `normalize` first: the identity, or for an unordered top-k each row sorted); then the
+// timed replays of `launch`.
+template <typename T, typename Launch, typename Normalize = void (*)(std::vector<T>*)>
+Status verify_exact_then_time(
+    const OpFlags& f, Launch& launch, const harness::DeviceBuffer& dev, std::vector<T> want,
+    OpRow* row, Normalize normalize = [](std::vector<T>*) {}) {
   if (!f.no_verify) {
     MLAKIT_RETURN_IF_ERROR(launch(0, nullptr));
     MLAKIT_CUDA_RETURN(cudaStreamSynchronize(nullptr));
     std::vector<T> got(want.size());
     MLAKIT_RETURN_IF_ERROR(download(dev, &got));
+    normalize(&got);
+    normalize(&want);
     row->check = compare_exact(got, want, &row->ok);
   }
   harness::TimingOptions topt{.warmup = f.warmup, .replays = f.replays, .settle_ms = f.settle_ms};
@@ -232,7 +236,8 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
                              .page_size = ps,
                              .indices = out,
                              .workspace = cuda ? dws.get() : nullptr,
-                             .workspace_size = cuda ? ws_bytes : 0};
+                             .workspace_size = cuda ? ws_bytes : 0,
+                             .deterministic = !f.nondeterministic};
     // The kernels by themselves skip the op's checks: the cpu run checked the same arguments.
     if (!cuda || f.kernel == "auto") return ops::topk_indices(device, a, st);
     const int64_t ld = a.logits_stride;
@@ -265,7 +270,12 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
                dout.as<int32_t>(), st);
   };
   row->kernel = kernel;
-  return verify_exact_then_time(f, launch, dout, want, row);
+  // --nondeterministic: the kept slots in any order, so each row is compared sorted (normal
+  // random logits have no ties: the same set as the reference's).
+  return verify_exact_then_time(f, launch, dout, want, row, [&](std::vector<int32_t>* v) {
+    if (!f.nondeterministic) return;
+    for (int64_t r = 0; r < rows; ++r) std::sort(v->begin() + r * f.k, v->begin() + (r + 1) * f.k);
+  });
 }
 
 alignas(16) constexpr uint8_t kAligned16[16] = {};

@@ -86,6 +86,9 @@ Status check_flags(const OpFlags& f, const AppendKind& kind, std::vector<OpCase>
   if (f.op != "topk" && !f.logits_file.empty()) {
     return invalid_argument("--logits-file", "only with topk", f.logits_file);
   }
+  if (f.op != "topk" && f.nondeterministic) {
+    return invalid_argument("--nondeterministic", "only with topk", f.op);
+  }
   if (f.op == "append" && f.kernel != "auto") {
     return invalid_argument("--kernel", "auto for append (it has one kernel)", f.kernel);
   }
@@ -206,6 +209,7 @@ int run_bench_op(OpFlags& f, bool run) {
                                 {"keys", f.op == "indexer" ? f.keys : ""},
                                 {"settle_ms", f.settle_ms},
                                 {"logits_file", f.logits_file},
+                                {"nondeterministic", f.nondeterministic},
                                 {"results", results}};
     if (!write_json_file(f.json_path, doc.dump(1))) return 1;
   }
@@ -255,6 +259,9 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
                   "topk: the logits from a file of float32 rows (little-endian, --len each, e.g. "
                   "an indexer's output) instead of normal random values; row r of a case is the "
                   "file's row r % rows");
+  cmd->add_flag("--nondeterministic", f->nondeterministic,
+                "topk: TopkArgs::deterministic false (the multi-block kernel's sort path writes "
+                "its kept positions unsorted; the check compares each row sorted)");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option(

@@ -171,6 +171,13 @@ struct TopkArgs {
   // block a row there; else at least topk_workspace_bytes(*this) bytes, 256-byte aligned.
   void* workspace = nullptr;
   size_t workspace_size = 0;
+  // false (opt-in, kCuda): the kept positions may be written in any order, and which of the keys
+  // equal to the k-th largest are kept is not fixed (the kept values are the same multiset);
+  // results may then differ from run to run, and so would a sparse decode summing its tokens in
+  // that order. The multi-block kernel's sort path then skips sorting its kept positions (the
+  // rows of the multi-block kernel: off sm_90, or sm_90 shapes past the cluster kernels); every
+  // other kernel writes what it writes with true. kCpu ignores it.
+  bool deterministic = true;
 };
 // Rows at least this long (max_len) take the multi-block kernel when a workspace is given.
 inline constexpr int64_t kTopkMultiMinLen = 8192;

@@ -154,16 +154,17 @@ def _topk_op(
     max_len: int,
     workspace: Optional[torch.Tensor],
     one_block: bool = False,
+    deterministic: bool = True,
 ) -> None:
     _check_topk(logits, seq_lens, block_table, indices, positions, workspace)
     ops.topk_indices(logits, seq_lens, block_table, page_size=page_size, next_n=next_n,
                      max_len=max_len, indices=indices, positions=positions, workspace=workspace,
-                     one_block=one_block)  # fmt: skip
+                     one_block=one_block, deterministic=deterministic)  # fmt: skip
 
 
 @_topk_op.register_fake
 def _topk_fake(logits, seq_lens, block_table, indices, positions, page_size, next_n, max_len,
-               workspace, one_block=False):  # fmt: skip
+               workspace, one_block=False, deterministic=True):  # fmt: skip
     _check_topk(logits, seq_lens, block_table, indices, positions, workspace)
 
 
@@ -278,13 +279,14 @@ def topk_indices(
     return_positions: bool = False,
     workspace: Optional[torch.Tensor] = None,
     one_block: bool = False,
+    deterministic: bool = True,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """``mlakit.ops.topk_indices`` through ``torch.ops.mlakit.topk_indices``: new ``indices``
     [b, next_n, k] int32 (the sparse decode's) unless given; ``(indices, positions)`` when
     positions are given or asked for. On CUDA tensors rows of 8192 positions and more run the
     multi-block kernel, its workspace from the caching allocator unless ``workspace`` (uint8, at
     least ``mlakit.ops.topk_workspace_bytes(...)`` bytes) is given; ``one_block=True``: the
-    one-block kernel."""
+    one-block kernel; ``deterministic=False``: as ``mlakit.ops.topk_indices``'s (opt-in)."""
     if indices is None:
         if k is None:
             raise ValueError("k: expected a value 1..65536 (or indices=), given None")
@@ -296,7 +298,7 @@ def topk_indices(
         max_len = int(logits.shape[-1])
     torch.ops.mlakit.topk_indices(logits, seq_lens, block_table, indices, positions,
                                   int(page_size), int(next_n), int(max_len), workspace,
-                                  bool(one_block))  # fmt: skip
+                                  bool(one_block), bool(deterministic))  # fmt: skip
     return (indices, positions) if positions is not None else indices
 
 

@@ -354,6 +354,7 @@ def topk_indices(
     return_positions: bool = False,
     workspace: Any = None,
     one_block: bool = False,
+    deterministic: bool = True,
     stream: Any = None,
 ) -> Union[Any, Tuple[Any, Any]]:
     """Per row, the k largest logits among its valid length, as sparse-decode indices.
@@ -396,6 +397,11 @@ def topk_indices(
             block a row).
         one_block: pass no workspace on a GPU: where neither cluster kernel takes the
             shapes, one block a row runs (e.g. to compare it with the multi-block kernel).
+        deterministic: False (opt-in) lets a GPU kernel write a row's kept positions in any
+            order and keep any of the keys equal to the k-th largest (the kept values are the
+            same multiset; results may differ from run to run). The multi-block kernel then skips
+            sorting them on its sort path; the other kernels write what they write with True.
+            Ignored on the host.
 
     Returns:
         ``indices``, or ``(indices, positions)`` when positions were given or asked for.
@@ -442,6 +448,7 @@ def topk_indices(
         _arrays.export("indices", indices),
         _arrays.export("positions", positions),
         _arrays.export("workspace", workspace, "uint8"),
+        bool(deterministic),
         device,
         handle,
     )

@@ -188,9 +188,10 @@ size_t topk_workspace_bytes(int64_t batch, int64_t next_n, int64_t max_len, int6
 
 void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table, int page_size,
                   int next_n, int64_t max_len, nb::handle indices, nb::handle positions,
-                  nb::handle workspace, int device, uintptr_t stream) {
+                  nb::handle workspace, bool deterministic, int device, uintptr_t stream) {
   ArgReader in(placement_of(device));
   ops::TopkArgs args;
+  args.deterministic = deterministic;
   const Array& lens = in.take("seq_lens", seq_lens, Elem::kInt32, {-1}, "[b]");
   const auto b = static_cast<int64_t>(lens.shape(0));
   args.batch = static_cast<int32_t>(b);
@@ -308,7 +309,7 @@ void register_ops(nb::module_& m) {
   m.def("topk_indices", &topk_indices, nb::arg("logits").none(), nb::arg("seq_lens").none(),
         nb::arg("block_table").none(), nb::arg("page_size"), nb::arg("next_n"), nb::arg("max_len"),
         nb::arg("indices").none(), nb::arg("positions").none(), nb::arg("workspace").none(),
-        nb::arg("device"), nb::arg("stream"));
+        nb::arg("deterministic"), nb::arg("device"), nb::arg("stream"));
   m.def("topk_workspace_bytes", &topk_workspace_bytes, nb::arg("batch"), nb::arg("next_n"),
         nb::arg("max_len"), nb::arg("k"));
   m.def("merge_partials", &merge_partials, nb::arg("partial_out").none(),

@@ -164,6 +164,10 @@ def test_topk_indices_matches_reference(next_n):
     assert idx.shape == (len(lens), next_n, k) and idx.dtype == np.int32
     np.testing.assert_array_equal(idx.reshape(-1, k), want_idx)
     np.testing.assert_array_equal(pos.reshape(-1, k), want_pos)
+    # deterministic=False is a GPU opt-in: the host ignores it.
+    idx = mlakit.ops.topk_indices(logits, lens, table, k=k, page_size=PAGE, next_n=next_n,
+                                  max_len=max_len, deterministic=False)  # fmt: skip
+    np.testing.assert_array_equal(idx.reshape(-1, k), want_idx)
     flat = np.empty((len(lens) * next_n, k), np.int32)
     assert mlakit.ops.topk_indices(logits[:, :max_len], lens, table, page_size=PAGE,
                                    next_n=next_n, indices=flat) is flat  # fmt: skip
@@ -349,6 +353,8 @@ def test_torch_topk_workspace_checks():
     got = mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=workspace)
     np.testing.assert_array_equal(got.numpy().reshape(-1, k), want)
     got = mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, one_block=True)
+    np.testing.assert_array_equal(got.numpy().reshape(-1, k), want)
+    got = mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, deterministic=False)
     np.testing.assert_array_equal(got.numpy().reshape(-1, k), want)
     with pytest.raises(ValueError, match=r"^workspace: expected at least \d+ bytes"):
         mt.topk_indices(logits, lens, table, k=k, page_size=PAGE, workspace=workspace[:-1])

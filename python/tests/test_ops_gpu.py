@@ -213,6 +213,14 @@ def test_topk_multi_block_equals_one_block_and_cpu(lens, k, next_n):
     for got in (multi, one, ops):
         assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
     check_against_torch_topk(logits, lens_t, want[1].reshape(-1, k), k, next_n)
+    # deterministic=False: any order (normal values, no ties: the same set), both surfaces.
+    for call in (mt.topk_indices, mlakit.ops.topk_indices):
+        got = call(*dev, k=k, page_size=PAGE, next_n=next_n, return_positions=True,
+                   deterministic=False)  # fmt: skip
+        torch.cuda.synchronize()
+        for g, w in zip(got, want):
+            g, w = g.cpu().reshape(-1, k), w.reshape(-1, k)
+            assert torch.equal(g.sort(dim=1).values, w.sort(dim=1).values)
 
 
 def test_topk_caller_workspace():

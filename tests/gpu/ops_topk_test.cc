@@ -3,13 +3,14 @@
 // row, sm_90) against the cpu reference, bit for bit: k 1..65536, rows from 0 to 512K long
 // (lengths 0, 1, k-1, k, k+1, ties, crowded and rising values, next_n 1..4), NaN-poisoned logits
 // past each row's length and outputs poisoned before each run, the multi-block, cluster and
-// streaming kernels replayed from a CUDA graph with new lengths. (Both ops in one graph:
-// ops_test.cc.)
+// streaming kernels replayed from a CUDA graph with new lengths; with TopkArgs::deterministic
+// false, a valid top-k (the same kept values, any order). (Both ops in one graph: ops_test.cc.)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
@@ -40,6 +41,62 @@ void expect_kernel_equal(const char* kernel, const TopkInputs& in, Launch&& laun
     EXPECT_TRUE(d_pos.download() == cpu_pos)
         << kernel << " run " << run << ": k " << in.k << " max_len " << in.max_len << " batch "
         << in.batch << " next_n " << in.next_n << " ld " << in.ld;
+  }
+}
+
+// Runs `launch` (a CUDA top-k of `a`'s shapes with TopkArgs::deterministic false) `runs` times on
+// poisoned outputs; each row is a valid top-k of the cpu reference's: the same padding, its kept
+// positions distinct, inside the row's valid length, each with the slot the block table gives
+// it, and their logits the same multiset as the reference's (ties may keep other positions; the
+// order is free).
+template <typename Launch>
+void expect_unordered_valid(const char* kernel, const TopkInputs& in, Launch&& launch, int runs,
+                            DeviceVec<int32_t>& d_idx, DeviceVec<int32_t>& d_pos,
+                            const std::vector<int32_t>& cpu_pos) {
+  const int k = in.k;
+  for (int run = 0; run < runs; ++run) {
+    d_idx.upload(std::vector<int32_t>(cpu_pos.size(), 0x7eadbeef));
+    d_pos.upload(std::vector<int32_t>(cpu_pos.size(), 0x7eadbeef));
+    MLAKIT_ASSERT_OK(launch());
+    MLAKIT_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<int32_t> idx = d_idx.download(), pos = d_pos.download();
+    int bad_rows = 0;
+    for (int64_t r = 0; r < int64_t{in.batch} * in.next_n; ++r) {
+      const int i = static_cast<int>(r / in.next_n);
+      std::vector<int32_t> got(pos.begin() + r * k, pos.begin() + (r + 1) * k);
+      std::vector<int32_t> want(cpu_pos.begin() + r * k, cpu_pos.begin() + (r + 1) * k);
+      bool ok = true;
+      for (int j = 0; j < k; ++j) {
+        const int32_t p = got[j];
+        const int32_t slot =
+            p < 0 ? -1
+                  : in.table[i * in.bt_stride + p / in.page_size] * in.page_size + p % in.page_size;
+        ok = ok && idx[r * k + j] == slot;
+      }
+      std::sort(got.begin(), got.end());
+      ok = ok && std::adjacent_find(got.begin(), got.end(), [](int32_t x, int32_t y) {
+                   return x == y && x >= 0;
+                 }) == got.end();
+      std::vector<float> got_v, want_v;
+      for (int j = 0; j < k && ok; ++j) {
+        // As many -1 as the reference (sorted, they come first).
+        ok = (got[j] < 0) == (std::count(want.begin(), want.end(), -1) > j);
+        if (got[j] >= 0) got_v.push_back(in.logits[r * in.ld + got[j]]);
+      }
+      for (const int32_t p : want) {
+        if (p >= 0) want_v.push_back(in.logits[r * in.ld + p]);
+      }
+      std::sort(got_v.begin(), got_v.end());
+      std::sort(want_v.begin(), want_v.end());
+      // NaN-poisoned logits sit past each row's valid length: a position there fails the
+      // multiset comparison.
+      ok = ok && got_v.size() == want_v.size() &&
+           std::equal(got_v.begin(), got_v.end(), want_v.begin(),
+                      [](float x, float y) { return std::memcmp(&x, &y, sizeof(x)) == 0; });
+      bad_rows += !ok;
+    }
+    EXPECT_EQ(bad_rows, 0) << kernel << " run " << run << ": k " << in.k << " max_len "
+                           << in.max_len << " batch " << in.batch << " next_n " << in.next_n;
   }
 }
 
@@ -80,6 +137,14 @@ void expect_topk_equal(const TopkInputs& in, bool multi_block) {
   a.workspace_size = bytes;
   check("op with a workspace", 1, [&] { return ops::topk_indices(Device::kCuda, a); });
   check("multi-block", 2, [&] { return ops::topk_indices_multi(a, in.ld, nullptr); });
+  // TopkArgs::deterministic false: the multi-block kernel (its sort path unsorted) and the op.
+  a.deterministic = false;
+  expect_unordered_valid(
+      "multi-block, deterministic false", in,
+      [&] { return ops::topk_indices_multi(a, in.ld, nullptr); }, 2, d_idx, d_pos, cpu_pos);
+  expect_unordered_valid(
+      "op with a workspace, deterministic false", in,
+      [&] { return ops::topk_indices(Device::kCuda, a); }, 1, d_idx, d_pos, cpu_pos);
 }
 
 TEST(OpsGpu, TopkEqualsCpuEdges) {

@@ -60,6 +60,7 @@ struct MultiParams : TopkRows {
   int64_t slice_len;
   bool vec;             // every row 16-byte aligned: float4 loads
   bool keep_above;      // the candidates also hold the keys above the k-th largest's bin
+  bool ordered;         // TopkArgs::deterministic: the sort path sorts its kept positions
   int32_t cand_cap;     // candidates a row
   int32_t* hist;        // [rows, kTopkTopBins]
   TopkRowState* state;  // [rows]
@@ -336,7 +337,8 @@ __global__ void __launch_bounds__(kThreads) topk_candidates(const __grid_constan
 
 // The sort path of a row (its first emit block): the candidates >= T gathered, sorted by position
 // (positions are distinct, so the order is the row's whatever order they were appended in), the
-// keys > T and the first `remaining` keys == T written in that order.
+// keys > T and the first `remaining` keys == T written in that order. Without p.ordered, in the
+// order they were gathered (not sorted; which equal keys are kept then depends on that order).
 __device__ __forceinline__ void emit_sorted(const MultiParams& p, const RowView& v) {
   __shared__ union {
     struct {
@@ -373,9 +375,13 @@ __device__ __forceinline__ void emit_sorted(const MultiParams& p, const RowView&
     kind[i] = at < count ? s.gather.kind[at] : 0u;
   }
   __syncthreads();  // s.gather is the sort's storage next
-  const int bits = v.n > 1 ? 32 - __clz(static_cast<uint32_t>(v.n - 1)) : 1;
-  BlockSort(s.sort).Sort(pos, kind, 0, bits);
-  __syncthreads();
+  // Not ordered (TopkArgs::deterministic false): the entries stay in the order the gather's
+  // atomics gave them, and so do the equal keys kept below.
+  if (p.ordered) {
+    const int bits = v.n > 1 ? 32 - __clz(static_cast<uint32_t>(v.n - 1)) : 1;
+    BlockSort(s.sort).Sort(pos, kind, 0, bits);
+    __syncthreads();
+  }
   // Thread t holds sorted entries kSortPerThread t ..: equal ranks, then output places.
   int equal = 0;
 #pragma unroll
@@ -472,6 +478,7 @@ Status topk_indices_multi(const TopkArgs& a, int64_t ld, Stream stream) {
   p.slice_len = plan.slice_len;
   p.vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
   p.keep_above = plan.keep_above;
+  p.ordered = a.deterministic;
   p.cand_cap = plan.cand_cap;
   p.hist = reinterpret_cast<int32_t*>(ws);
   p.state = reinterpret_cast<TopkRowState*>(ws + plan.state_offset);
