@@ -148,9 +148,12 @@ struct Problem {
   // count the first packed row of q, out, lse and the indices only, and out's strides are checked
   // for b * s_q rows (a head-major out holding fewer is refused); the cpu backend and
   // Decoder::check_data check the offsets (cu_seqlens_q[0] = 0, each q_len 0..s_q), the GPU
-  // backends clamp each q_len to 0..s_q and otherwise trust them. GPU cost: the padded [b, s_q]
-  // problem's compute (absent rows are computed on zeros, not written; a request with q_len 0 is
-  // skipped), plus a small kernel for the bounds (docs/sm90-decode.md, docs/sm80-decode.md).
+  // backends clamp each q_len to 0..s_q and otherwise trust them. GPU cost: a query tile wholly
+  // past a request's q_len is skipped under the one-shot and cluster schedules (its CTAs end at
+  // once; sm90 takes one-shot first for such problems from batch 64); the persistent schedule and
+  // a tile's rows past q_len within a live tile compute on zeros, not written; a request with
+  // q_len 0 is skipped. Plus a small kernel for the bounds (docs/sm90-decode.md,
+  // docs/sm80-decode.md).
   bool var_q = false;
   bool has_sinks = false;  // a per-head sink logit is passed in RunArgs::sinks
   int32_t topk = 0;        // > 0: sparse attention over RunArgs::indices [b, s_q, topk]

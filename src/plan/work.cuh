@@ -3,6 +3,7 @@
 // shared memory; cluster, from seq_lens directly. Call only after pdl::griddepcontrol_wait().
 #pragma once
 
+#include "plan/decode_params.h"
 #include "plan/part_plan.cuh"
 #include "plan/plan.h"
 
@@ -64,13 +65,33 @@ class ChunkIterator {
         schedule_(schedule),
         request_(schedule == Schedule::kPersistent ? part->begin_request : 0) {}
 
+  // Problem::var_q, one-shot and cluster schedules: from now on, the chunk of a request for
+  // which this CTA's query tile (the kernels' rows from row0 on) holds no live row
+  // (RowView::live_rows <= row0: the tile lies wholly past the request's query length) is not
+  // handed out. Every role of a CTA calls it alike, so producers and consumers skip the same
+  // chunks; nothing is loaded, computed or written for such a tile, and the CTA ends at once,
+  // freeing its SM for the grid's next CTA (the combine skips the rows too). No-op without var_q
+  // (view.cu_seqlens_q null) and for a sparse problem, whose requests are (request, token) pairs
+  // (RowView::request_tokens > 1): there the compaction leaves a token past q_len no index.
+  // The persistent schedule hands out every chunk: its CTAs each take a fixed share of one
+  // tile's blocks, so a skipped chunk would only leave its SM idle (and there a data-dependent
+  // skip in the part's loop made ptxas serialize the wide tile's wgmmas, C7520; so would a
+  // division here). Copies what it needs: a pointer into the kernel's parameters would make the
+  // compiler copy them to local memory.
+  __device__ __forceinline__ void skip_dead_tiles(const RowView& view, int32_t row0) {
+    if (view.request_tokens > 1) return;
+    cu_seqlens_q_ = view.cu_seqlens_q;
+    h_q_ = view.h_q;
+    row0_ = row0;
+  }
+
   // The next chunk into *chunk; false when there is none.
   __device__ __forceinline__ bool next(Chunk* chunk) {
     if (schedule_ == Schedule::kCluster) {
       if (request_++ > 0) return false;
       const int32_t request = cta_ / view_.max_splits;
       *chunk = cluster_chunk(view_, cta_, clamped_len(seq_lens_, request, batch_, max_len_));
-      return true;
+      return live(request);
     }
     if (schedule_ == Schedule::kOneShot) {
       if (request_++ > 0) return false;
@@ -83,7 +104,7 @@ class ChunkIterator {
                      .token_begin = begin,
                      .token_end = min(begin + rm.first * view_.block_n, rm.seq_len),
                      .slot = rm.num_splits > 1 ? rm.split_offset + split : -1};
-      return true;
+      return live(request);
     }
     for (;; ++request_) {
       // Re-read each time (shared memory, and seq_lens from L1): nothing of the part stays in
@@ -110,6 +131,13 @@ class ChunkIterator {
   }
 
  private:
+  // skip_dead_tiles: whether request `request` holds a live row of this CTA's tile (rows are
+  // token-major: RowView::live_rows = q_len h_q).
+  __device__ __forceinline__ bool live(int32_t request) const {
+    if (cu_seqlens_q_ == nullptr) return true;
+    return (int64_t{cu_seqlens_q_[request + 1]} - cu_seqlens_q_[request]) * h_q_ > row0_;
+  }
+
   const PlanView& view_;
   const PartPlan* part_;
   const int32_t* seq_lens_;
@@ -119,6 +147,9 @@ class ChunkIterator {
   Schedule schedule_;
   // Persistent: the next request to look at; one-shot, cluster: the chunks handed out.
   int32_t request_;
+  // skip_dead_tiles: RowView::cu_seqlens_q (null: nothing skipped), h_q, the tile's first row.
+  const int32_t* cu_seqlens_q_ = nullptr;
+  int32_t h_q_ = 0, row0_ = 0;
 };
 
 }  // namespace mlakit::plan

@@ -272,6 +272,33 @@ TEST(Tuner, Sm90DefaultTacticByBatchAndLength) {
   }
 }
 
+// Variable query lengths (var_q) with several 64-row tiles a request, from batch 64 past 2048
+// tokens: one-shot (1) first, its CTAs of tiles past a request's q_len ending at once; else the
+// order without var_q.
+TEST(Tuner, Sm90VarQTacticOrder) {
+  const BackendEntry* sm90 = find_backend("sm90");
+  if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
+    GTEST_SKIP() << "sm90 not compiled in";
+  }
+  const struct {
+    int h_q, s_q, batch, len, first;
+  } cases[] = {{128, 4, 128, 4096, 1}, {64, 4, 64, 8192, 1},  {128, 2, 64, 4096, 1},
+               {64, 1, 128, 4096, 0},  {16, 4, 128, 4096, 0}, {128, 4, 32, 4096, 0},
+               {128, 4, 128, 1024, 2}};
+  for (const auto& c : cases) {
+    const Problem p{.h_q = c.h_q,
+                    .s_q = c.s_q,
+                    .page_size = 64,
+                    .max_batch = c.batch,
+                    .max_seq_len = c.len,
+                    .var_q = true};
+    const std::vector<Tactic> order = sm90->tactics(p);
+    ASSERT_FALSE(order.empty());
+    EXPECT_EQ(order.front().id, c.first)
+        << "h_q " << c.h_q << " s_q " << c.s_q << " batch " << c.batch << " L " << c.len;
+  }
+}
+
 // With the one-scale fp8 cache: a 16-bit q runs the narrow tile first up to 32 rows and the wide
 // tile (the cache widened in shared memory) past them; an e4m3 q the wide tile from 17 rows on.
 TEST(Tuner, Sm90Fp8CacheTacticOrder) {

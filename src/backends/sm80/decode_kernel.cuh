@@ -261,6 +261,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     roles::run<T, Cfg>(p, s, m_tile, cta, q_loaded);
   } else {
     plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
+    chunks.skip_dead_tiles(p.out_view, m_tile * Cfg::kRows);  // var_q
     plan::Chunk c;
     bool first = true;
     [[maybe_unused]] fp8::Scales scales;

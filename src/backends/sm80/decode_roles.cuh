@@ -372,6 +372,7 @@ __device__ __forceinline__ void run(const DecodeParams& p, SharedStorage<T, Cfg>
       "setmaxnreg.inc waits forever for registers the CTA does not hold");
   const int row0 = m_tile * Cfg::kRows;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &s.part, p.seq_lens, p.max_len);
+  chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
   uint32_t g_tile = 0;
   if (static_cast<int>(threadIdx.x) < 32 * Cfg::kScoreWarps) {

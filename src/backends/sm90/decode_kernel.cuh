@@ -134,6 +134,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   const float k_scale = fp8::read_scales(p).v;  // sparse V3.2 / V4: the cache's extra scale
 
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef MLAKIT_SM90_TRACE
     if (!gathers && threadIdx.x >= kConsumerThreads + 32 && threadIdx.x < kConsumerThreads + 64 &&
         blockIdx.x == 0) {
-      watch<L>(p, s, cta);
+      watch<L>(p, s, m_tile * kTileRows, cta);
     }
 #endif
     if (merges) {

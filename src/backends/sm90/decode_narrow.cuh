@@ -292,6 +292,7 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
   static_assert(2 * L::kQChunkBytes <= L::kExchangeBytes && L::kExchangeOffset % 1024 == 0);
 
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   WarpgroupSync wg_sync{.bar = &sm.wg_sync[wg]};

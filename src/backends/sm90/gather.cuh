@@ -498,6 +498,7 @@ __device__ __forceinline__ void produce_gather(const DecodeParams& p, const Smem
   const bool v32 = !kV4 && p.fill == Fill::kGatherV32;
   const uint32_t row_bytes = kV4 ? kV4DataBytes : v32 ? kBlockwiseBytes : kRow16Bytes;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {

@@ -32,6 +32,7 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
   const bool two_pages = page_size < kBlockN;  // page 32: two pages per block
   const int32_t row0 = m_tile * kTileRows;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
   uint32_t n_chunk = 0, n_block = 0;
   while (chunks.next(&c)) {
@@ -104,9 +105,11 @@ __device__ __forceinline__ void produce(const DecodeParams& p, const Smem& s, in
 // Trace only: a second producer warp stamps when the first and the last column chunk of each
 // block have landed (waiting does not consume the barriers' phases).
 template <typename L>
-__device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int32_t cta) {
+__device__ __forceinline__ void watch(const DecodeParams& p, const Smem& s, int32_t row0,
+                                      int32_t cta) {
   SmallStorage& sm = *s.small;
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
+  chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
   uint32_t n_block = 0;
   while (chunks.next(&c)) {

@@ -126,13 +126,18 @@ __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplit
   for (int64_t base = blockIdx.x; base < items; base += 32 * step) {
     const int64_t mine = base + lane * step;
     int32_t my_splits = 1, my_offset = 0;
+    bool live = false;
     if (mine < items) {
-      const plan::RequestMeta rm = p.requests[mine / p.rows];
+      const auto request = static_cast<int32_t>(mine / p.rows);
+      const plan::RequestMeta rm = p.requests[request];
       my_splits = rm.num_splits;
       my_offset = rm.split_offset;
+      // var_q: a row past the request's q_len is never written, and its partials may not exist
+      // (a query tile with no live row runs no chunk: ChunkIterator::skip_dead_tiles).
+      live = static_cast<int32_t>(mine % p.rows) < p.out_view.live_rows(request, p.rows);
     }
-    // Split rows, and the rows of empty requests (zeros and -inf): the same in every warp.
-    uint32_t todo = __ballot_sync(0xffffffffu, my_splits != 1);
+    // Live split rows, and the rows of empty requests (zeros and -inf): the same in every warp.
+    uint32_t todo = __ballot_sync(0xffffffffu, my_splits != 1 && live);
     while (todo != 0) {
       const int k = __ffs(todo) - 1;
       todo &= todo - 1;
