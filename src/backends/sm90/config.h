@@ -94,6 +94,8 @@ struct SmallStorage {
   uint64_t q_empty;                             // both consumer warpgroups done with Q
   uint64_t wg_sync[2];       // narrow tile: warpgroup w's 128 threads meet (twice a block)
   uint64_t dequant_sync[2];  // sparse V3.2 / V4: warpgroup w's 128 threads widening a block
+  // Widen::kFp8: the stage's block widened by the warpgroup that does not own it (128)
+  uint64_t widened[kMaxStages];
   // Per stage: bit j set when token j of its block lies in a page whose block-table id is out of
   // range (written by the producer before the stage's chunk-0 barrier; 0 for the gathers).
   uint64_t bad_tokens[kMaxStages];

@@ -60,15 +60,75 @@ __device__ __forceinline__ void zero_v_rows(uint32_t kv_stage, int32_t valid, in
   }
 }
 
-// Widen::kFp8: the owning warpgroup widens a block of the one-scale e4m3 cache in place, once
-// all of its column chunks landed (produce<..., true>): raw chunk j (64 tokens x 64 bytes, the
-// 64-byte swizzle) lies at kFp8RawOffset + 4 KB j of the stage, 16-bit column chunk j at 8 KB j.
-// Thread t widens the 16-byte piece t % 4 of tokens t / 4 and t / 4 + 32 of each raw chunk, exactly
-// (dequant16 with 1: the scales are the consumer's factors), into two 16-byte pieces of its rows.
-// Column chunks 0..3 lie below the raw chunks; 4..8 overlap raw chunks 0..8 (chunk j >= 4 covers
-// raw 2j - 9 and 2j - 8, all <= j), so raw 4..8 are read into registers, the warpgroup meets,
-// then 4..8 are written. The RoPE chunk is e4m3 too in this cache. Ends with the writes ordered
-// before the wgmma of either warpgroup (the other reads V after this one's P is published).
+// Widen::kFp8: a consumer warpgroup (the one that does not own the block: consume's
+// widen_block) widens a block of the one-scale e4m3 cache in place, once all of its column
+// chunks landed (produce<..., true>): raw chunk j (64 tokens x 64 bytes, the 64-byte swizzle) lies
+// at kFp8RawOffset + 4 KB j of the stage, 16-bit column chunk j at 8 KB j. Thread t widens the
+// 16-byte piece t % 4 of tokens t / 4 and t / 4 + 32 of each raw chunk, exactly (dequant16 with 1:
+// the scales are the consumer's factors), into two 16-byte pieces of its rows. Column chunks 0..3
+// lie below the raw chunks; 4..8 overlap raw chunks 0..8 (chunk j >= 4 covers raw 2j - 9 and 2j -
+// 8, all <= j), so raw 4..8 are read into registers, the warpgroup meets, then 4..8 are written.
+// The RoPE chunk is e4m3 too in this cache. Ends with the writes ordered before the wgmma of either
+// warpgroup (the other reads V after this one's P is published).
+//
+// The widening in two parts. widen_fp8_low: column chunks 0..3, which lie below the raw chunks
+// (no thread overwrites bytes another reads): no meeting, so it can run while the warpgroup's
+// P V products are in flight (a barrier or spin-wait there makes ptxas serialize them, C7520).
+// widen_fp8_high: chunks 4..8 (read, meet, write), after them; ends with the writes fenced for
+// the async proxy and the warpgroup met.
+template <typename T>
+__device__ __forceinline__ void widen_fp8_low(uint32_t stage_addr, int t) {
+  const int u = t % 4;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t at = stage_addr + j * kChunkBytes;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int tk = t / 4 + 32 * k;
+      uint32_t v[4], w[8];
+      ld_shared_v4(stage_addr + kFp8RawOffset + j * kFp8RawChunkBytes + swizzled64(tk, u * 16), v);
+      dequant16<T>(make_uint4(v[0], v[1], v[2], v[3]), 1.0f, w);
+      st_shared_v4(at + swizzled(tk, u * 32), w[0], w[1], w[2], w[3]);
+      st_shared_v4(at + swizzled(tk, u * 32 + 16), w[4], w[5], w[6], w[7]);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void widen_fp8_high(SmallStorage& sm, uint32_t stage_addr, int t,
+                                               int wg) {
+  const int u = t % 4;
+  uint32_t v[kQkChunks - 4][2][4];
+#pragma unroll
+  for (int j = 4; j < kQkChunks; ++j) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      ld_shared_v4(
+          stage_addr + kFp8RawOffset + j * kFp8RawChunkBytes + swizzled64(t / 4 + 32 * k, u * 16),
+          v[j - 4][k]);
+    }
+  }
+  dequant_sync(sm, wg, 0);
+#pragma unroll
+  for (int j = 4; j < kQkChunks; ++j) {
+    const uint32_t at = stage_addr + j * kChunkBytes;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int tk = t / 4 + 32 * k;
+      uint32_t w[8];
+      dequant16<T>(make_uint4(v[j - 4][k][0], v[j - 4][k][1], v[j - 4][k][2], v[j - 4][k][3]), 1.0f,
+                   w);
+      st_shared_v4(at + swizzled(tk, u * 32), w[0], w[1], w[2], w[3]);
+      st_shared_v4(at + swizzled(tk, u * 32 + 16), w[4], w[5], w[6], w[7]);
+    }
+  }
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  dequant_sync(sm, wg, 1);
+}
+
+// The whole widening at once (a chunk's first block): what widen_fp8_low then widen_fp8_high do,
+// written out. Composing the two gives other SASS (the same spills), and this form is the one
+// measured (bench/results/2026-11-28-h200-fp8w-split-widen).
 template <typename T>
 __device__ __forceinline__ void widen_fp8(SmallStorage& sm, uint32_t stage_addr, int t, int wg) {
   const int u = t % 4;
@@ -133,6 +193,21 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   }();
   const float k_scale = fp8::read_scales(p).v;  // sparse V3.2 / V4: the cache's extra scale
 
+  // Widen::kFp8: the warpgroup that does not own block nb widens it and says so on
+  // widened[stage]; the owner's chain (S, softmax, P) then starts on a widened block. For a
+  // chunk's first block: all of it, first thing (widen_block). For the others: chunks 0..3
+  // during the widening warpgroup's own block before, beside its P V products (their chunks
+  // waited for before the P V's issue), chunks 4..8 first thing in its next iteration. Against
+  // the owner widening its own block: 1.05-1.08x faster at h_q 64 and 128 (H200,
+  // bench/results/2026-11-28-h200-fp8w-split-widen).
+  auto widen_block = [&](uint32_t nb) {
+    const uint32_t st = nb % kStages, ph = (nb / kStages) & 1;
+#pragma unroll 1
+    for (int j = 0; j < kQkChunks; ++j) wait_parity(&sm.full[st][j], ph);
+    widen_fp8<T>(sm, kv_addr + st * kTileBytes, t, wg);
+    arrive(&sm.widened[st]);  // every thread, after its writes and its proxy fence
+  };
+
   plan::ChunkIterator chunks(p.plan, p.schedule, cta, p.batch, &sm.part, p.seq_lens, p.max_len);
   chunks.skip_dead_tiles(p.out_view, row0);  // var_q
   plan::Chunk c;
@@ -173,9 +248,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v4<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
         } else if constexpr (kWiden == Widen::kFp8) {
-#pragma unroll 1
-          for (int j = 0; j < kQkChunks; ++j) wait_parity(&sm.full[stage][j], phase);
-          widen_fp8<T>(sm, kv_stage, t, wg);
+          wait_parity(&sm.widened[stage], phase);  // by the other warpgroup (widen_block)
         } else if (p.fill == Fill::kGatherV32) {
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
@@ -222,6 +295,14 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
         arrive(&sm.published[wg]);  // every thread: each orders its own stores (and reads)
         trace(wg, 4);
         rescale(o, step);
+        if constexpr (kWiden == Widen::kFp8) {
+          // The next block's chunks landed (widened below while this P V runs).
+          if (b + 1 < n_blocks) {
+            const uint32_t st = (n_block + 1) % kStages, ph = ((n_block + 1) / kStages) & 1;
+#pragma unroll 1
+            for (int j = 0; j < kQkChunks; ++j) wait_parity(&sm.full[st][j], ph);
+          }
+        }
         // O_w += P V_w with P from registers. Each P V is issued where its A operand was made:
         // across the branch, ptxas serializes the wgmmas (C7520).
         wgmma_fence();
@@ -230,7 +311,23 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
           const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
           wgmma_m64n256k16_rs_tb<T>(o, a, desc_advance(v_desc, kk * 16 * 128), 1);
         }
+        if constexpr (kWiden == Widen::kFp8) {
+          // The next block is the other warpgroup's: widened while this P V runs (its chunks
+          // waited for before the P V's issue, above: no spin-wait while it is in flight).
+          wgmma_commit_group();
+          if (b + 1 < n_blocks)
+            widen_fp8_low<T>(kv_addr + ((n_block + 1) % kStages) * kTileBytes, t);
+        }
       } else {
+        if constexpr (kWiden == Widen::kFp8) {
+          if (b == 0) {
+            widen_block(n_block);  // a chunk's first block (no own block before it)
+          } else {
+            // Chunks 0..3 were widened beside this warpgroup's P V of block b - 1: the rest.
+            widen_fp8_high<T>(sm, kv_stage, t, wg);
+            arrive(&sm.widened[stage]);
+          }
+        }
         // The other warpgroup's block: wait for its max and P, then this half of O.
 #pragma unroll
         for (int j = 0; j < kVChunksPerWarpgroup; ++j) {
@@ -342,6 +439,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cuda::ptx::mbarrier_init(&sm.q_empty, 2);
     for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.wg_sync[w], 128);
     for (int w = 0; w < 2; ++w) cuda::ptx::mbarrier_init(&sm.dequant_sync[w], 128);
+    for (int i = 0; i < kMaxStages; ++i) cuda::ptx::mbarrier_init(&sm.widened[i], 128);
     for (int i = 0; i < kMaxStages; ++i) sm.bad_tokens[i] = 0;
     trace_reset();
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
