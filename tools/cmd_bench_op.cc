@@ -261,7 +261,9 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
                   "file's row r % rows");
   cmd->add_flag("--nondeterministic", f->nondeterministic,
                 "topk: TopkArgs::deterministic false (the multi-block kernel's sort path writes "
-                "its kept positions unsorted; the check compares each row sorted)");
+                "its kept positions unsorted; the check compares each row sorted, so logits "
+                "with ties at the k-th largest, e.g. from --logits-file, may report a valid "
+                "top-k as FAIL)");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option(

@@ -147,8 +147,9 @@ typedef struct mlakit_topk_args {
   int32_t* positions; /* [b * next_n, k] or NULL: the kept positions, -1 padded */
   void* workspace;    /* NULL, or mlakit_topk_workspace_bytes(args) bytes of device memory */
   size_t workspace_size;
-  int32_t deterministic; /* 1 (the default); 0: kept positions in any order, ties at the k-th
-                            largest kept in any choice (ops.h, TopkArgs::deterministic) */
+  /* 0 (the default, what a zeroed struct holds): deterministic; nonzero: kept positions in any
+     order, ties at the k-th largest kept in any choice (ops.h, TopkArgs::deterministic false) */
+  int32_t nondeterministic;
 } mlakit_topk_args_t;
 
 /* Fill with the C++ defaults (h_q 128, s_q 1, page 64, bf16, softmax scale 1/sqrt(576), ...). */

@@ -176,7 +176,7 @@ mlakit::ops::TopkArgs to_cpp(const mlakit_topk_args_t& a) {
           .positions = a.positions,
           .workspace = a.workspace,
           .workspace_size = a.workspace_size,
-          .deterministic = a.deterministic != 0};
+          .deterministic = a.nondeterministic == 0};
 }
 
 // An op (ops.h, or cp.h's merge) on its C arguments: a null args pointer is refused by name; the
@@ -338,7 +338,7 @@ void mlakit_topk_args_init(mlakit_topk_args_t* a) {
   a->next_n = d.next_n;
   a->k = d.k;
   a->page_size = d.page_size;
-  a->deterministic = d.deterministic ? 1 : 0;
+  a->nondeterministic = d.deterministic ? 0 : 1;
 }
 
 mlakit_status_t mlakit_append_kv(int32_t device, const mlakit_append_kv_args_t* args,

@@ -69,10 +69,12 @@ class ChunkIterator {
   // which this CTA's query tile (the kernels' rows from row0 on) holds no live row
   // (RowView::live_rows <= row0: the tile lies wholly past the request's query length) is not
   // handed out. Every role of a CTA calls it alike, so producers and consumers skip the same
-  // chunks; nothing is loaded, computed or written for such a tile, and the CTA ends at once,
-  // freeing its SM for the grid's next CTA (the combine skips the rows too). No-op without var_q
-  // (view.cu_seqlens_q null) and for a sparse problem, whose requests are (request, token) pairs
-  // (RowView::request_tokens > 1): there the compaction leaves a token past q_len no index.
+  // chunks; the chunk loop loads, computes and writes nothing for such a tile, and the CTA ends
+  // at once, freeing its SM for the grid's next CTA (the combine skips the rows too; a cluster
+  // merge after the loop still runs: docs/sm90-decode.md). No-op without var_q
+  // (view.cu_seqlens_q null) and for a sparse problem run as (request, token) pairs
+  // (RowView::request_tokens > 1, s_q > 1): there the compaction leaves a token past q_len no
+  // index. (A sparse problem with s_q 1 takes the skip like a dense one.)
   // The persistent schedule hands out every chunk: its CTAs each take a fixed share of one
   // tile's blocks, so a skipped chunk would only leave its SM idle (and there a data-dependent
   // skip in the part's loop made ptxas serialize the wide tile's wgmmas, C7520; so would a

@@ -84,7 +84,7 @@ TEST(CApiOps, InitGivesTheCppDefaults) {
   EXPECT_EQ(tk.page_size, tk_d.page_size);
   EXPECT_EQ(tk.workspace, nullptr);
   EXPECT_EQ(tk.workspace_size, 0u);
-  EXPECT_EQ(tk.deterministic, 1);
+  EXPECT_EQ(tk.nondeterministic, 0);
   EXPECT_TRUE(tk_d.deterministic);
 }
 

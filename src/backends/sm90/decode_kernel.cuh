@@ -12,6 +12,8 @@
 //                  m64n256k16, A = P from registers).
 //     other block: wait for the other warpgroup's max and P (published[1 - w], the stage's
 //                  phase); O_w *= alpha; O_w += P V_w (A = P from shared memory).
+//   Widen::kFp8 (an e4m3 cache, a 16-bit q): the warpgroup that does not own a block widens it
+//   in place and arrives on widened[stage], which the owner waits on before S (consume).
 //   The stage is released (empty) by each warpgroup once its P V of the block has finished; on
 //   the request's last block each zeroes its half of the V rows past the length first.
 //   epilogue: denominators meet through shared memory; the output or a partial is written.
@@ -198,7 +200,7 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
   // chunk's first block: all of it, first thing (widen_block). For the others: chunks 0..3
   // during the widening warpgroup's own block before, beside its P V products (their chunks
   // waited for before the P V's issue), chunks 4..8 first thing in its next iteration. Against
-  // the owner widening its own block: 1.05-1.08x faster at h_q 64 and 128 (H200,
+  // the owner widening its own block: 1.06-1.08x faster at h_q 64 and 128 (H200,
   // bench/results/2026-11-28-h200-fp8w-split-widen).
   auto widen_block = [&](uint32_t nb) {
     const uint32_t st = nb % kStages, ph = (nb / kStages) & 1;
@@ -315,6 +317,8 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
           // The next block is the other warpgroup's: widened while this P V runs (its chunks
           // waited for before the P V's issue, above: no spin-wait while it is in flight).
           wgmma_commit_group();
+          // (Split this way, ptxas spills 60 bytes in these kernels, 8 before; measured 1.06-1.08x
+          // faster all the same.)
           if (b + 1 < n_blocks)
             widen_fp8_low<T>(kv_addr + ((n_block + 1) % kStages) * kTileBytes, t);
         }

@@ -117,8 +117,9 @@ std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
   // CTAs of a tile past a request's q_len end at once (ChunkIterator::skip_dead_tiles) and free
   // their SMs, where a persistent CTA keeps its fixed share of one tile's blocks. h_q 64 and 128,
   // s_q 4, q_len drawn from 1..4, L 4096, H200 (bench/results/2026-11-28-h200-varq-skip): batch
-  // 128, one-shot 0.72-0.76x the padded batch's time and 1.3-1.4x faster than persistent, on
+  // 128, one-shot 0.71-0.77x the padded batch's time and 1.20-1.37x faster than persistent, on
   // fixed and ragged lengths; batch 32, persistent as fast or 7% faster (ragged), so it stays.
+  // (The fp8 cache's orders above have no such rule: not measured.)
   const bool var_q_one_shot =
       !cluster_first && p.var_q && !p.sparse() && rows > sm90::kRows && p.max_batch >= 64;
   std::vector<Tactic> out = cluster_first    ? std::vector<Tactic>{cluster, persistent, one_shot}

@@ -28,7 +28,9 @@
 //      keys at its offset, their places from one block scan of packed (above, equal) counts; it
 //      stops once its `kept` outputs are written.
 // Integer counts and scans only, so the result does not depend on the order of the atomics:
-// deterministic (the sort path's order is by position, and positions are distinct). The row is
+// deterministic (the sort path's order is by position, and positions are distinct). With
+// TopkArgs::deterministic false (opt-in) the sort path skips its sort: its rows' kept positions
+// come in the gather's order, and which keys equal to T are kept depends on it. The row is
 // read twice on the sort path (three times otherwise); the later passes mostly hit L2. Rows of
 // length n <= k keep every position (written by pass 3). Graph-capturable: the grid depends on the
 // shapes only; lengths and page ids are read on the device.
