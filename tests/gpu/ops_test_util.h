@@ -62,7 +62,16 @@ struct Rng {
 // kSpread: magnitudes 2^-100 .. 2^10 (uniform exponents), about k / 2 of a row's values
 // positive: the k-th largest is negative, about a thousand histogram bins below the largest (the
 // cluster kernels' picks skip bins by groups, topk_select.cuh).
-enum class TopkValues { kNormal, kTies, kCrowded, kRising, kSampleTrap, kStreamTrap, kSpread };
+enum class TopkValues {
+  kNormal,
+  kTies,
+  kCrowded,
+  kRising,
+  kSampleTrap,
+  kStreamTrap,
+  kSpread,
+  kCoarse,  // normal values rounded to 1/256: a few keys equal to the k-th largest
+};
 
 struct TopkInputs {
   int batch, next_n, k, page_size;
@@ -105,6 +114,7 @@ inline TopkInputs make_topk(Rng& rng, int k, int next_n, int page_size, std::vec
           case TopkValues::kStreamTrap:
             x = rng.normal() + (j % 128 / 8 == j / 128 % 16 ? 64.0f : 0.0f);
             break;
+          case TopkValues::kCoarse: x = std::round(rng.normal() * 256.0f) / 256.0f; break;
           case TopkValues::kSpread:
             x = (rng.below(2 * n) < k ? 1.0f : -1.0f) *
                 std::exp2(static_cast<float>(rng.below(110 << 10)) / 1024.0f - 100.0f);

@@ -201,6 +201,10 @@ TEST(OpsGpu, TopkMultiBlockEqualsCpu) {
   for (auto& len : spread) len = static_cast<int32_t>(1025 + rng.below(32768 - 1025 + 1));
   spread[0] = 32768;
   expect_topk_equal(make_topk(rng, 1024, 1, 16, spread, TopkValues::kTies, 4), true);
+  // Batch 64 at 128K with values on a 1/256 grid: the sort path with tens of keys equal to the
+  // k-th largest (ties by position; with deterministic false, any of them).
+  expect_topk_equal(
+      make_topk(rng, 2048, 1, 64, std::vector<int32_t>(64, 131072), TopkValues::kCoarse, 4), true);
   // Batch 1 at 256K: the most slices a row.
   expect_topk_equal(make_topk(rng, 2048, 1, 64, {262144}, TopkValues::kNormal, 4), true);
   expect_topk_equal(make_topk(rng, 512, 1, 64, {262144}, TopkValues::kTies, 5), true);

@@ -76,6 +76,11 @@ std::vector<VarCase> var_cases() {
     Problem p = shape(16, 4, 64);
     p.kv_dtype = DType::kFP8E4M3;
     add("fp8kv_h16_sq4", p, {400, 5, 0, 1300}, {4, 2, 3, 0});
+    // A 16-bit q past 64 rows: the wide tile (Widen::kFp8, the split widening), with tiles past
+    // q_len skipped under the one-shot and cluster schedules.
+    Problem wide = shape(64, 4, 64);
+    wide.kv_dtype = DType::kFP8E4M3;
+    add("fp8kv_h64_sq4_tiles", wide, {700, 64, 1, 2100, 300}, {1, 4, 2, 3, 1});
     Problem q8 = shape(64, 5, 64);
     q8.q_dtype = q8.kv_dtype = DType::kFP8E4M3;
     add("fp8q_h64_sq5", q8, {400, 5, 0, 1300}, {5, 1, 2, 0});
