@@ -66,7 +66,7 @@ void expect_unordered_valid(const char* kernel, const TopkInputs& in, Launch&& l
       const int t = static_cast<int>(r % in.next_n);
       // The row's valid length: a kept position outside it (or a poisoned one) fails the row
       // before anything is indexed with it.
-      const int64_t n = std::clamp<int64_t>(int64_t{in.lens[i]} - in.next_n + 1 + t, 0, in.lens[i]);
+      const int64_t n = ops::topk_row_length(in.lens[i], in.next_n, t);
       std::vector<int32_t> got(pos.begin() + r * k, pos.begin() + (r + 1) * k);
       std::vector<int32_t> want(cpu_pos.begin() + r * k, cpu_pos.begin() + (r + 1) * k);
       const auto padding = std::count(want.begin(), want.end(), -1);
