@@ -56,8 +56,10 @@ void add_sweep_flags(CLI::App* app, SweepFlags* f) {
   app->add_flag("--non-causal", f->non_causal, "no causal mask between the s_q query tokens");
   app->add_option("--var-q", f->var_q,
                   "1: variable query lengths (var_q; packed q/out rows, cu_seqlens_q), each "
-                  "request's drawn from 1..s_q with the seed; 0: every request has s_q")
-      ->check(CLI::Range(0, 1));
+                  "request's drawn from 1..s_q with the seed; 2: var_q with every request's "
+                  "q_len s_q (what var_q itself costs: the padded work as a var_q problem); 0: "
+                  "not var_q, every request has s_q")
+      ->check(CLI::Range(0, 2));
   app->add_option("--seed", f->seed, "random seed");
   app->add_option("--grid", f->grid,
                   "standard: batch 1,8,32,64,128 x seq-len 1024,4096,8192,32768 (with the given "

@@ -22,7 +22,8 @@ struct SweepFlags {
   int extra_topk = 0, extra_page_size = 0;  // the V4 extra cache (sparse only)
   bool sparse_tails = false;  // sparse indices as a top-k op emits them (WorkloadOptions)
   bool sinks = false, lse = false, pdl = false, non_causal = false;
-  int var_q = 0;  // 1: variable query lengths (Problem::var_q), drawn from 1..s_q by the seed
+  int var_q = 0;  // 1: variable query lengths (Problem::var_q), drawn from 1..s_q by the seed;
+                  // 2: var_q, every q_len s_q
   uint64_t seed = 1;
   std::string grid;  // "standard": the standard grid of BENCHMARKING.md
 };

@@ -221,6 +221,7 @@ int run_bench(BenchFlags& f, bool defaults, bool run) {
     harness::WorkloadOptions wopt;
     wopt.seed = f.sweep.seed;
     wopt.sparse_tails = f.sweep.sparse_tails;
+    if (f.sweep.var_q == 2) wopt.q_lens.assign(c.batch, c.problem.s_q);
     const harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
     std::optional<Reference> ref;
     for (const std::string& backend : backends) {

@@ -56,6 +56,7 @@ int run_check(CheckFlags& f, bool run) {
     harness::WorkloadOptions wopt;
     wopt.seed = f.sweep.seed + done;
     wopt.sparse_tails = f.sweep.sparse_tails;
+    if (f.sweep.var_q == 2) wopt.q_lens.assign(c.batch, c.problem.s_q);
     harness::HostInputs in = harness::make_inputs(c.problem, c.lens, wopt);
     std::vector<harness::BadSlot> planted;
     Status plant = Status::Ok();
