@@ -150,11 +150,11 @@ struct Problem {
   // Decoder::check_data check the offsets (cu_seqlens_q[0] = 0, each q_len 0..s_q), the GPU
   // backends clamp each q_len to 0..s_q and otherwise trust them. GPU cost: a query tile wholly
   // past a request's q_len is skipped under the one-shot and cluster schedules (its CTAs end at
-  // once; sm90 takes one-shot first for such problems with a 16-bit cache from batch 64 past 64
-  // rows a request); the persistent schedule and
-  // a tile's rows past q_len within a live tile compute on zeros, not written; a request with
-  // q_len 0 is skipped. Plus a small kernel for the bounds (docs/sm90-decode.md,
-  // docs/sm80-decode.md).
+  // once; sm90 takes one-shot first for such dense problems from batch 64 past 64 rows a
+  // request); the persistent schedule and a tile's rows past q_len within a live tile compute on
+  // zeros, not written; a request with q_len 0 is skipped. Plus a small kernel for the bounds,
+  // and on sm90 a copy of q unless its token rows are h_q row strides apart and h_q is a multiple
+  // of the tile's rows (docs/sm90-decode.md, docs/sm80-decode.md).
   bool var_q = false;
   bool has_sinks = false;  // a per-head sink logit is passed in RunArgs::sinks
   int32_t topk = 0;        // > 0: sparse attention over RunArgs::indices [b, s_q, topk]

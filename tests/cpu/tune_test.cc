@@ -280,22 +280,36 @@ TEST(Tuner, Sm90VarQTacticOrder) {
   if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
     GTEST_SKIP() << "sm90 not compiled in";
   }
+  // The fp8 cache's wide tile (a 16-bit or an e4m3 q) takes the same rule.
   const struct {
     int h_q, s_q, batch, len, first;
-  } cases[] = {{128, 4, 128, 4096, 1}, {64, 4, 64, 8192, 1},  {128, 2, 64, 4096, 1},
-               {64, 1, 128, 4096, 0},  {16, 4, 128, 4096, 0}, {128, 4, 32, 4096, 0},
-               {128, 4, 128, 1024, 2}};
+    DType kv, q;
+  } cases[] = {{128, 4, 128, 4096, 1, DType::kBF16, DType::kBF16},
+               {64, 4, 64, 8192, 1, DType::kBF16, DType::kBF16},
+               {128, 2, 64, 4096, 1, DType::kBF16, DType::kBF16},
+               {64, 1, 128, 4096, 0, DType::kBF16, DType::kBF16},
+               {16, 4, 128, 4096, 0, DType::kBF16, DType::kBF16},
+               {128, 4, 32, 4096, 0, DType::kBF16, DType::kBF16},
+               {128, 4, 128, 1024, 2, DType::kBF16, DType::kBF16},
+               {128, 4, 128, 4096, 1, DType::kFP8E4M3, DType::kBF16},
+               {64, 4, 64, 4096, 1, DType::kFP8E4M3, DType::kFP8E4M3},
+               {128, 4, 32, 4096, 0, DType::kFP8E4M3, DType::kBF16},
+               {64, 1, 128, 4096, 0, DType::kFP8E4M3, DType::kBF16},
+               {128, 4, 128, 1024, 2, DType::kFP8E4M3, DType::kFP8E4M3}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,
                     .page_size = 64,
                     .max_batch = c.batch,
                     .max_seq_len = c.len,
+                    .q_dtype = c.q,
+                    .kv_dtype = c.kv,
                     .var_q = true};
     const std::vector<Tactic> order = sm90->tactics(p);
     ASSERT_FALSE(order.empty());
     EXPECT_EQ(order.front().id, c.first)
-        << "h_q " << c.h_q << " s_q " << c.s_q << " batch " << c.batch << " L " << c.len;
+        << "h_q " << c.h_q << " s_q " << c.s_q << " batch " << c.batch << " L " << c.len << " kv "
+        << to_string(c.kv) << " q " << to_string(c.q);
   }
 }
 

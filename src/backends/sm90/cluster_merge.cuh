@@ -47,8 +47,12 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
   const int row_end = (rank + 1) * kTileRows / splits;
   const int tid =
       static_cast<int>(kThreads == kConsumerThreads ? threadIdx.x : threadIdx.x % kThreads);
-  // Rows written: all of a partial's; of out, the request's (var_q: up to its q_len).
-  const int32_t live = clusters > 1 ? p.rows : p.out_view.live_rows(request, p.rows);
+  // Rows written: the request's (var_q: up to its q_len), to out or to a partial; the combine
+  // reads no partial row past them. A tile wholly past them (var_q, several clusters a request:
+  // ChunkIterator::skip_dead_tiles gave its CTAs no chunk) merges nothing. Every thread of the
+  // cluster sees the same rows, and the cluster barriers around the merge are the caller's.
+  const int32_t live = p.out_view.live_rows(request, p.rows);
+  if (m_tile * kTileRows >= live) return;
   // 1. Per row: the merged LSE and each result's weight, exp(lse_k - lse) times the sink factor.
   if (tid < row_end - row_begin) {
     const int row = row_begin + tid;
@@ -75,10 +79,10 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const uint8
     }
 #pragma unroll
     for (int k = 0; k < kMaxClusterCtas; ++k) sm.merge_weight[row][k] = lse_k[k] * scale;
-    if (r < p.rows) {
+    if (r < live) {
       if (clusters > 1) {
         p.plan.partial_lse[first_row + r] = lse;
-      } else if (p.lse != nullptr && r < live) {
+      } else if (p.lse != nullptr) {
         p.lse[p.out_view.lse_index(request, r, p.rows)] = lse * p.lse_scale;  // natural or base 2
       }
     }

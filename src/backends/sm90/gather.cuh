@@ -59,8 +59,18 @@ __device__ __forceinline__ void issue_q(const DecodeParams& p, const Smem& s, co
   }
   __syncwarp();
   if (lane < kQkChunks) {
-    tma_load_2d(s.q + lane * L::kQChunkBytes, &p.q_map, lane * kChunkElems,
-                c.request * p.rows + row0, &sm.q_full);
+    int32_t q_row = c.request * p.rows + row0;
+    if (p.q_in_place != 0) {
+      // var_q, q read where it lies: every tile is wholly live or wholly past q_len (launch.cc).
+      // A tile past it (the persistent schedule runs those) gets a box wholly out of the map's
+      // bounds: zeros, no byte of q read, the full byte count all the same.
+      const plan::RowView& v = p.out_view;
+      int32_t i, t0;
+      v.request_token(c.request, &i, &t0);
+      q_row = row0 < v.live_rows(c.request, p.rows) ? (v.cu_seqlens_q[i] + t0) * v.h_q + row0
+                                                    : -kTileRows;
+    }
+    tma_load_2d(s.q + lane * L::kQChunkBytes, &p.q_map, lane * kChunkElems, q_row, &sm.q_full);
   }
 }
 

@@ -350,7 +350,16 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   // pages, by (token, page) (3-D); the sparse gather and the epilogues address every row by its
   // strides.
   const Views views = views_of(p, a);
-  const bool pack_q = !views.q_uniform(p);
+  // var_q reads q where it lies when its token rows are equally spaced and every query tile of a
+  // request is wholly live or wholly past q_len (h_q a multiple of the tile's rows: the live rows,
+  // q_len h_q, then end at a tile's edge), so that no tile reads past a request's rows, which
+  // for the last request would be past q's end (issue_q). Else q is packed first: at h_q 128, s_q 4
+  // the copy took 6.6-7.9 us at batch 8 (ncu), and var_q with every q_len s_q took 4-6% longer
+  // than the padded problem at batch 128 with it, within 2% without (H200,
+  // bench/results/2026-11-28-h200-varq-inplace).
+  const bool q_in_place =
+      p.var_q && views.q_s == int64_t{p.h_q} * views.q_h && p.h_q % setup.tile_rows == 0;
+  const bool pack_q = !views.q_uniform(p) && !q_in_place;
   const bool kv_paged = !sparse && !views.kv_uniform(p);
   // The sparse gather reads slot s at s * the token stride (gather.cuh). Padded pages (FlashMLA's
   // own tests pad each page by a token) are read through slots that the compaction spaces by the
@@ -414,6 +423,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.kv_view.slot_page_size = 0;
   }
   params.kv_paged = kv_paged ? 1 : 0;
+  params.q_in_place = q_in_place ? 1 : 0;
   params.fill = Fill::kPages;
   params.direct_s_q = 0;
   params.direct_tokens = INT32_MAX;

@@ -43,6 +43,10 @@ struct DecodeParams : plan::DecodeParamsBase {
   // 128B (64B for e4m3): q's rows when they are equally spaced (one row stride), else its copy
   // packed into the workspace (launch.cc).
   CUtensorMap q_map;
+  // 1: var_q with q read where it lies (launch.cc, q_in_place): the kernels' request k's row r is
+  // q row (cu_seqlens_q[i] + t0) h_q + r (out_view.request_token(k) = (i, t0)); a tile past the
+  // request's live rows reads none (gather.cuh, issue_q). 0: row k * rows + r.
+  int32_t q_in_place;
   // The cache, boxes of min(page, 64) tokens x 64 columns: 2-D [num_pages * page_size rows, 576]
   // when its tokens are equally spaced (kv_paged 0: the contiguous cache and padded tokens), else
   // 3-D [num_pages, page_size, 576] with the page and token strides (kv_paged 1: padded pages).

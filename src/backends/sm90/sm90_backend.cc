@@ -104,6 +104,25 @@ constexpr Tactic sparse_mma_persistent = {.id = sm90::kSparseMmaTactic,
                  sparse_mma_cluster = {.id = sm90::kSparseMmaClusterTactic,
                                        .name = "sparse-mma-cluster"};
 
+// The wide tile's schedules for a dense problem, in tactics()'s order (below). Variable query
+// lengths with several 64-row tiles a request, from batch 64: one-shot first. Its CTAs of a tile
+// past a request's q_len end at once (ChunkIterator::skip_dead_tiles) and free their SMs, where a
+// persistent CTA keeps its fixed share of one tile's blocks. h_q 64 and 128, s_q 4, q_len drawn
+// from 1..4, L 4096, H200 (bench/results/2026-11-28-h200-varq-skip): 16-bit cache, batch 128,
+// one-shot 0.71-0.77x the padded batch's time and 1.20-1.37x faster than persistent, on fixed and
+// ragged lengths; batch 32, persistent as fast or 7% faster (ragged), so it stays. The fp8 cache
+// with a 16-bit or an e4m3 q (bench/results/2026-11-28-h200-varq-inplace): batch 128, one-shot
+// 1.13-1.35x faster than persistent (bf16 q, fixed and ragged lengths) and 1.30x (e4m3 q); batch
+// 32, persistent 1-15% faster than one-shot.
+std::vector<Tactic> wide_order(const Problem& p, bool cluster_first) {
+  const int32_t rows = p.h_q * p.s_q;
+  const bool var_q_one_shot =
+      !cluster_first && p.var_q && !p.sparse() && rows > sm90::kRows && p.max_batch >= 64;
+  return cluster_first    ? std::vector<Tactic>{cluster, persistent, one_shot}
+         : var_q_one_shot ? std::vector<Tactic>{one_shot, persistent, cluster}
+                          : std::vector<Tactic>{persistent, one_shot, cluster};
+}
+
 // The 16-bit tiles' tactics for a problem (its rows as requests), in tactics()'s order (below).
 std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
   const int32_t rows = p.h_q * p.s_q;
@@ -113,18 +132,8 @@ std::vector<Tactic> dense_order(const Problem& p, bool cluster_first) {
     }
     return {narrow_persistent, persistent, one_shot, narrow_one_shot, narrow_cluster, cluster};
   }
-  // Variable query lengths with several 64-row tiles a request, from batch 64: one-shot first. Its
-  // CTAs of a tile past a request's q_len end at once (ChunkIterator::skip_dead_tiles) and free
-  // their SMs, where a persistent CTA keeps its fixed share of one tile's blocks. h_q 64 and 128,
-  // s_q 4, q_len drawn from 1..4, L 4096, H200 (bench/results/2026-11-28-h200-varq-skip): batch
-  // 128, one-shot 0.71-0.77x the padded batch's time and 1.20-1.37x faster than persistent, on
-  // fixed and ragged lengths; batch 32, persistent as fast or 7% faster (ragged), so it stays.
-  // (The fp8 cache's orders above have no such rule: not measured.)
-  const bool var_q_one_shot =
-      !cluster_first && p.var_q && !p.sparse() && rows > sm90::kRows && p.max_batch >= 64;
-  std::vector<Tactic> out = cluster_first    ? std::vector<Tactic>{cluster, persistent, one_shot}
-                            : var_q_one_shot ? std::vector<Tactic>{one_shot, persistent, cluster}
-                                             : std::vector<Tactic>{persistent, one_shot, cluster};
+  // The fp8 cache's wide tile takes the same rule (tactics()).
+  std::vector<Tactic> out = wide_order(p, cluster_first);
   if (rows <= sm90::kMaxNarrowRows) {
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
   }
@@ -167,8 +176,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     return out;
   }
   if (fp8_wide) {
-    std::vector<Tactic> out = cluster_first ? std::vector<Tactic>{cluster, persistent, one_shot}
-                                            : std::vector<Tactic>{persistent, one_shot, cluster};
+    std::vector<Tactic> out = wide_order(p, cluster_first);
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
     return out;
   }
