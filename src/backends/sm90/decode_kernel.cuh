@@ -251,9 +251,11 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
           dequant_v4<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
         } else if constexpr (kWiden == Widen::kFp8) {
           wait_parity(&sm.widened[stage], phase);  // by the other warpgroup (widen_block)
-        } else if (p.fill == Fill::kGatherV32) {
-          wait_parity(&sm.full[stage][kPChunk], phase);
-          dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
+        } else if constexpr (kWiden == Widen::kGather) {
+          if (p.fill == Fill::kGatherV32) {
+            wait_parity(&sm.full[stage][kPChunk], phase);
+            dequant_v32<Layout<kRows>, T>(sm, kv_stage, stage, t, wg, k_scale);
+          }
         }
         // Own block: S = Q K^T, chunk by chunk as the copies land.
         const uint64_t kv_desc = smem_desc_sw128(kv_stage, 0, 1024);
@@ -401,7 +403,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
   static_assert(kWiden == Widen::kNone || !kFp8Kv, "widened caches run the 16-bit tiles");
   static_assert(kWiden != Widen::kFp8 || !kNarrow, "the widened e4m3 cache runs the wide tile");
+  static_assert(kWiden != Widen::kGather || !kFp8Kv, "the gather runs the 16-bit tiles");
   constexpr bool kV4 = kWiden == Widen::kV4;
+  // Sparse kernels (a gather, never TMA pages): the launch gives them sparse problems only, and
+  // dense problems only to the others, so neither carries the other's code (the dense loops
+  // with the gather's and V3.2 widening's code inlined beside them, under a run-time test, were
+  // 4x longer in SASS and ran small batches up to 15% slower: docs/sm90-decode.md).
+  [[maybe_unused]] constexpr bool kGathers = kV4 || kWiden == Widen::kGather;
   constexpr RegisterSplit kRegisters = register_split(kTileRows, kFp8Kv, kV4);
 #ifdef MLAKIT_SM90_WGMMA
   extern __shared__ uint8_t smem_raw[];
@@ -433,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < L::kStages; ++i) {
       // TMA: the producer's arrival and the bytes; a gather: every producer thread.
       for (int j = 0; j < kQkChunks; ++j) {
-        cuda::ptx::mbarrier_init(&sm.full[i][j], p.fill == Fill::kPages ? 1 : kGatherThreads);
+        cuda::ptx::mbarrier_init(&sm.full[i][j], kGathers ? kGatherThreads : 1);
       }
       cuda::ptx::mbarrier_init(&sm.empty[i], L::kEmptyArrivals);
       for (int j = 0; j < kQkChunks; ++j) cuda::ptx::mbarrier_init(&sm.chunk_empty[i][j], 1);
@@ -470,11 +478,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters.producer));
     // Sparse decode: the whole producer warpgroup gathers tokens (16-bit q only).
     bool gathers = false;
-    if constexpr (!kFp8Kv) {
-      if (p.fill != Fill::kPages) {
-        produce_gather<L, kTileRows, T, kV4>(p, s, m_tile, cta);
-        gathers = true;
-      }
+    if constexpr (kGathers) {
+      produce_gather<L, kTileRows, T, kV4>(p, s, m_tile, cta);
+      gathers = true;
     }
     if (!gathers && threadIdx.x < kConsumerThreads + 32) {
       produce<L, kTileRows, kWiden == Widen::kFp8>(p, s, m_tile, cta);
@@ -496,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if constexpr (kFp8Kv) {
       consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
     } else if constexpr (kNarrow) {
-      consume_narrow<T, kTileRows, kV4>(p, s, m_tile, cta);
+      consume_narrow<T, kTileRows, kV4, kWiden == Widen::kGather>(p, s, m_tile, cta);
     } else {
       consume<T, kWiden>(p, s, m_tile, cta);
     }

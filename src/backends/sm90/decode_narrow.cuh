@@ -262,7 +262,9 @@ __device__ __forceinline__ OwnBlocks start_narrow_chunk(
   return share;
 }
 
-template <typename T, int kN, bool kV4>
+// kV4: sparse decode of the V4 cache; kGather: of the 16-bit and V3.2 caches (the V3.2 cache's
+// blocks widened here at run time); neither: the dense 16-bit cache (decode_kernel.cuh, kGathers).
+template <typename T, int kN, bool kV4, bool kGather>
 __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                int32_t cta) {
   static_assert(kN == kNarrowPassRows || kN == 2 * kNarrowPassRows, "16 or 32 rows");
@@ -317,9 +319,11 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       if constexpr (kV4) {
         wait_parity(&sm.full[stage][kPChunk], phase);
         dequant_v4<L, T>(sm, kv_stage, stage, t, wg, k_scale);
-      } else if (p.fill == Fill::kGatherV32) {
-        wait_parity(&sm.full[stage][kPChunk], phase);
-        dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
+      } else if constexpr (kGather) {
+        if (p.fill == Fill::kGatherV32) {
+          wait_parity(&sm.full[stage][kPChunk], phase);
+          dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
+        }
       }
       // S^T = K Q^T, chunk by chunk as the copies land.
       const uint64_t k_desc = smem_desc_sw128(kv_stage, 0, 1024);

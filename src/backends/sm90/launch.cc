@@ -147,8 +147,18 @@ Status check_tma_strides(const Problem& p, const Views& v, bool pack_q, bool kv_
 
 namespace {
 
-// The kernel of a 16-bit cache.
-const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows, bool v4) {
+// The kernel of a 16-bit cache: dense (TMA pages), or sparse (a gather) of the 16-bit and V3.2
+// caches or of the V4 cache.
+const DecodeKernel& kernel_16bit(bool bf16, int32_t tile_rows, bool sparse, bool v4) {
+  if (sparse && !v4) {
+    switch (tile_rows) {
+      case kRows: return bf16 ? decode_kernel_bf16_gather() : decode_kernel_fp16_gather();
+      case kSmallNarrowRows:
+        return bf16 ? decode_kernel_bf16_gather_narrow16() : decode_kernel_fp16_gather_narrow16();
+      default:
+        return bf16 ? decode_kernel_bf16_gather_narrow32() : decode_kernel_fp16_gather_narrow32();
+    }
+  }
   if (v4) {
     switch (tile_rows) {
       case kRows: return bf16 ? decode_kernel_bf16_v4() : decode_kernel_fp16_v4();
@@ -273,7 +283,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
           ? (bf16 ? decode_kernel_bf16_sv32_cluster() : decode_kernel_fp16_sv32_cluster())
       : split ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
       : fp8   ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-              : kernel_16bit(bf16, tile_rows, p.sparse() && p.kv_layout == KvLayout::kFp8V4);
+              : kernel_16bit(bf16, tile_rows, p.sparse(),
+                             p.sparse() && p.kv_layout == KvLayout::kFp8V4);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = problem;

@@ -43,6 +43,14 @@ const DecodeKernel& decode_kernel_bf16_narrow16();
 const DecodeKernel& decode_kernel_bf16_narrow32();
 const DecodeKernel& decode_kernel_fp16_narrow16();
 const DecodeKernel& decode_kernel_fp16_narrow32();
+// Defined in decode_<dtype>_gather[_narrow<rows>].cu: sparse decode of the 16-bit and V3.2 caches
+// on these tiles (the gather and the V3.2 widening compiled only there, Widen::kGather).
+const DecodeKernel& decode_kernel_bf16_gather();
+const DecodeKernel& decode_kernel_bf16_gather_narrow16();
+const DecodeKernel& decode_kernel_bf16_gather_narrow32();
+const DecodeKernel& decode_kernel_fp16_gather();
+const DecodeKernel& decode_kernel_fp16_gather_narrow16();
+const DecodeKernel& decode_kernel_fp16_gather_narrow32();
 // Defined in decode_<dtype>_v4[_narrow<rows>].cu: sparse decode of the V4 cache (its gather and
 // widening compiled only there, gather.cuh).
 const DecodeKernel& decode_kernel_bf16_v4();

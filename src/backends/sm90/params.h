@@ -22,9 +22,11 @@ enum class Fill : int32_t {
 // What an instantiation of the 16-bit decode kernel widens in shared memory before its products
 // (decode_kernel.cuh), each its own kernel so that the others' code stays as it was:
 enum class Widen : int32_t {
-  kNone = 0,  // nothing at compile time: the dense 16-bit cache, the sparse 16-bit and V3.2 ones
-  kV4 = 1,    // sparse decode of the V4 cache (gather.cuh)
-  kFp8 = 2,   // the one-scale e4m3 cache, TMA-loaded, with a 16-bit q on the wide tile
+  kNone = 0,    // nothing: the dense 16-bit cache, TMA-loaded page by page (Fill::kPages only)
+  kV4 = 1,      // sparse decode of the V4 cache (gather.cuh)
+  kFp8 = 2,     // the one-scale e4m3 cache, TMA-loaded, with a 16-bit q on the wide tile
+  kGather = 3,  // sparse decode of the 16-bit and V3.2 caches: the producer warpgroup gathers
+                // (gather.cuh), the V3.2 cache widened at run time (Fill::kGatherV32)
 };
 
 // A V4 cache as the gather reads it (Fill::kGatherV4): slot s (plan/compact.h, page pitch
