@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if constexpr (kFp8Kv) {
       consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
     } else if constexpr (kNarrow) {
-      consume_narrow<T, kTileRows, kV4, kWiden == Widen::kGather>(p, s, m_tile, cta);
+      consume_narrow<T, kTileRows, kWiden>(p, s, m_tile, cta);
     } else {
       consume<T, kWiden>(p, s, m_tile, cta);
     }

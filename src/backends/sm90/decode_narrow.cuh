@@ -262,9 +262,9 @@ __device__ __forceinline__ OwnBlocks start_narrow_chunk(
   return share;
 }
 
-// kV4: sparse decode of the V4 cache; kGather: of the 16-bit and V3.2 caches (the V3.2 cache's
-// blocks widened here at run time); neither: the dense 16-bit cache (decode_kernel.cuh, kGathers).
-template <typename T, int kN, bool kV4, bool kGather>
+// kWiden (params.h) as the kernel's: kV4, sparse decode of the V4 cache; kGather, of the 16-bit and
+// V3.2 caches (the V3.2 cache's blocks widened here at run time); kNone, the dense 16-bit cache.
+template <typename T, int kN, Widen kWiden>
 __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                int32_t cta) {
   static_assert(kN == kNarrowPassRows || kN == 2 * kNarrowPassRows, "16 or 32 rows");
@@ -316,10 +316,10 @@ __device__ __forceinline__ void consume_narrow(const DecodeParams& p, const Smem
       trace(wg, 0);
 
       // Sparse decode of the V3.2 or V4 cache: this warpgroup widens its block first (gather.cuh).
-      if constexpr (kV4) {
+      if constexpr (kWiden == Widen::kV4) {
         wait_parity(&sm.full[stage][kPChunk], phase);
         dequant_v4<L, T>(sm, kv_stage, stage, t, wg, k_scale);
-      } else if constexpr (kGather) {
+      } else if constexpr (kWiden == Widen::kGather) {
         if (p.fill == Fill::kGatherV32) {
           wait_parity(&sm.full[stage][kPChunk], phase);
           dequant_v32<L, T>(sm, kv_stage, stage, t, wg, k_scale);
