@@ -280,7 +280,8 @@ TEST(Tuner, Sm90VarQTacticOrder) {
   if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
     GTEST_SKIP() << "sm90 not compiled in";
   }
-  // The fp8 cache's wide tile (a 16-bit or an e4m3 q) takes the same rule.
+  // The fp8 cache's wide tile (a 16-bit or an e4m3 q) takes the same rule; with a 16-bit q its
+  // split-q tactics (14 persistent, 15 one-shot) come first, in that rule's order.
   const struct {
     int h_q, s_q, batch, len, first;
     DType kv, q;
@@ -291,10 +292,10 @@ TEST(Tuner, Sm90VarQTacticOrder) {
                {16, 4, 128, 4096, 0, DType::kBF16, DType::kBF16},
                {128, 4, 32, 4096, 0, DType::kBF16, DType::kBF16},
                {128, 4, 128, 1024, 2, DType::kBF16, DType::kBF16},
-               {128, 4, 128, 4096, 1, DType::kFP8E4M3, DType::kBF16},
+               {128, 4, 128, 4096, 15, DType::kFP8E4M3, DType::kBF16},
                {64, 4, 64, 4096, 1, DType::kFP8E4M3, DType::kFP8E4M3},
-               {128, 4, 32, 4096, 0, DType::kFP8E4M3, DType::kBF16},
-               {64, 1, 128, 4096, 0, DType::kFP8E4M3, DType::kBF16},
+               {128, 4, 32, 4096, 14, DType::kFP8E4M3, DType::kBF16},
+               {64, 1, 128, 4096, 14, DType::kFP8E4M3, DType::kBF16},
                {128, 4, 128, 1024, 2, DType::kFP8E4M3, DType::kFP8E4M3}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
@@ -313,8 +314,9 @@ TEST(Tuner, Sm90VarQTacticOrder) {
   }
 }
 
-// With the one-scale fp8 cache: a 16-bit q runs the narrow tile first up to 32 rows and the wide
-// tile (the cache widened in shared memory) past them; an e4m3 q the wide tile from 17 rows on.
+// With the one-scale fp8 cache: a 16-bit q runs the narrow tile first up to 32 rows and past them
+// the e4m3 wide tile with a bf16 q split into two e4m3 parts (14, 15; then the wide tile widening
+// the cache, 0-2, and the narrow tile; an fp16 q from 0); an e4m3 q the wide tile from 17 rows on.
 TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
   if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
@@ -325,7 +327,7 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
     DType q;
     int first;
   } cases[] = {{16, 1, DType::kBF16, 3},    {32, 1, DType::kBF16, 3},
-               {16, 2, DType::kFP16, 3},    {64, 1, DType::kBF16, 0},
+               {16, 2, DType::kFP16, 3},    {64, 1, DType::kBF16, 14},
                {128, 1, DType::kFP16, 0},   {16, 1, DType::kFP8E4M3, 3},
                {32, 1, DType::kFP8E4M3, 0}, {128, 1, DType::kFP8E4M3, 0}};
   for (const auto& c : cases) {
@@ -338,8 +340,30 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
                     .kv_dtype = DType::kFP8E4M3,
                     .out_dtype = c.q == DType::kFP16 ? DType::kFP16 : DType::kBF16};
     const std::vector<Tactic> order = sm90->tactics(p);
-    ASSERT_EQ(order.size(), 6u);
+    const bool split = c.q == DType::kBF16 && c.h_q * c.s_q > 32;
+    ASSERT_EQ(order.size(), split ? 8u : 6u);
     EXPECT_EQ(order.front().id, c.first) << "h_q " << c.h_q << " s_q " << c.s_q;
+  }
+  // The split-q tactics with a bf16 q past 32 rows: after the widening tile's three below batch 8;
+  // from batch 8 first, but where the cluster schedule comes first (L <= 2048) before it only past
+  // 1024 tokens or from 2048 blocks of 64-row tiles, else right after it.
+  const struct {
+    int h_q, batch, len, first, at;  // at: where tactic 14 stands (15 right after it)
+  } split_cases[] = {{128, 1, 4096, 2, 3},   {128, 4, 8192, 0, 3},   {64, 8, 2048, 14, 0},
+                     {64, 64, 1024, 2, 1},   {64, 128, 1024, 14, 0}, {128, 32, 1024, 2, 1},
+                     {128, 64, 1024, 14, 0}, {128, 8, 4096, 14, 0}};
+  for (const auto& c : split_cases) {
+    const Problem p{.h_q = c.h_q,
+                    .page_size = 64,
+                    .max_batch = c.batch,
+                    .max_seq_len = c.len,
+                    .q_dtype = DType::kBF16,
+                    .kv_dtype = DType::kFP8E4M3};
+    const std::vector<Tactic> order = sm90->tactics(p);
+    ASSERT_EQ(order.size(), 8u);
+    EXPECT_EQ(order[0].id, c.first) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
+    EXPECT_EQ(order[c.at].id, 14) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
+    EXPECT_EQ(order[c.at + 1].id, 15) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
   }
 }
 

@@ -1,10 +1,10 @@
 // GPU tests of the sm90 backend with an fp8 (e4m3, one scale) cache, against the cpu reference,
 // on sm_90 devices only: the narrow tile of 16 or 32 rows (decode_fp8_narrow.cuh; tiles of 32 rows
 // past 32), q bf16 or fp16 (out alike: the cache widened in registers; on the wide tile widened in
-// shared memory, Widen::kFp8) or e4m3 (out bf16 or fp16: both products on fp8 wgmma, also on the
-// wide tile, decode_fp8_wide.cuh), page sizes 32, 64 and
-// 128, h_q 1..128, s_q up to 16, length kinds, sinks, lse, every tactic; device-side scales
-// followed by graph replays; PDL bitwise.
+// shared memory, Widen::kFp8, or split into two e4m3 parts on fp8 wgmma, Widen::kQSplit) or e4m3
+// (out bf16 or fp16: both products on fp8 wgmma, also on the wide tile, decode_fp8_wide.cuh), page
+// sizes 32, 64 and 128, h_q 1..128, s_q up to 16, length kinds, sinks, lse, every tactic;
+// device-side scales followed by graph replays; PDL bitwise.
 //
 // Tolerance: harness::default_tolerance: for a 16-bit q that of 16-bit inputs (the widening is
 // exact); for an e4m3 q the documented error of an e4m3 P (relative L2 below 3e-2).
@@ -57,6 +57,15 @@ const Case kSweep[] = {
     {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 0, 0, -1, true, true, false},
     {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 2, 1, 4001, true, true, false},
     {DType::kFP16, 128, 128, 8, Lens::kVariable, true, true, 1, 0, 300, true, true, false},
+    // The wide tile with a bf16 q split into two e4m3 parts (Widen::kQSplit, tactics 14, 15):
+    // the same shapes, h_q 128 s_q 8 partial tiles past 512 rows.
+    {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 14, 0, -1, true, true, false},
+    {DType::kBF16, 32, 64, 2, Lens::kSkewed, false, true, 15, 0, -1, true, true, false},
+    {DType::kBF16, 128, 40, 3, Lens::kFixed, true, false, 14, 0, -1, true, true, false},
+    {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 15, 0, -1, true, true, false},
+    {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 14, 1, 4001, true, true, false},
+    {DType::kBF16, 128, 128, 8, Lens::kVariable, true, true, 15, 0, 300, true, true, false},
+    {DType::kBF16, 64, 100, 5, Lens::kSkewed, true, true, 14, 0, -1, true, true, false},
 };
 
 TEST(Sm90Fp8, Sweep) {
@@ -124,6 +133,51 @@ TEST(Sm90Fp8, ErrorOfFp8Products) {
   }
 }
 
+// A bf16 q split into two e4m3 parts (tactic 14) against the cache widened to bf16 (tactic 0) on
+// the data: both within the 16-bit tolerance; the split's output error at most a little
+// above the widening tile's (P in two e4m3 parts keeps about 2^-8 of each value, bf16 2^-9), its
+// LSE error that of fp8 products (below 2e-3, the 16-bit tolerance).
+TEST(Sm90Fp8, ErrorOfSplitQ) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  uint64_t seed = 4350;
+  for (const int h_q : {64, 128}) {
+    for (const int len : {64, 1024, 8192}) {
+      double rel[2] = {0, 0};
+      for (const int tactic : {sm90::kQSplitTactic, 0}) {
+        const Case c{.h_q = h_q,
+                     .lens = Lens::kFixed,
+                     .lse = true,
+                     .tactic = tactic,
+                     .batch = 2,
+                     .len = len,
+                     .fp8_kv = true,
+                     .fp8_q = false};
+        const std::vector<int32_t> lens = case_lengths(c, seed);
+        const Problem p = case_problem(c, lens);
+        const harness::HostInputs in =
+            harness::make_inputs(p, lens, {.seed = seed, .magnitude = 0.5f});
+        Output ref, got;
+        MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+        std::unique_ptr<Decoder> decoder;
+        MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
+        harness::DeviceInputs device;
+        MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+        harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+        StreamHolder s;
+        MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+        const harness::Comparison cmp = harness::compare(
+            p, in.batch, got.out.data(), ref.out.data(), got.lse.data(), ref.lse.data());
+        EXPECT_TRUE(cmp.passes(harness::default_tolerance(p))) << case_name(c) << cmp.summary();
+        rel[tactic == 0 ? 1 : 0] = cmp.rel_l2_err;
+        std::printf("  N(0,1/4) h_q %3d L %5d tactic %2d: %s\n", h_q, len, tactic,
+                    cmp.summary().c_str());
+      }
+      EXPECT_LE(rel[0], 1.5 * rel[1] + 1e-4) << "h_q " << h_q << " L " << len;
+      ++seed;
+    }
+  }
+}
+
 TEST(Sm90Fp8Graph, ScalesAndLengthsFollowedByReplays) {
   MLAKIT_SKIP_WITHOUT_SM90();
   check_graph_replay(kBackend, 32, {.q = DType::kBF16, .kv = DType::kFP8E4M3});
@@ -154,6 +208,10 @@ TEST(Sm90Sanitize, Fp8) {
       // The wide tile with a 16-bit q: its widening in place, each schedule.
       {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 0, 0, 12, true, true, false},
       {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 2, 2, 300, true, true, false},
+      // q split into two e4m3 parts, each schedule; the residual of P through its one buffer.
+      {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 14, 0, 12, true, true, false},
+      {DType::kBF16, 32, 128, 1, Lens::kVariable, false, true, 15, 2, 300, true, true, false},
+      {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 14, 8, 600, true, true, false},
   };
   check_cases(small, 4400, kBackend);
 }

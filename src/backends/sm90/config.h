@@ -171,6 +171,31 @@ struct Fp8WideLayout {
   static_assert(128 * 32 <= kKvChunkBytes, "a warpgroup's P of a block fits in its rope chunk");
 };
 
+// The e4m3 wide tile with a 16-bit q split into two e4m3 parts (Widen::kQSplit,
+// decode_fp8_wide.cuh): Fp8WideLayout with Q twice (the high parts' 9 chunks, then the residuals'),
+// three stages, and one 4 KB buffer for the residual of a block's P (the high part goes over the
+// stage's rope chunk, as there). The cluster schedule is not offered (its merge would not fit over
+// three stages). 226 KB.
+struct Fp8QSplitLayout {
+  static constexpr int kStages = 3;
+  static constexpr int kKvChunkBytes = kBlockN * 64;
+  static constexpr int kStageBytes = kQkChunks * kKvChunkBytes;
+  static constexpr bool kReleasePerChunk = false;
+  static constexpr int kEmptyArrivals = kConsumerThreads;
+  static constexpr int kQChunkBytes = kRows * 64;
+  static constexpr int kQBytes = 2 * kQkChunks * kQChunkBytes;
+  static constexpr int kVtBytes = kColsPerWarpgroup * kBlockN;  // 16 KB per warpgroup
+  static constexpr size_t kQOffset = 0;
+  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kVtOffset = kKvOffset + size_t{kStages} * kStageBytes;
+  static constexpr size_t kPLowOffset = kVtOffset + 2 * size_t{kVtBytes};
+  static constexpr size_t kExchangeOffset = kPLowOffset + 128 * 32;
+  static constexpr size_t kSmallOffset = kExchangeOffset;
+  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
+  static_assert(kStages <= kMaxStages);
+};
+
 // The fp8 (e4m3) cache's narrow tile (decode_fp8_narrow.cuh): KV blocks of 64 tokens x 576 bytes
 // as 9 column chunks of 64 tokens x 64 bytes in the 64-byte swizzle (TMA boxes of 64 x 64 bytes),
 // 4 stages (warpgroup w owns the blocks of stages w and w + 2); the Q tile in the 64-byte swizzle

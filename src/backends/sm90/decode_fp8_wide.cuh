@@ -16,6 +16,15 @@
 //                (A = P from registers). The stage goes back once every consumer thread has read
 //                it (empty, 256 arrivals).
 // The epilogue is the 16-bit wide tile's (wide_epilogue.cuh) with the V scale and P's 2^8.
+// kQSplit (Widen::kQSplit, Fp8QSplitLayout): a bf16 q on the same tile. The launch splits each row
+// of q, times a power of two 2^k that puts its largest value in [128, 256), into two e4m3 parts,
+// exactly for every value down to 2^-9 of the row's largest (pack_q.h, split_q); S = Q_lo K^T +
+// Q_hi K^T (36 wgmmas, one accumulator pair, the residuals first), times 2^-k per row; P (times
+// 2^8) in two e4m3 parts as well (to about 2^-8 of each value; the 16-bit tiles round P to bf16,
+// 2^-9), the residual published through its own 4 KB, and O += P_hi V + P_lo V (4 wgmmas). fp8
+// tensor cores at twice the 16-bit rate: the 16-bit tiles' tensor work without widening the
+// cache. Error: that of the e4m3-q tile's products in the LSE (about 1e-3), the bf16 path's in
+// the output (docs/fp8-decode.md).
 // Numbers (docs/fp8-decode.md; settled, page 64, h_q 128, b 64, L 4096): 125.8 us on an H200,
 // 122.8 on an H100 (FlashMLA bf16 137.4, 137.1; vLLM's fp8 fork 120.6 on the H100).
 #pragma once
@@ -45,6 +54,13 @@ namespace mlakit::sm90 {
 __device__ __forceinline__ int wide_p_token(int pos) {
   const int q = (pos >> 2) & 3, j = pos & 3;
   return (pos & ~15) + 8 * (j >> 1) + 2 * q + ((j & 1) ^ (q & 1));
+}
+
+// Two e4m3 (byte 0 the low one) as two floats (cvt.rn.f16x2.e4m3x2, sm_89; exact).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
 // O *= alpha, only where a row's max moved (decode_kernel.cuh's rescale).
@@ -90,10 +106,10 @@ __device__ __forceinline__ void transpose_v(const uint8_t* kv_stage, uint8_t* vt
   }
 }
 
-template <typename TOut>
+template <typename TOut, bool kQSplit = false>
 __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Smem& s, int m_tile,
                                                  int32_t cta) {
-  using L = Fp8WideLayout;
+  using L = std::conditional_t<kQSplit, Fp8QSplitLayout, Fp8WideLayout>;
   const int tid = static_cast<int>(threadIdx.x);
   // Through a shuffle so the compiler knows it is the same across the warp.
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
@@ -120,6 +136,15 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
+    // kQSplit: the rows' 2^-k (rows past the request's take none: their q is zeros).
+    float row_scale[2] = {1.0f, 1.0f};
+    if constexpr (kQSplit) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int32_t r = row0 + row_a + 8 * e;
+        if (r < p.rows) row_scale[e] = p.q_row_scale[int64_t{c.request} * p.rows + r];
+      }
+    }
     const OwnBlocks share = own_blocks(c, n_block, wg);
     const int32_t n_blocks = share.n, last_own = share.last;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -141,7 +166,8 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
       const int32_t valid = c.token_end - tok0;
       const bool own = (n_block % 2) == static_cast<uint32_t>(wg);
       MaxStep step[2];
-      uint32_t pa[2][4];  // P as the A fragments of the two k-steps
+      uint32_t pa[2][4];                   // P as the A fragments of the two k-steps
+      [[maybe_unused]] uint32_t pb[2][4];  // kQSplit: P's residual, alike
       if (own) {
         const uint64_t k_desc = smem_desc_sw64(ptx::smem_u32(kv_stage), 512);
         float sc[2][32];
@@ -152,11 +178,26 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
           if (j == 0) trace(wg, 1);
           if (j == kQkChunks - 1) trace(wg, 2);
           wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
+          // kQSplit: q's residuals (chunks 9.. of the Q tile) first, the high parts after all of
+          // them: fp8 tensor cores keep about 13 bits of a running sum, so the small products go
+          // in while the sums are small.
+          const int q_chunk = kQSplit ? kQkChunks + j : j;
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
-            wgmma_m64n64k32_e4m3(sc[j % 2], desc_advance(q_desc, j * L::kQChunkBytes + kk * 32),
-                                 desc_advance(k_desc, j * L::kKvChunkBytes + kk * 32),
-                                 (j >= 2 || kk != 0) ? 1 : 0);
+            wgmma_m64n64k32_e4m3(
+                sc[j % 2], desc_advance(q_desc, q_chunk * L::kQChunkBytes + kk * 32),
+                desc_advance(k_desc, j * L::kKvChunkBytes + kk * 32), (j >= 2 || kk != 0) ? 1 : 0);
+          }
+        }
+        if constexpr (kQSplit) {
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < kQkChunks; ++j) {
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+              wgmma_m64n64k32_e4m3(sc[j % 2], desc_advance(q_desc, j * L::kQChunkBytes + kk * 32),
+                                   desc_advance(k_desc, j * L::kKvChunkBytes + kk * 32), 1);
+            }
           }
         }
         wgmma_commit_group();
@@ -167,6 +208,10 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
         if (b == last_own && t == 0) arrive(&sm.q_empty);
 #pragma unroll
         for (int i = 0; i < 32; ++i) sc[0][i] += sc[1][i];
+        if constexpr (kQSplit) {
+#pragma unroll
+          for (int i = 0; i < 32; ++i) sc[0][i] *= row_scale[(i / 2) % 2];
+        }
 
         // Mask (past the limits, and tokens of bad pages), row max (the four lanes of a row), new
         // max from the one before.
@@ -212,6 +257,31 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
             }
           }
         }
+        if constexpr (kQSplit) {
+          // P's residual: P minus its e4m3 high part (widened back exactly), in e4m3.
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int i = 16 * kk + 8 * h + 2 * e;
+                const float2 h0 = e4m3x2_to_float2(fp8::narrow2(pv[i], pv[i + 1]));
+                const float2 h1 = e4m3x2_to_float2(fp8::narrow2(pv[i + 4], pv[i + 5]));
+                pb[kk][2 * h + e] =
+                    fp8::prmt(fp8::narrow2(pv[i] - h0.x, pv[i + 1] - h0.y),
+                              fp8::narrow2(pv[i + 4] - h1.x, pv[i + 5] - h1.y), pack_sel);
+              }
+            }
+          }
+          // One buffer serves both warpgroups: thread t writes its slot for block n + 1 only
+          // after it has read the other warpgroup's block n from it.
+          uint8_t* const p_low = s.q + (L::kPLowOffset - L::kQOffset);
+          *reinterpret_cast<uint4*>(p_low + 32 * t) =
+              make_uint4(pb[0][0], pb[0][1], pb[0][2], pb[0][3]);
+          *reinterpret_cast<uint4*>(p_low + 32 * t + 16) =
+              make_uint4(pb[1][0], pb[1][1], pb[1][2], pb[1][3]);
+        }
 #pragma unroll
         for (int e = 0; e < 2; ++e) l[e] = l[e] * step[e].alpha + sum[e];
         *reinterpret_cast<uint4*>(p_share + 32 * t) =
@@ -237,6 +307,13 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
         const uint4 p1 = *reinterpret_cast<const uint4*>(p_share + 32 * t + 16);
         pa[0][0] = p0.x, pa[0][1] = p0.y, pa[0][2] = p0.z, pa[0][3] = p0.w;
         pa[1][0] = p1.x, pa[1][1] = p1.y, pa[1][2] = p1.z, pa[1][3] = p1.w;
+        if constexpr (kQSplit) {
+          const uint8_t* const p_low = s.q + (L::kPLowOffset - L::kQOffset);
+          const uint4 b0 = *reinterpret_cast<const uint4*>(p_low + 32 * t);
+          const uint4 b1 = *reinterpret_cast<const uint4*>(p_low + 32 * t + 16);
+          pb[0][0] = b0.x, pb[0][1] = b0.y, pb[0][2] = b0.z, pb[0][3] = b0.w;
+          pb[1][0] = b1.x, pb[1][1] = b1.y, pb[1][2] = b1.z, pb[1][3] = b1.w;
+        }
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           step[e] = max_step(m[e], sm.row_max[wg ^ 1][row_a + 8 * e], scale_log2);
@@ -246,14 +323,41 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
       arrive(&sm.empty[stage]);  // this thread's reads of the stage are done
       wg_sync.sync();            // the warpgroup's V^T is complete
       rescale_fp8(o, step);
-      wgmma_fence();
+      if constexpr (kQSplit) {
+        // The block's P V into a fresh accumulator, half the columns at a time, added to O in
+        // fp32: fp8 tensor cores keep about 13 bits of a running sum, and O summed over a
+        // chunk's blocks on them lost precision with the chunk's length (rel. L2 4e-3 at 128
+        // blocks, 1.2e-3 at one; H200, bench/results/2026-11-29-h200-fp8-qsplit).
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        wgmma_m64n256k32_e4m3_rs(o, pa[kk], desc_advance(vt_desc, kk * 32), 1);
+        for (int h = 0; h < 2; ++h) {
+          float part[64];
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            wgmma_m64n128k32_e4m3_rs(part, pa[kk], desc_advance(vt_desc, h * 128 * 64 + kk * 32),
+                                     kk);
+          }
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            wgmma_m64n128k32_e4m3_rs(part, pb[kk], desc_advance(vt_desc, h * 128 * 64 + kk * 32),
+                                     1);
+          }
+          wgmma_commit_group();
+          wgmma_wait_group<0>();  // V^T is rewritten for the next block
+          fence_accumulators(part);
+#pragma unroll
+          for (int i = 0; i < 64; ++i) o[64 * h + i] += part[i];
+        }
+      } else {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          wgmma_m64n256k32_e4m3_rs(o, pa[kk], desc_advance(vt_desc, kk * 32), 1);
+        }
+        wgmma_commit_group();
+        wgmma_wait_group<0>();  // V^T is rewritten for the next block
+        fence_accumulators(o);
       }
-      wgmma_commit_group();
-      wgmma_wait_group<0>();  // V^T is rewritten for the next block
-      fence_accumulators(o);
       trace(wg, 5);
     }
     if (wg == 0 && t == 0) grid_stamp(3);

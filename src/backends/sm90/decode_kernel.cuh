@@ -383,10 +383,12 @@ __device__ __forceinline__ void consume(const DecodeParams& p, const Smem& s, in
 #endif  // MLAKIT_SM90_WGMMA
 
 // The shared-memory plan of an instantiation (config.h).
-template <int kTileRows, typename T, bool kFp8Kv>
+template <int kTileRows, typename T, bool kFp8Kv, Widen kWiden = Widen::kNone>
 using LayoutOf = std::conditional_t<
     !kFp8Kv, Layout<kTileRows>,
-    std::conditional_t<kTileRows == kRows, Fp8WideLayout, Fp8Layout<kTileRows, sizeof(T)>>>;
+    std::conditional_t<kTileRows == kRows,
+                       std::conditional_t<kWiden == Widen::kQSplit, Fp8QSplitLayout, Fp8WideLayout>,
+                       Fp8Layout<kTileRows, sizeof(T)>>>;
 
 // kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh). T: q's type (and
 // the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh, and with
@@ -396,12 +398,16 @@ using LayoutOf = std::conditional_t<
 template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  using L = LayoutOf<kTileRows, T, kFp8Kv>;
+  using L = LayoutOf<kTileRows, T, kFp8Kv, kWiden>;
   constexpr bool kNarrow = kTileRows != kRows;
+  constexpr bool kQSplit = kWiden == Widen::kQSplit;
   static_assert(!kFp8Kv || kNarrow || std::is_same_v<T, uint8_t>,
                 "a 16-bit q with the fp8 cache runs the narrow tile");
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
-  static_assert(kWiden == Widen::kNone || !kFp8Kv, "widened caches run the 16-bit tiles");
+  static_assert(kWiden == Widen::kNone || kWiden == Widen::kQSplit || !kFp8Kv,
+                "widened caches run the 16-bit tiles");
+  static_assert(!kQSplit || (kFp8Kv && !kNarrow && std::is_same_v<T, uint8_t>),
+                "a split q runs the e4m3 wide tile");
   static_assert(kWiden != Widen::kFp8 || !kNarrow, "the widened e4m3 cache runs the wide tile");
   static_assert(kWiden != Widen::kGather || !kFp8Kv, "the gather runs the 16-bit tiles");
   constexpr bool kV4 = kWiden == Widen::kV4;
@@ -431,7 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m_tile = static_cast<int>(clustered ? tile_index % m_tiles : blockIdx.x % m_tiles);
   const int32_t cta = clustered ? tile_index / m_tiles * splits + split
                                 : static_cast<int32_t>(blockIdx.x / m_tiles);
-  const bool merges = clustered && p.plan.cluster_size > 1;
+  // A split q has no cluster tactic (Fp8QSplitLayout): its merge is not compiled.
+  const bool merges = !kQSplit && clustered && p.plan.cluster_size > 1;
   if (threadIdx.x == 0) grid_stamp(0);
   if (threadIdx.x == 0) {
     // The tensor maps are kernel parameters (no earlier kernel writes them): into the TMA unit's
@@ -498,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters.consumer));
     if constexpr (kFp8Kv && !kNarrow) {
-      consume_fp8_wide<TOut>(p, s, m_tile, cta);
+      consume_fp8_wide<TOut, kQSplit>(p, s, m_tile, cta);
     } else if constexpr (kFp8Kv) {
       consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
     } else if constexpr (kNarrow) {
@@ -506,11 +513,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       consume<T, kWiden>(p, s, m_tile, cta);
     }
-    if (merges) {
-      cluster_sync();  // every CTA's result and LSE in its shared memory
-      merge_cluster<TOut, kTileRows>(p, s.kv, sm, m_tile, cta / splits,
-                                     split / p.plan.cluster_size);
-      cluster_sync();  // no CTA leaves while another reads its shared memory
+    if constexpr (!kQSplit) {
+      if (merges) {
+        cluster_sync();  // every CTA's result and LSE in its shared memory
+        merge_cluster<TOut, kTileRows>(p, s.kv, sm, m_tile, cta / splits,
+                                       split / p.plan.cluster_size);
+        cluster_sync();  // no CTA leaves while another reads its shared memory
+      }
     }
   }
   if (threadIdx.x == 0) grid_stamp(5);
@@ -522,15 +531,16 @@ template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status prepare_decode() {
   return prepare_kernel(
       reinterpret_cast<const void*>(&decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>),
-      LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes);
+      LayoutOf<kTileRows, T, kFp8Kv, kWiden>::kSmemBytes);
 }
 
 template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status launch_decode(const DecodeParams& p, dim3 grid, int cluster, cudaStream_t stream, bool pdl) {
   trace_print_at_exit();
-  MLAKIT_CUDA_RETURN(pdl::launch_clustered(
-      decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>, grid, dim3(kThreads),
-      LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes, stream, pdl, static_cast<unsigned>(cluster), p));
+  MLAKIT_CUDA_RETURN(pdl::launch_clustered(decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>, grid,
+                                           dim3(kThreads),
+                                           LayoutOf<kTileRows, T, kFp8Kv, kWiden>::kSmemBytes,
+                                           stream, pdl, static_cast<unsigned>(cluster), p));
   return Status::Ok();
 }
 
@@ -540,7 +550,7 @@ template <typename T, int kTileRows, typename TOut, bool kFp8Kv, Widen kWiden>
 Status max_active_clusters(int cluster, int* count) {
   return count_active_clusters(
       reinterpret_cast<const void*>(&decode_kernel<T, kTileRows, TOut, kFp8Kv, kWiden>), kThreads,
-      LayoutOf<kTileRows, T, kFp8Kv>::kSmemBytes, cluster, count);
+      LayoutOf<kTileRows, T, kFp8Kv, kWiden>::kSmemBytes, cluster, count);
 }
 
 // The entry of one instantiation (launch.h); each decode_<dtype>*.cu defines one.

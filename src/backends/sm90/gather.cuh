@@ -58,7 +58,11 @@ __device__ __forceinline__ void issue_q(const DecodeParams& p, const Smem& s, co
                                                cuda::ptx::space_shared, &sm.q_full, L::kQBytes);
   }
   __syncwarp();
-  if (lane < kQkChunks) {
+  // Lane j loads column chunk j: 9 chunks, or 18 for a split q (Fp8QSplitLayout: the high parts'
+  // 9 then the residuals', columns 576.. of the packed rows).
+  constexpr int kQBoxes = L::kQBytes / L::kQChunkBytes;
+  static_assert(kQBoxes == kQkChunks || kQBoxes == 2 * kQkChunks);
+  if (lane < kQBoxes) {
     int32_t q_row = c.request * p.rows + row0;
     if (p.q_in_place != 0) {
       // var_q, q read where it lies: every tile is wholly live or wholly past q_len (launch.cc).

@@ -261,7 +261,16 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                     "a bf16 or fp16 q)"),
                             tactic);
   }
-  const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma;
+  const bool q_split = tactic == kQSplitTactic || tactic == kQSplitTactic + 1;
+  if (q_split && !q_split_runs(p)) {
+    return invalid_argument(
+        "tactic",
+        str_cat("0..", kNarrowTactic + 2,
+                " (the split-q tactics run the fp8 e4m3 cache with a bf16 q, dense)"),
+        tactic);
+  }
+  const bool narrow =
+      tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma && !q_split;
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
@@ -281,10 +290,11 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                  : (bf16 ? decode_kernel_bf16_snarrow32() : decode_kernel_fp16_snarrow32()))
       : split_cluster
           ? (bf16 ? decode_kernel_bf16_sv32_cluster() : decode_kernel_fp16_sv32_cluster())
-      : split ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
-      : fp8   ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-              : kernel_16bit(bf16, tile_rows, p.sparse(),
-                             p.sparse() && p.kv_layout == KvLayout::kFp8V4);
+      : split   ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
+      : q_split ? decode_kernel_e4m3_bf16_qsplit()
+      : fp8     ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
+                : kernel_16bit(bf16, tile_rows, p.sparse(),
+                               p.sparse() && p.kv_layout == KvLayout::kFp8V4);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = problem;
@@ -293,12 +303,14 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->tile_rows = tile_rows;
   setup->split = split;
   setup->sparse_mma = sparse_mma;
+  setup->q_split = q_split;
   setup->m_tiles = m_tiles;
   const int schedule_id = mma_cluster     ? 2
                           : sparse_mma    ? tactic - kSparseMmaTactic
                           : sparse_narrow ? tactic - kSparseNarrowTactic
                           : split_cluster ? 2
                           : split         ? tactic - kSplitTactic
+                          : q_split       ? tactic - kQSplitTactic
                                           : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
                                   : schedule_id == 2 ? plan::Schedule::kCluster
@@ -323,7 +335,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                        (plan::compact_bytes(p.max_batch, p.topk + p.extra_topk) + 255) / 256 * 256
                  : setup->compact_offset + plan::cp_lengths_bytes(problem);
   // Room for q packed (pack_q.h) whatever the run's views: any run may pass one.
-  setup->workspace_bytes = setup->q_pack_offset + packed_q_bytes(p);
+  // A split q: its two e4m3 parts take a 16-bit q's bytes, then a float a row (split_q_bytes).
+  setup->workspace_bytes = setup->q_pack_offset + (q_split ? split_q_bytes(p) : packed_q_bytes(p));
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->pdl = p.enable_pdl;
   setup->sm_count = device.sm_count;
@@ -370,7 +383,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   // bench/results/2026-11-28-h200-varq-inplace).
   const bool q_in_place =
       p.var_q && views.q_s == int64_t{p.h_q} * views.q_h && p.h_q % setup.tile_rows == 0;
-  const bool pack_q = !views.q_uniform(p) && !q_in_place;
+  const bool pack_q = !setup.q_split && !views.q_uniform(p) && !q_in_place;
   const bool kv_paged = !sparse && !views.kv_uniform(p);
   // The sparse gather reads slot s at s * the token stride (gather.cuh). Padded pages (FlashMLA's
   // own tests pad each page by a token) are read through slots that the compaction spaces by the
@@ -410,7 +423,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
           " pages (other padded pages run on the sm80 and cpu backends)");
     }
   }
-  MLAKIT_RETURN_IF_ERROR(check_tma_strides(p, views, pack_q, kv_paged));
+  MLAKIT_RETURN_IF_ERROR(check_tma_strides(p, views, pack_q || setup.q_split, kv_paged));
   const bool one_shot = shape.schedule == plan::Schedule::kOneShot;
   const bool cluster = shape.schedule == plan::Schedule::kCluster;
   int32_t max_splits = one_shot ? plan::one_shot_max_splits(shape, a.batch) : 0;
@@ -434,7 +447,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.kv_view.slot_page_size = 0;
   }
   params.kv_paged = kv_paged ? 1 : 0;
-  params.q_in_place = q_in_place ? 1 : 0;
+  params.q_in_place = q_in_place && !setup.q_split ? 1 : 0;
+  params.q_row_scale = nullptr;
   params.fill = Fill::kPages;
   params.direct_s_q = 0;
   params.direct_tokens = INT32_MAX;
@@ -505,6 +519,25 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     q_rows = pack.packed;
     q_row_stride = p.d_qk;
   }
+  uint32_t q_cols = static_cast<uint32_t>(p.d_qk);
+  DType q_map_dtype = p.q_dtype;
+  if (setup.q_split) {
+    // q split into two e4m3 parts per row, [rows, 2 d_qk] bytes, and each row's 2^-k.
+    uint8_t* const packed = static_cast<uint8_t*>(workspace) + setup.q_pack_offset;
+    const SplitQParams sq{
+        .q = static_cast<const uint8_t*>(a.q),
+        .packed = packed,
+        .row_scale = reinterpret_cast<float*>(packed + split_q_scales_offset(setup.planned)),
+        .view = plan::row_view(p, views.q_b, views.q_s, views.q_h, args.cu_seqlens_q),
+        .requests = a.batch,
+        .rows = shape.rows};
+    MLAKIT_RETURN_IF_ERROR(launch_split_q(sq, setup.sm_count, stream, setup.pdl));
+    q_rows = packed;
+    q_row_stride = 2 * p.d_qk;
+    q_cols = static_cast<uint32_t>(2 * p.d_qk);
+    q_map_dtype = DType::kFP8E4M3;
+    params.q_row_scale = sq.row_scale;
+  }
   if (!setup.inline_plan && !cluster) {
     MLAKIT_RETURN_IF_ERROR(plan::launch_plan(shape, view, params.seq_lens, a.batch, params.max_len,
                                              stream, setup.pdl));
@@ -516,9 +549,9 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const CUtensorMapL2promotion promotion = setup.tile_rows == kRows
                                                ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
                                                : CU_TENSOR_MAP_L2_PROMOTION_NONE;
-  MLAKIT_RETURN_IF_ERROR(encode_rows(q_rows, p.q_dtype, std::max<int64_t>(q_count, 1), q_row_stride,
-                                     0, 0, static_cast<uint32_t>(setup.tile_rows), "q", promotion,
-                                     &params.q_map, p.d_qk));
+  MLAKIT_RETURN_IF_ERROR(encode_rows(q_rows, q_map_dtype, std::max<int64_t>(q_count, 1),
+                                     q_row_stride, 0, 0, static_cast<uint32_t>(setup.tile_rows),
+                                     "q", promotion, &params.q_map, q_cols));
   const auto kv_box = static_cast<uint32_t>(std::min(p.page_size, kBlockN));
   if (sparse) {
     params.kv_map = params.q_map;  // not read: the producer gathers (prefetched all the same)

@@ -73,6 +73,9 @@ const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_narrow32();
 // shared memory (Widen::kFp8, decode_kernel.cuh).
 const DecodeKernel& decode_kernel_e4m3_bf16_wide();
 const DecodeKernel& decode_kernel_e4m3_fp16_wide();
+// Defined in decode_bf16_qsplit.cu: the e4m3 cache with a bf16 q split into two e4m3 parts on the
+// e4m3 wide tile (Widen::kQSplit).
+const DecodeKernel& decode_kernel_e4m3_bf16_qsplit();
 // Defined in decode_<q>_sv32.cu: the split sparse kernel of the V3.2 cache (decode_sparse_v32.cuh).
 const DecodeKernel& decode_kernel_bf16_sv32();
 const DecodeKernel& decode_kernel_fp16_sv32();
@@ -131,6 +134,14 @@ inline constexpr int kSplitClusterTactic = 12;
 // The sparse mma kernel's cluster schedule (the same, for the tiles of 16 rows; a bf16 q).
 inline constexpr int kSparseMmaClusterTactic = 13;
 
+// kQSplitTactic + 0 (persistent) and + 1 (one-shot): the one-scale e4m3 cache with a bf16 q on
+// the e4m3 wide tile, q split into two e4m3 parts (Widen::kQSplit, decode_fp8_wide.cuh). Not
+// fp16: its 11 significant bits do not fit two e4m3 parts.
+inline constexpr int kQSplitTactic = 14;
+inline bool q_split_runs(const Problem& p) {
+  return !p.sparse() && p.kv_dtype == DType::kFP8E4M3 && p.q_dtype == DType::kBF16;
+}
+
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {
   int32_t clusters = 1;  // C
@@ -153,6 +164,7 @@ struct Setup {
   bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel
   bool split = false;          // the split sparse kernel (kSplitTactic)
   bool sparse_mma = false;     // the sparse mma kernel (kSparseMmaTactic)
+  bool q_split = false;        // a 16-bit q split into two e4m3 parts (kQSplitTactic)
   bool pdl = false;
   int32_t sm_count = 1;
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's

@@ -2,6 +2,9 @@
 // thread one piece at a time (consecutive threads on consecutive pieces of a row, so a warp reads
 // and writes whole 128-byte lines). Memory-bound and small: b 64, h_q 128, bf16 is 9.4 MB read
 // and written. Not yet timed on a GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 
 #include "backends/sm90/pack_q.h"
@@ -37,7 +40,118 @@ __global__ void __launch_bounds__(kThreads) pack_q_kernel(const PackQParams p) {
   }
 }
 
+// Two floats as two e4m3 (lo in byte 0), round to nearest even, saturated (cvt, sm_89).
+// (The sm_80 pass of the build compiles no body: the split runs only with the sm90 backend.)
+__device__ __forceinline__ uint16_t to_e4m3x2(float lo, float hi) {
+  uint16_t d = 0;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
+#else
+  __trap();
+#endif
+  return d;
+}
+
+// And back, exactly.
+__device__ __forceinline__ float2 from_e4m3x2(uint16_t v) {
+  uint32_t h = 0;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
+#else
+  (void)v;
+  __trap();
+#endif
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+constexpr int kSplitCols = 576;               // d_qk
+constexpr int kSplitPieces = kSplitCols / 8;  // 16-byte pieces of 8 values a row
+constexpr int kPiecesPerLane = (kSplitPieces + 31) / 32;
+
+// The split (pack_q.h): a warp a row, three 16-byte pieces a lane at most; the row's largest
+// magnitude by a warp max, then each piece's 8 values as 8 bytes of each part.
+__global__ void __launch_bounds__(kThreads) split_q_kernel(const SplitQParams p) {
+  pdl::griddepcontrol_wait();
+  pdl::griddepcontrol_launch_dependents();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t total = p.requests * p.rows;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  for (int64_t row = int64_t{blockIdx.x} * (kThreads / 32) + threadIdx.x / 32; row < total;
+       row += warps) {
+    const int32_t request = static_cast<int32_t>(row / p.rows);
+    const int32_t r = static_cast<int32_t>(row - int64_t{request} * p.rows);
+    const bool live = r < p.view.live_rows(request, p.rows);
+    const uint8_t* src = p.q + p.view.offset(request, r) * 2;
+    float x[kPiecesPerLane][8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPiecesPerLane; ++k) {
+      const int piece = lane + 32 * k;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (live && piece < kSplitPieces) v = *reinterpret_cast<const uint4*>(src + piece * 16);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
+        x[k][2 * j] = f.x;
+        x[k][2 * j + 1] = f.y;
+        amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    // amax = m 2^e, m in [0.5, 1): times 2^(8 - e) it lies in [128, 256). Exponents clamped so
+    // that both powers stay normal floats (a row that small or large is zeros or saturates).
+    int e = 0;
+    (void)frexpf(amax, &e);
+    e = amax > 0.0f && isfinite(amax) ? min(max(e, -110), 118) : 8;
+    const float up = ldexpf(1.0f, 8 - e);
+    uint8_t* dst = p.packed + row * (2 * kSplitCols);
+#pragma unroll
+    for (int k = 0; k < kPiecesPerLane; ++k) {
+      const int piece = lane + 32 * k;
+      if (piece >= kSplitPieces) continue;
+      uint32_t hi[2], lo[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float a0 = x[k][4 * j] * up, a1 = x[k][4 * j + 1] * up;
+        const float a2 = x[k][4 * j + 2] * up, a3 = x[k][4 * j + 3] * up;
+        // The high parts: the mantissas cut to e4m3's 3 bits (then exact in e4m3 where normal).
+        const auto cut = [](float a) { return __uint_as_float(__float_as_uint(a) & 0xfff00000u); };
+        const uint16_t h01 = to_e4m3x2(cut(a0), cut(a1)), h23 = to_e4m3x2(cut(a2), cut(a3));
+        const float2 b01 = from_e4m3x2(h01), b23 = from_e4m3x2(h23);
+        hi[j] = uint32_t{h01} | (uint32_t{h23} << 16);
+        lo[j] = uint32_t{to_e4m3x2(a0 - b01.x, a1 - b01.y)} |
+                (uint32_t{to_e4m3x2(a2 - b23.x, a3 - b23.y)} << 16);
+      }
+      *reinterpret_cast<uint2*>(dst + piece * 8) = make_uint2(hi[0], hi[1]);
+      *reinterpret_cast<uint2*>(dst + kSplitCols + piece * 8) = make_uint2(lo[0], lo[1]);
+    }
+    if (lane == 0) p.row_scale[row] = ldexpf(1.0f, e - 8);
+  }
+}
+
 }  // namespace
+
+size_t split_q_scales_offset(const Problem& problem) {
+  const size_t bytes = size_t(problem.max_batch) * problem.s_q * problem.h_q * 2 * kSplitCols;
+  return (bytes + 255) / 256 * 256;
+}
+
+size_t split_q_bytes(const Problem& problem) {
+  const size_t scales = size_t(problem.max_batch) * problem.s_q * problem.h_q * sizeof(float);
+  return split_q_scales_offset(problem) + (scales + 255) / 256 * 256;
+}
+
+Status launch_split_q(const SplitQParams& params, int32_t sm_count, cudaStream_t stream, bool pdl) {
+  const int64_t total = params.requests * params.rows;
+  if (total < 1) return Status::Ok();
+  const int64_t ctas = std::clamp<int64_t>((total + kThreads / 32 - 1) / (kThreads / 32), 1,
+                                           int64_t{sm_count} * kCtasPerSm);
+  MLAKIT_CUDA_RETURN(pdl::launch(split_q_kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                                 0, stream, pdl, params));
+  return Status::Ok();
+}
 
 size_t packed_q_bytes(const Problem& problem) {
   const size_t bytes = size_t(problem.max_batch) * problem.s_q * problem.h_q * problem.d_qk *

@@ -27,6 +27,8 @@ enum class Widen : int32_t {
   kFp8 = 2,     // the one-scale e4m3 cache, TMA-loaded, with a 16-bit q on the wide tile
   kGather = 3,  // sparse decode of the 16-bit and V3.2 caches: the producer warpgroup gathers
                 // (gather.cuh), the V3.2 cache widened at run time (Fill::kGatherV32)
+  kQSplit = 4,  // the one-scale e4m3 cache with a 16-bit q on the e4m3 wide tile: q split into two
+                // e4m3 parts by the launch (pack_q.h, split_q), P into two in the kernel
 };
 
 // A V4 cache as the gather reads it (Fill::kGatherV4): slot s (plan/compact.h, page pitch
@@ -49,6 +51,9 @@ struct DecodeParams : plan::DecodeParamsBase {
   // q row (cu_seqlens_q[i] + t0) h_q + r (out_view.request_token(k) = (i, t0)); a tile past the
   // request's live rows reads none (gather.cuh, issue_q). 0: row k * rows + r.
   int32_t q_in_place;
+  // Widen::kQSplit: row r of q_map holds q's row times 2^k as two e4m3 parts, the high one in
+  // bytes 0..575 and the residual in 576..1151 (pack_q.h); q_row_scale[r] = 2^-k. Else null.
+  const float* q_row_scale;
   // The cache, boxes of min(page, 64) tokens x 64 columns: 2-D [num_pages * page_size rows, 576]
   // when its tokens are equally spaced (kv_paged 0: the contiguous cache and padded tokens), else
   // 3-D [num_pages, page_size, 576] with the page and token strides (kv_paged 1: padded pages).

@@ -103,6 +103,8 @@ constexpr Tactic sparse_mma_persistent = {.id = sm90::kSparseMmaTactic,
                                         .name = "sparse-mma-one-shot"},
                  sparse_mma_cluster = {.id = sm90::kSparseMmaClusterTactic,
                                        .name = "sparse-mma-cluster"};
+constexpr Tactic q_split_persistent = {.id = sm90::kQSplitTactic, .name = "q-split-persistent"},
+                 q_split_one_shot = {.id = sm90::kQSplitTactic + 1, .name = "q-split-one-shot"};
 
 // The wide tile's schedules for a dense problem, in tactics()'s order (below). Variable query
 // lengths with several 64-row tiles a request, from batch 64: one-shot first. Its CTAs of a tile
@@ -177,6 +179,25 @@ std::vector<Tactic> tactics(const Problem& problem) {
   }
   if (fp8_wide) {
     std::vector<Tactic> out = wide_order(p, cluster_first);
+    // A bf16 q split into two e4m3 parts on the e4m3 wide tile (Widen::kQSplit) first from
+    // batch 8, before the cluster schedule where that comes first only past 1024 tokens or from
+    // 2048 blocks of 64-row tiles; below batch 8 after the widening tile's tactics. At h_q 64 and
+    // 128, s_q 1 and 2, L 4096 and 8192 it ran 1.04-1.27x faster than the tile widening the
+    // cache (Widen::kFp8) from batch 8, 0.89-0.95x at batch 1; at L 2048 1.02-1.23x faster than
+    // the widening tile's cluster schedule from batch 8; at L 1024 1.08-1.14x from 2048 blocks,
+    // 0.82-0.99x below (H200, bench/results/2026-11-29-h200-fp8-qsplit).
+    if (sm90::q_split_runs(p)) {
+      const bool one_shot_first = out.front().id == one_shot.id;
+      const std::vector<Tactic> split =
+          one_shot_first ? std::vector<Tactic>{q_split_one_shot, q_split_persistent}
+                         : std::vector<Tactic>{q_split_persistent, q_split_one_shot};
+      const int64_t blocks = int64_t{p.max_batch} * ((rows + sm90::kRows - 1) / sm90::kRows) *
+                             ((p.max_seq_len + sm90::kBlockN - 1) / sm90::kBlockN);
+      const bool before_cluster = p.max_seq_len > 1024 || blocks >= 2048;
+      const auto at =
+          p.max_batch < 8 ? out.end() : out.begin() + (cluster_first && !before_cluster ? 1 : 0);
+      out.insert(at, split.begin(), split.end());
+    }
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
     return out;
   }
@@ -272,7 +293,8 @@ const BackendEntry& sm90_backend_entry() {
       .supports =
           "sm_90 only; q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q "
           "(out alike; the cache widened in registers on the narrow tile, in shared memory on the "
-          "wide one) or e4m3 q (out bf16/fp16; fp8 wgmma); "
+          "wide one, or q split into two e4m3 parts on fp8 wgmma: q-split-persistent and "
+          "-one-shot) or e4m3 q (out bf16/fp16; fp8 wgmma); "
           "page size 32, 64, 128; h_q 1..128; s_q 1..16 causal or not; variable query lengths "
           "(var_q); variable lengths; sinks; lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 "
           "q over a cache of q's type, the V3.2 blockwise or the V4 layout (V4 with an extra "

@@ -441,6 +441,21 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
 #endif
 }
 
+// wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 d, {a0..a3}, desc_b, p, 1, 1 (sm_90a):
+// as the m64n256 form below for 128 columns. The wide tile with a split q: half of P V into a
+// fresh accumulator (Widen::kQSplit).
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4],
+                                                         uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  asm volatile(
+      MLAKIT_WGMMA_SCALE_D(
+          69) "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_N128_REGS
+              "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : MLAKIT_WGMMA_N128_OUTPUTS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
 // wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 d, {a0..a3}, desc_b, p, 1, 1 (sm_90a):
 // d = A B + (scale_d ? d : 0), A from registers (the 8-bit m64k32 fragment of
 // wgmma_m64nNk32_e4m3_rs), B K-major. The fp8 wide tile's O += P V with V^T in shared memory.
