@@ -141,26 +141,47 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
   return ::testing::AssertionSuccess();
 }
 
-void check_case(const Case& c, uint64_t seed, const char* backend,
-                const harness::Tolerance* tolerance) {
+namespace {
+
+// Case `c`'s inputs (from `seed`, values `magnitude` times N(0, 1)), the cpu reference, and the
+// output of `backend` with tactic c.tactic.
+Status decode_case(const Case& c, uint64_t seed, const char* backend, float magnitude,
+                   harness::HostInputs* in, Output* ref, Output* got) {
   const std::vector<int32_t> lens = case_lengths(c, seed);
   const Problem p = case_problem(c, lens);
-  const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = seed});
-  Output ref;
-  MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-
+  *in = harness::make_inputs(p, lens, {.seed = seed, .magnitude = magnitude});
+  MLAKIT_RETURN_IF_ERROR(cpu_reference(*in, ref));
   std::unique_ptr<Decoder> decoder;
-  MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = c.tactic}, &decoder));
+  MLAKIT_RETURN_IF_ERROR(Decoder::create(p, {.backend = backend, .tactic = c.tactic}, &decoder));
   harness::DeviceInputs device;
-  MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+  MLAKIT_RETURN_IF_ERROR(harness::DeviceInputs::upload(*in, &device));
   harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
   StreamHolder s;
-  Output got;
-  MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+  return run_device(*decoder, *in, device, workspace.get(), s.stream, got);
+}
+
+}  // namespace
+
+void check_case(const Case& c, uint64_t seed, const char* backend,
+                const harness::Tolerance* tolerance) {
+  harness::HostInputs in;
+  Output ref, got;
+  MLAKIT_ASSERT_OK(decode_case(c, seed, backend, 1.0f, &in, &ref, &got));
+  const Problem& p = in.problem;
   const ::testing::AssertionResult result =
       matches_reference(in, got, ref, tolerance ? *tolerance : harness::default_tolerance(p));
   EXPECT_TRUE(result) << case_name(c);
   std::printf("  %-56s %s\n", case_name(c).c_str(), result.message());
+}
+
+Status compare_case(const Case& c, uint64_t seed, const char* backend, float magnitude,
+                    harness::Comparison* cmp) {
+  harness::HostInputs in;
+  Output ref, got;
+  MLAKIT_RETURN_IF_ERROR(decode_case(c, seed, backend, magnitude, &in, &ref, &got));
+  *cmp = harness::compare(in.problem, in.batch, got.out.data(), ref.out.data(), got.lse.data(),
+                          ref.lse.data());
+  return Status::Ok();
 }
 
 void check_cases(std::span<const Case> cases, uint64_t seed, const char* backend,

@@ -114,6 +114,11 @@ Status run_device(const std::function<Status(cudaStream_t)>& run, const harness:
 void check_case(const Case& c, uint64_t seed, const char* backend,
                 const harness::Tolerance* tolerance = nullptr);
 
+// Case `c` (inputs from `seed`, values `magnitude` times N(0, 1)) on `backend` with tactic
+// c.tactic against the cpu reference: the comparison itself, for tests of the error's size.
+Status compare_case(const Case& c, uint64_t seed, const char* backend, float magnitude,
+                    harness::Comparison* cmp);
+
 // The ids of every tactic `backend` offers for `p`.
 std::vector<int> tactic_ids(const char* backend, const Problem& p);
 

@@ -111,23 +111,11 @@ TEST(Sm90Fp8, ErrorOfFp8Products) {
                    .len = len,
                    .fp8_kv = true,
                    .fp8_q = true};
-      const std::vector<int32_t> lens = case_lengths(c, seed);
-      const Problem p = case_problem(c, lens);
-      const harness::HostInputs in =
-          harness::make_inputs(p, lens, {.seed = seed++, .magnitude = 0.5f});
-      Output ref, got;
-      MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-      std::unique_ptr<Decoder> decoder;
-      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = c.tactic}, &decoder));
-      harness::DeviceInputs device;
-      MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-      harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
-      StreamHolder s;
-      MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
-      const harness::Comparison cmp = harness::compare(p, in.batch, got.out.data(), ref.out.data(),
-                                                       got.lse.data(), ref.lse.data());
+      harness::Comparison cmp;
+      MLAKIT_ASSERT_OK(compare_case(c, seed++, kBackend, 0.5f, &cmp));
       EXPECT_LT(cmp.rel_l2_err, 3e-2) << case_name(c);
-      EXPECT_TRUE(cmp.passes(harness::default_tolerance(p))) << cmp.summary();
+      EXPECT_TRUE(cmp.passes(harness::default_tolerance(case_problem(c, {len, len}))))
+          << cmp.summary();
       std::printf("  N(0,1/4) h_q %3d L %5d: %s\n", h_q, len, cmp.summary().c_str());
     }
   }
@@ -152,22 +140,10 @@ TEST(Sm90Fp8, ErrorOfSplitQ) {
                      .len = len,
                      .fp8_kv = true,
                      .fp8_q = false};
-        const std::vector<int32_t> lens = case_lengths(c, seed);
-        const Problem p = case_problem(c, lens);
-        const harness::HostInputs in =
-            harness::make_inputs(p, lens, {.seed = seed, .magnitude = 0.5f});
-        Output ref, got;
-        MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-        std::unique_ptr<Decoder> decoder;
-        MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
-        harness::DeviceInputs device;
-        MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-        harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
-        StreamHolder s;
-        MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
-        const harness::Comparison cmp = harness::compare(
-            p, in.batch, got.out.data(), ref.out.data(), got.lse.data(), ref.lse.data());
-        EXPECT_TRUE(cmp.passes(harness::default_tolerance(p))) << case_name(c) << cmp.summary();
+        harness::Comparison cmp;
+        MLAKIT_ASSERT_OK(compare_case(c, seed, kBackend, 0.5f, &cmp));
+        EXPECT_TRUE(cmp.passes(harness::default_tolerance(case_problem(c, {len, len}))))
+            << case_name(c) << cmp.summary();
         rel[tactic == 0 ? 1 : 0] = cmp.rel_l2_err;
         std::printf("  N(0,1/4) h_q %3d L %5d tactic %2d: %s\n", h_q, len, tactic,
                     cmp.summary().c_str());

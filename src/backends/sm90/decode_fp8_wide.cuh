@@ -245,6 +245,7 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
           sum[e] += sc[0][i];
         }
         const float(&pv)[32] = sc[0];
+        // kQSplit: also P's residual, P minus its e4m3 part widened back exactly, in e4m3.
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
 #pragma unroll
@@ -252,28 +253,19 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int i = 16 * kk + 8 * h + 2 * e;
-              pa[kk][2 * h + e] = fp8::prmt(fp8::narrow2(pv[i], pv[i + 1]),
-                                            fp8::narrow2(pv[i + 4], pv[i + 5]), pack_sel);
-            }
-          }
-        }
-        if constexpr (kQSplit) {
-          // P's residual: P minus its e4m3 high part (widened back exactly), in e4m3.
-#pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int i = 16 * kk + 8 * h + 2 * e;
-                const float2 h0 = e4m3x2_to_float2(fp8::narrow2(pv[i], pv[i + 1]));
-                const float2 h1 = e4m3x2_to_float2(fp8::narrow2(pv[i + 4], pv[i + 5]));
+              const uint16_t n0 = fp8::narrow2(pv[i], pv[i + 1]);
+              const uint16_t n1 = fp8::narrow2(pv[i + 4], pv[i + 5]);
+              pa[kk][2 * h + e] = fp8::prmt(n0, n1, pack_sel);
+              if constexpr (kQSplit) {
+                const float2 h0 = e4m3x2_to_float2(n0), h1 = e4m3x2_to_float2(n1);
                 pb[kk][2 * h + e] =
                     fp8::prmt(fp8::narrow2(pv[i] - h0.x, pv[i + 1] - h0.y),
                               fp8::narrow2(pv[i + 4] - h1.x, pv[i + 5] - h1.y), pack_sel);
               }
             }
           }
+        }
+        if constexpr (kQSplit) {
           // One buffer serves both warpgroups: thread t writes its slot for block n + 1 only
           // after it has read the other warpgroup's block n from it.
           uint8_t* const p_low = s.q + (L::kPLowOffset - L::kQOffset);
