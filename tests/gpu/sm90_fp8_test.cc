@@ -145,6 +145,9 @@ TEST(Sm90Fp8, ErrorOfSplitQ) {
         EXPECT_TRUE(cmp.passes(harness::default_tolerance(case_problem(c, {len, len}))))
             << case_name(c) << cmp.summary();
         rel[tactic == 0 ? 1 : 0] = cmp.rel_l2_err;
+        // The split's LSE: 5.7e-6 to 3.2e-5 here on an H200 (the high parts' products before the
+        // residuals' were up to 9.3e-5, 2026-11-29-h200-fp8-qsplit call 8).
+        if (tactic != 0) EXPECT_LT(cmp.lse_max_abs_err, 6e-5) << case_name(c);
         std::printf("  N(0,1/4) h_q %3d L %5d tactic %2d: %s\n", h_q, len, tactic,
                     cmp.summary().c_str());
       }
@@ -164,6 +167,7 @@ TEST(Sm90Fp8Pdl, BitwiseEqualWithAndWithout) {
   MLAKIT_SKIP_WITHOUT_SM90();
   check_pdl_bitwise(kBackend, 64, {.q = DType::kFP8E4M3, .kv = DType::kFP8E4M3});
   check_pdl_bitwise(kBackend, 128, {.q = DType::kFP16, .kv = DType::kFP8E4M3, .out = DType::kFP16});
+  check_pdl_bitwise(kBackend, 64, {.q = DType::kBF16, .kv = DType::kFP8E4M3});  // q split, 14, 15
 }
 
 // For scripts/sanitize.sh: both q kinds, 16 and 32 rows, each schedule, split and unsplit

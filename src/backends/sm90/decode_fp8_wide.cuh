@@ -23,8 +23,8 @@
 // 2^8) in two e4m3 parts as well (to about 2^-8 of each value; the 16-bit tiles round P to bf16,
 // 2^-9), the residual published through its own 4 KB, and O += P_hi V + P_lo V (4 wgmmas). fp8
 // tensor cores at twice the 16-bit rate: the 16-bit tiles' tensor work without widening the
-// cache. Error: that of the e4m3-q tile's products in the LSE (about 1e-3), the bf16 path's in
-// the output (docs/fp8-decode.md).
+// cache. Error: the output as close to the reference as the widening tile's, the LSE within
+// 1e-5 to 3e-5 (fp8 products; N(0, 1/4) data, docs/fp8-decode.md).
 // Numbers (docs/fp8-decode.md; settled, page 64, h_q 128, b 64, L 4096): 125.8 us on an H200,
 // 122.8 on an H100 (FlashMLA bf16 137.4, 137.1; vLLM's fp8 fork 120.6 on the H100).
 #pragma once
@@ -136,7 +136,9 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
     // Tokens each of the two rows sees: the chunk's, and with causal MTP fewer for early tokens.
     const int32_t limit[2] = {visible_limit(p, c, row0 + row_a),
                               visible_limit(p, c, row0 + row_a + 8)};
-    // kQSplit: the rows' 2^-k (rows past the request's take none: their q is zeros).
+    // kQSplit: the rows' 2^-k. Rows past the request's (a partial last tile) take 1: TMA reads
+    // the next request's packed rows there (zeros past the last), and their results are never
+    // written.
     float row_scale[2] = {1.0f, 1.0f};
     if constexpr (kQSplit) {
 #pragma unroll

@@ -265,8 +265,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   if (q_split && !q_split_runs(p)) {
     return invalid_argument(
         "tactic",
-        str_cat("0..", kNarrowTactic + 2,
-                " (the split-q tactics run the fp8 e4m3 cache with a bf16 q, dense)"),
+        "one of sm90's tactics for this problem (14 and 15, split q, run a dense problem with "
+        "the fp8 e4m3 cache and a bf16 q)",
         tactic);
   }
   const bool narrow =

@@ -40,8 +40,9 @@ Status launch_pack_q(const PackQParams& params, int32_t sm_count, cudaStream_t s
 // rows past q_len, which are zeros). A bf16 value has 8 significant bits, h takes the first 4 and
 // the residual the other 4 at most, so x = (h + l) 2^-k exactly for every |x| down to 2^-9 of
 // the row's largest (its residual then is still a multiple of e4m3's smallest subnormal, 2^-9);
-// below, to 2^-10 2^-k absolutely. A NaN or an infinity in q saturates (+-448 2^-k) instead of
-// propagating.
+// below, to 2^-10 2^-k absolutely. A NaN in q stays a NaN (e4m3's), as on the 16-bit path; an
+// infinity saturates to +-448 and leaves its row unscaled (k = 0: its finite values lose the
+// precision of the scaling).
 struct SplitQParams {
   const uint8_t* q;    // the view's rows, 16-bit
   uint8_t* packed;     // [requests * rows, 2 * d_qk] bytes, 16-byte aligned
