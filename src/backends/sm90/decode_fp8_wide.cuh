@@ -56,13 +56,6 @@ __device__ __forceinline__ int wide_p_token(int pos) {
   return (pos & ~15) + 8 * (j >> 1) + 2 * q + ((j & 1) ^ (q & 1));
 }
 
-// Two e4m3 (byte 0 the low one) as two floats (cvt.rn.f16x2.e4m3x2, sm_89; exact).
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t v) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
-}
-
 // O *= alpha, only where a row's max moved (decode_kernel.cuh's rescale).
 __device__ __forceinline__ void rescale_fp8(float (&o)[128], const MaxStep (&step)[2]) {
   if (__any_sync(0xffffffffu, step[0].alpha != 1.0f || step[1].alpha != 1.0f)) {
@@ -259,7 +252,7 @@ __device__ __forceinline__ void consume_fp8_wide(const DecodeParams& p, const Sm
               const uint16_t n1 = fp8::narrow2(pv[i + 4], pv[i + 5]);
               pa[kk][2 * h + e] = fp8::prmt(n0, n1, pack_sel);
               if constexpr (kQSplit) {
-                const float2 h0 = e4m3x2_to_float2(n0), h1 = e4m3x2_to_float2(n1);
+                const float2 h0 = fp8::widen2_f32(n0), h1 = fp8::widen2_f32(n1);
                 pb[kk][2 * h + e] =
                     fp8::prmt(fp8::narrow2(pv[i] - h0.x, pv[i + 1] - h0.y),
                               fp8::narrow2(pv[i + 4] - h1.x, pv[i + 5] - h1.y), pack_sel);

@@ -9,6 +9,7 @@
 
 #include "backends/sm90/pack_q.h"
 #include "core/cuda_check.h"
+#include "kernels/common/fp8.cuh"
 #include "kernels/common/pdl.h"
 
 namespace mlakit::sm90 {
@@ -40,30 +41,6 @@ __global__ void __launch_bounds__(kThreads) pack_q_kernel(const PackQParams p) {
   }
 }
 
-// Two floats as two e4m3 (lo in byte 0), round to nearest even, saturated (cvt, sm_89).
-// (The sm_80 pass of the build compiles no body: the split runs only with the sm90 backend.)
-__device__ __forceinline__ uint16_t to_e4m3x2(float lo, float hi) {
-  uint16_t d = 0;
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(hi), "f"(lo));
-#else
-  __trap();
-#endif
-  return d;
-}
-
-// And back, exactly.
-__device__ __forceinline__ float2 from_e4m3x2(uint16_t v) {
-  uint32_t h = 0;
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
-#else
-  (void)v;
-  __trap();
-#endif
-  return __half22float2(*reinterpret_cast<const __half2*>(&h));
-}
-
 constexpr int kSplitCols = 576;               // d_qk
 constexpr int kSplitPieces = kSplitCols / 8;  // 16-byte pieces of 8 values a row
 constexpr int kPiecesPerLane = (kSplitPieces + 31) / 32;
@@ -71,6 +48,9 @@ constexpr int kPiecesPerLane = (kSplitPieces + 31) / 32;
 // The split (pack_q.h): a warp a row, three 16-byte pieces a lane at most; the row's largest
 // magnitude by a warp max, then each piece's 8 values as 8 bytes of each part.
 __global__ void __launch_bounds__(kThreads) split_q_kernel(const SplitQParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  __trap();  // the sm_80 pass of the build: the split runs only with the sm90 backend
+#else
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -118,17 +98,18 @@ __global__ void __launch_bounds__(kThreads) split_q_kernel(const SplitQParams p)
         const float a2 = x[k][4 * j + 2] * up, a3 = x[k][4 * j + 3] * up;
         // The high parts: the mantissas cut to e4m3's 3 bits (then exact in e4m3 where normal).
         const auto cut = [](float a) { return __uint_as_float(__float_as_uint(a) & 0xfff00000u); };
-        const uint16_t h01 = to_e4m3x2(cut(a0), cut(a1)), h23 = to_e4m3x2(cut(a2), cut(a3));
-        const float2 b01 = from_e4m3x2(h01), b23 = from_e4m3x2(h23);
+        const uint16_t h01 = fp8::narrow2(cut(a0), cut(a1)), h23 = fp8::narrow2(cut(a2), cut(a3));
+        const float2 b01 = fp8::widen2_f32(h01), b23 = fp8::widen2_f32(h23);
         hi[j] = uint32_t{h01} | (uint32_t{h23} << 16);
-        lo[j] = uint32_t{to_e4m3x2(a0 - b01.x, a1 - b01.y)} |
-                (uint32_t{to_e4m3x2(a2 - b23.x, a3 - b23.y)} << 16);
+        lo[j] = uint32_t{fp8::narrow2(a0 - b01.x, a1 - b01.y)} |
+                (uint32_t{fp8::narrow2(a2 - b23.x, a3 - b23.y)} << 16);
       }
       *reinterpret_cast<uint2*>(dst + piece * 8) = make_uint2(hi[0], hi[1]);
       *reinterpret_cast<uint2*>(dst + kSplitCols + piece * 8) = make_uint2(lo[0], lo[1]);
     }
     if (lane == 0) p.row_scale[row] = ldexpf(1.0f, e - 8);
   }
+#endif
 }
 
 }  // namespace

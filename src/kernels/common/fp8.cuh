@@ -78,6 +78,15 @@ __device__ __forceinline__ uint16_t narrow2(float lo, float hi) {
   return d;
 }
 
+// Two e4m3 in the low 16 bits (byte 0 the low one) as two floats, exactly:
+// cvt.rn.f16x2.e4m3x2 (sm_89), for the few values that need the hardware conversion (the split of
+// a bf16 q and of P, Widen::kQSplit).
+__device__ __forceinline__ float2 widen2_f32(uint16_t v) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(v));
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
 // The dequantization scales of one call, read once per CTA after griddepcontrol.wait (a scale
 // behind a pointer may be written by the previous kernel): qk multiplies the scores (q_scale *
 // k_scale), v the outputs (k_scale, the cache's single scale). 1 for 16-bit inputs.
