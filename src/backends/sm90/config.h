@@ -150,51 +150,35 @@ struct Layout {
 // types) that it transposes from each block. A block's P goes to the other warpgroup over the
 // stage's rope chunk (free once S is done); the stage goes back when both warpgroups have read
 // it (every consumer thread arrives). 225 KB.
-struct Fp8WideLayout {
-  static constexpr int kStages = kMaxStages;
+// kQSplit (Widen::kQSplit, a bf16 q split into two e4m3 parts): Q twice (the high parts' 9 chunks,
+// then the residuals'), three stages, and one 4 KB buffer for the residual of a block's P (the
+// high part goes over the stage's rope chunk, as above). The cluster schedule is not offered there
+// (its merge would not fit over three stages). 226 KB.
+template <bool kQSplit>
+struct Fp8WideLayoutOf {
+  static constexpr int kStages = kQSplit ? 3 : kMaxStages;
   static constexpr int kKvChunkBytes = kBlockN * 64;
   static constexpr int kStageBytes = kQkChunks * kKvChunkBytes;
   static constexpr bool kReleasePerChunk = false;
   static constexpr int kEmptyArrivals = kConsumerThreads;
   static constexpr int kQChunkBytes = kRows * 64;
-  static constexpr int kQBytes = kQkChunks * kQChunkBytes;
+  static constexpr int kQBytes = (kQSplit ? 2 : 1) * kQkChunks * kQChunkBytes;
   static constexpr int kVtBytes = kColsPerWarpgroup * kBlockN;  // 16 KB per warpgroup
   static constexpr size_t kQOffset = 0;
   static constexpr size_t kKvOffset = kQOffset + kQBytes;
   static constexpr size_t kVtOffset = kKvOffset + size_t{kStages} * kStageBytes;
-  static constexpr size_t kExchangeOffset = kVtOffset + 2 * size_t{kVtBytes};
-  static constexpr size_t kSmallOffset = kExchangeOffset;
-  static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
-  static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
-  static_assert(size_t{kRows} * kMergeStride * 4 <= size_t{kStages} * kStageBytes,
-                "the result fits over the KV stages (cluster merge)");
-  static_assert(128 * 32 <= kKvChunkBytes, "a warpgroup's P of a block fits in its rope chunk");
-};
-
-// The e4m3 wide tile with a 16-bit q split into two e4m3 parts (Widen::kQSplit,
-// decode_fp8_wide.cuh): Fp8WideLayout with Q twice (the high parts' 9 chunks, then the residuals'),
-// three stages, and one 4 KB buffer for the residual of a block's P (the high part goes over the
-// stage's rope chunk, as there). The cluster schedule is not offered (its merge would not fit over
-// three stages). 226 KB.
-struct Fp8QSplitLayout {
-  static constexpr int kStages = 3;
-  static constexpr int kKvChunkBytes = kBlockN * 64;
-  static constexpr int kStageBytes = kQkChunks * kKvChunkBytes;
-  static constexpr bool kReleasePerChunk = false;
-  static constexpr int kEmptyArrivals = kConsumerThreads;
-  static constexpr int kQChunkBytes = kRows * 64;
-  static constexpr int kQBytes = 2 * kQkChunks * kQChunkBytes;
-  static constexpr int kVtBytes = kColsPerWarpgroup * kBlockN;  // 16 KB per warpgroup
-  static constexpr size_t kQOffset = 0;
-  static constexpr size_t kKvOffset = kQOffset + kQBytes;
-  static constexpr size_t kVtOffset = kKvOffset + size_t{kStages} * kStageBytes;
-  static constexpr size_t kPLowOffset = kVtOffset + 2 * size_t{kVtBytes};
-  static constexpr size_t kExchangeOffset = kPLowOffset + 128 * 32;
+  static constexpr size_t kPLowOffset = kVtOffset + 2 * size_t{kVtBytes};  // kQSplit only
+  static constexpr size_t kExchangeOffset = kPLowOffset + (kQSplit ? 128 * 32 : 0);
   static constexpr size_t kSmallOffset = kExchangeOffset;
   static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
   static_assert(kStages <= kMaxStages);
+  static_assert(kQSplit || size_t{kRows} * kMergeStride * 4 <= size_t{kStages} * kStageBytes,
+                "the result fits over the KV stages (cluster merge)");
+  static_assert(128 * 32 <= kKvChunkBytes, "a warpgroup's P of a block fits in its rope chunk");
 };
+using Fp8WideLayout = Fp8WideLayoutOf<false>;
+using Fp8QSplitLayout = Fp8WideLayoutOf<true>;
 
 // The fp8 (e4m3) cache's narrow tile (decode_fp8_narrow.cuh): KV blocks of 64 tokens x 576 bytes
 // as 9 column chunks of 64 tokens x 64 bytes in the 64-byte swizzle (TMA boxes of 64 x 64 bytes),

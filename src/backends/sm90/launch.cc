@@ -381,8 +381,9 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   // the copy took 6.6-7.9 us at batch 8 (ncu), and var_q with every q_len s_q took 4-6% longer
   // than the padded problem at batch 128 with it, within 2% without (H200,
   // bench/results/2026-11-28-h200-varq-inplace).
-  const bool q_in_place =
-      p.var_q && views.q_s == int64_t{p.h_q} * views.q_h && p.h_q % setup.tile_rows == 0;
+  // A split q is always packed by the split (below).
+  const bool q_in_place = !setup.q_split && p.var_q && views.q_s == int64_t{p.h_q} * views.q_h &&
+                          p.h_q % setup.tile_rows == 0;
   const bool pack_q = !setup.q_split && !views.q_uniform(p) && !q_in_place;
   const bool kv_paged = !sparse && !views.kv_uniform(p);
   // The sparse gather reads slot s at s * the token stride (gather.cuh). Padded pages (FlashMLA's
@@ -447,8 +448,7 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     params.kv_view.slot_page_size = 0;
   }
   params.kv_paged = kv_paged ? 1 : 0;
-  params.q_in_place = q_in_place && !setup.q_split ? 1 : 0;
-  params.q_row_scale = nullptr;
+  params.q_in_place = q_in_place ? 1 : 0;
   params.fill = Fill::kPages;
   params.direct_s_q = 0;
   params.direct_tokens = INT32_MAX;

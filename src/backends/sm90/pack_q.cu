@@ -3,7 +3,6 @@
 // and writes whole 128-byte lines). Memory-bound and small: b 64, h_q 128, bf16 is 9.4 MB read
 // and written. Not yet timed on a GPU.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <algorithm>
 
@@ -41,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) pack_q_kernel(const PackQParams p) {
   }
 }
 
-constexpr int kSplitCols = 576;               // d_qk
+constexpr int kSplitCols = kDqk;
 constexpr int kSplitPieces = kSplitCols / 8;  // 16-byte pieces of 8 values a row
 constexpr int kPiecesPerLane = (kSplitPieces + 31) / 32;
 

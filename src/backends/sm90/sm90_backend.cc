@@ -191,8 +191,8 @@ std::vector<Tactic> tactics(const Problem& problem) {
       const std::vector<Tactic> split =
           one_shot_first ? std::vector<Tactic>{q_split_one_shot, q_split_persistent}
                          : std::vector<Tactic>{q_split_persistent, q_split_one_shot};
-      const int64_t blocks = int64_t{p.max_batch} * ((rows + sm90::kRows - 1) / sm90::kRows) *
-                             ((p.max_seq_len + sm90::kBlockN - 1) / sm90::kBlockN);
+      const int64_t blocks = int64_t{p.max_batch} * plan::ceil_div(rows, sm90::kRows) *
+                             plan::ceil_div(p.max_seq_len, sm90::kBlockN);
       const bool before_cluster = p.max_seq_len > 1024 || blocks >= 2048;
       const auto at =
           p.max_batch < 8 ? out.end() : out.begin() + (cluster_first && !before_cluster ? 1 : 0);
