@@ -317,6 +317,8 @@ TEST(Tuner, Sm90VarQTacticOrder) {
 // With the one-scale fp8 cache: a 16-bit q runs the narrow tile first up to 32 rows and past them
 // the e4m3 wide tile with a bf16 q split into two e4m3 parts (14, 15; then the wide tile widening
 // the cache, 0-2, and the narrow tile; an fp16 q from 0); an e4m3 q the wide tile from 17 rows on.
+// A bf16 q up to 32 rows: the narrow tile with q split (16-18) first up to 16 rows and below
+// batch 64, else right after the widening narrow tile (3-5); past 32 rows last.
 TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
   if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
@@ -326,7 +328,7 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
     int h_q, s_q;
     DType q;
     int first;
-  } cases[] = {{16, 1, DType::kBF16, 3},    {32, 1, DType::kBF16, 3},
+  } cases[] = {{16, 1, DType::kBF16, 16},   {32, 1, DType::kBF16, 3},
                {16, 2, DType::kFP16, 3},    {64, 1, DType::kBF16, 14},
                {128, 1, DType::kFP16, 0},   {16, 1, DType::kFP8E4M3, 3},
                {32, 1, DType::kFP8E4M3, 0}, {128, 1, DType::kFP8E4M3, 0}};
@@ -340,8 +342,18 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
                     .kv_dtype = DType::kFP8E4M3,
                     .out_dtype = c.q == DType::kFP16 ? DType::kFP16 : DType::kBF16};
     const std::vector<Tactic> order = sm90->tactics(p);
-    const bool split = c.q == DType::kBF16 && c.h_q * c.s_q > 32;
-    ASSERT_EQ(order.size(), split ? 8u : 6u);
+    // A bf16 q: also the split on the narrow tile (16-18): at 16 rows first, at 32 (batch 64)
+    // after the widening narrow tile, past 32 last.
+    const int rows = c.h_q * c.s_q;
+    const bool bf16 = c.q == DType::kBF16;
+    const bool split = bf16 && rows > 32;
+    ASSERT_EQ(order.size(), (split ? 8u : 6u) + (bf16 ? 3u : 0u));
+    if (bf16) {
+      const size_t at = rows <= 16 ? 0 : rows <= 32 ? 3 : order.size() - 3;
+      for (size_t k = at; k < at + 3; ++k) {
+        EXPECT_TRUE(order[k].id >= 16 && order[k].id <= 18) << "h_q " << c.h_q << " at " << k;
+      }
+    }
     EXPECT_EQ(order.front().id, c.first) << "h_q " << c.h_q << " s_q " << c.s_q;
   }
   // The split-q tactics with a bf16 q past 32 rows: after the widening tile's three below batch 8;
@@ -352,6 +364,27 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   } split_cases[] = {{128, 1, 4096, 2, 3},   {128, 4, 8192, 0, 3},   {64, 8, 2048, 14, 0},
                      {64, 64, 1024, 2, 1},   {64, 128, 1024, 14, 0}, {128, 32, 1024, 2, 1},
                      {128, 64, 1024, 14, 0}, {128, 8, 4096, 14, 0}};
+  // Up to 32 rows below batch 64 the split narrow tile comes first, in the narrow tile's order.
+  const struct {
+    int h_q, s_q, batch, len, first;
+  } narrow_cases[] = {{16, 2, 32, 4096, 16},
+                      {32, 1, 8, 1024, 18},
+                      {8, 1, 1, 4096, 18},
+                      {16, 2, 64, 4096, 3},
+                      {16, 1, 128, 1024, 18}};
+  for (const auto& c : narrow_cases) {
+    const Problem p{.h_q = c.h_q,
+                    .s_q = c.s_q,
+                    .page_size = 64,
+                    .max_batch = c.batch,
+                    .max_seq_len = c.len,
+                    .q_dtype = DType::kBF16,
+                    .kv_dtype = DType::kFP8E4M3};
+    const std::vector<Tactic> order = sm90->tactics(p);
+    ASSERT_FALSE(order.empty());
+    EXPECT_EQ(order.front().id, c.first)
+        << "h_q " << c.h_q << " s_q " << c.s_q << " batch " << c.batch << " L " << c.len;
+  }
   for (const auto& c : split_cases) {
     const Problem p{.h_q = c.h_q,
                     .page_size = 64,
@@ -360,7 +393,7 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
                     .q_dtype = DType::kBF16,
                     .kv_dtype = DType::kFP8E4M3};
     const std::vector<Tactic> order = sm90->tactics(p);
-    ASSERT_EQ(order.size(), 8u);
+    ASSERT_EQ(order.size(), 11u);
     EXPECT_EQ(order[0].id, c.first) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
     EXPECT_EQ(order[c.at].id, 14) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
     EXPECT_EQ(order[c.at + 1].id, 15) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;

@@ -153,6 +153,9 @@ TEST(CpDecodeGpu, Sm90ShardsEqualTheCpuBackend) {
   check_backend("sm90",
                 {.h_q = 128, .s_q = 2, .world = 2, .interleave = 64, .fp8_kv = true, .fp8_q = true},
                 seed++);
+  // A bf16 q with the fp8 cache past 32 rows: also q split into two e4m3 parts (tactics 14-18).
+  check_backend("sm90", {.h_q = 64, .s_q = 2, .world = 2, .interleave = 64, .fp8_kv = true},
+                seed++);
 }
 
 }  // namespace

@@ -66,6 +66,18 @@ const Case kSweep[] = {
     {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 14, 1, 4001, true, true, false},
     {DType::kBF16, 128, 128, 8, Lens::kVariable, true, true, 15, 0, 300, true, true, false},
     {DType::kBF16, 64, 100, 5, Lens::kSkewed, true, true, 14, 0, -1, true, true, false},
+    // The same split made by the consumers of the narrow tile (tactics 16-18, tiles of 16 rows):
+    // each schedule and page size, partial tiles and several a request, split requests.
+    {DType::kBF16, 64, 16, 1, Lens::kVariable, true, true, 16, 0, -1, true, true, false},
+    {DType::kBF16, 32, 16, 2, Lens::kSkewed, false, true, 17, 0, -1, true, true, false},
+    {DType::kBF16, 128, 16, 1, Lens::kFixed, true, false, 18, 0, -1, true, true, false},
+    {DType::kBF16, 64, 1, 8, Lens::kVariable, true, true, 16, 0, -1, true, true, false},
+    {DType::kBF16, 128, 3, 5, Lens::kSkewed, false, true, 18, 0, -1, true, true, false},
+    {DType::kBF16, 64, 8, 4, Lens::kFixed, true, true, 17, 2, 130, true, true, false},
+    {DType::kBF16, 32, 64, 1, Lens::kVariable, true, true, 16, 0, -1, true, true, false},
+    {DType::kBF16, 64, 16, 1, Lens::kFixed, true, true, 16, 1, 4001, true, true, false},
+    {DType::kBF16, 64, 16, 1, Lens::kFixed, false, true, 17, 1, 4001, true, true, false},
+    {DType::kBF16, 64, 40, 3, Lens::kVariable, true, true, 18, 0, -1, true, true, false},
 };
 
 TEST(Sm90Fp8, Sweep) {
@@ -121,17 +133,20 @@ TEST(Sm90Fp8, ErrorOfFp8Products) {
   }
 }
 
-// A bf16 q split into two e4m3 parts (tactic 14) against the cache widened to bf16 (tactic 0) on
+// A bf16 q split into two e4m3 parts (tactic 14 on the wide tile at h_q 64 and 128, 16 on the
+// narrow tile at h_q 16) against the cache widened to bf16 (tactic 0, or the narrow tile's 3) on
 // the data: both within the 16-bit tolerance; the split's output error at most a little
 // above the widening tile's (P in two e4m3 parts keeps about 2^-8 of each value, bf16 2^-9), its
 // LSE error that of fp8 products (below 2e-3, the 16-bit tolerance).
 TEST(Sm90Fp8, ErrorOfSplitQ) {
   MLAKIT_SKIP_WITHOUT_SM90();
   uint64_t seed = 4350;
-  for (const int h_q : {64, 128}) {
+  for (const int h_q : {16, 64, 128}) {
+    const int split = h_q == 16 ? sm90::kQSplitNarrowTactic : sm90::kQSplitTactic;
+    const int widen = h_q == 16 ? sm90::kNarrowTactic : 0;
     for (const int len : {64, 1024, 8192}) {
       double rel[2] = {0, 0};
-      for (const int tactic : {sm90::kQSplitTactic, 0}) {
+      for (const int tactic : {split, widen}) {
         const Case c{.h_q = h_q,
                      .lens = Lens::kFixed,
                      .lse = true,
@@ -144,15 +159,77 @@ TEST(Sm90Fp8, ErrorOfSplitQ) {
         MLAKIT_ASSERT_OK(compare_case(c, seed, kBackend, 0.5f, &cmp));
         EXPECT_TRUE(cmp.passes(harness::default_tolerance(case_problem(c, {len, len}))))
             << case_name(c) << cmp.summary();
-        rel[tactic == 0 ? 1 : 0] = cmp.rel_l2_err;
+        rel[tactic == widen ? 1 : 0] = cmp.rel_l2_err;
         // The split's LSE: 5.7e-6 to 3.2e-5 here on an H200 (the high parts' products before the
         // residuals' were up to 9.3e-5, 2026-11-29-h200-fp8-qsplit call 8).
-        if (tactic != 0) EXPECT_LT(cmp.lse_max_abs_err, 6e-5) << case_name(c);
+        if (tactic == split) EXPECT_LT(cmp.lse_max_abs_err, 6e-5) << case_name(c);
         std::printf("  N(0,1/4) h_q %3d L %5d tactic %2d: %s\n", h_q, len, tactic,
                     cmp.summary().c_str());
       }
       EXPECT_LE(rel[0], 1.5 * rel[1] + 1e-4) << "h_q " << h_q << " L " << len;
       ++seed;
+    }
+  }
+}
+
+// One decoder run again and again on the same inputs gives the same bits (every tactic of both q
+// kinds at 32 rows, batch 8, L 4096: long chunks, every stage reused many times), each run within
+// the tolerance.
+TEST(Sm90Fp8, RepeatedRunsBitwiseEqual) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  for (const bool fp8_q : {false, true}) {
+    Case c{.h_q = 32,
+           .s_q = 1,
+           .lens = Lens::kFixed,
+           .batch = 8,
+           .len = 4096,
+           .fp8_kv = true,
+           .fp8_q = fp8_q};
+    const std::vector<int32_t> lens = case_lengths(c, 4500);
+    const Problem p = case_problem(c, lens);
+    const harness::HostInputs in = harness::make_inputs(p, lens, {.seed = 4500});
+    Output ref;
+    MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
+    harness::DeviceInputs device;
+    MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
+    for (const int tactic : tactic_ids(kBackend, p)) {
+      std::unique_ptr<Decoder> decoder;
+      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
+      harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
+      StreamHolder s;
+      Output first;
+      int differing = 0;
+      for (int run = 0; run < 12; ++run) {
+        Output got;
+        MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &got));
+        if (run == 0) {
+          EXPECT_TRUE(matches_reference(in, got, ref)) << "tactic " << tactic;
+          first = got;
+        } else if (got.out != first.out) {
+          if (differing++ == 0) {
+            // Where the first differing run differs: by output-dim tile (64 dims) and by row
+            // within a 16-row tile, and by request.
+            int by_dim[8] = {}, by_row[16] = {}, by_req[64] = {};
+            for (size_t e = 0; e < got.out.size(); ++e) {
+              if (got.out[e] == first.out[e]) continue;
+              const size_t row = e / 512;
+              ++by_dim[(e % 512) / 64];
+              ++by_row[row % 16];
+              ++by_req[std::min<size_t>(row / (p.h_q * p.s_q), 63)];
+            }
+            std::printf("  tactic %d run %d differs: by dim tile", tactic, run);
+            for (int v : by_dim) std::printf(" %d", v);
+            std::printf("; by row");
+            for (int v : by_row) std::printf(" %d", v);
+            std::printf("; by request");
+            for (int i = 0; i < 8; ++i) std::printf(" %d", by_req[i]);
+            std::printf("\n");
+          }
+        }
+      }
+      EXPECT_EQ(differing, 0) << (fp8_q ? "e4m3" : "bf16") << " q, tactic " << tactic;
+      std::printf("  %s q tactic %2d: %d of 11 runs differ from the first\n",
+                  fp8_q ? "e4m3" : "bf16", tactic, differing);
     }
   }
 }
@@ -192,6 +269,11 @@ TEST(Sm90Sanitize, Fp8) {
       {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 14, 0, 12, true, true, false},
       {DType::kBF16, 32, 128, 1, Lens::kVariable, false, true, 15, 2, 300, true, true, false},
       {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 14, 8, 600, true, true, false},
+      // The split by the narrow tile's consumers, each schedule; Q split again per chunk.
+      {DType::kBF16, 64, 16, 2, Lens::kSkewed, true, true, 16, 0, 12, true, true, false},
+      {DType::kBF16, 32, 8, 3, Lens::kVariable, false, true, 17, 2, 300, true, true, false},
+      {DType::kBF16, 128, 16, 1, Lens::kFixed, true, true, 18, 2, 300, true, true, false},
+      {DType::kBF16, 64, 16, 1, Lens::kFixed, false, false, 16, 8, 600, true, true, false},
   };
   check_cases(small, 4400, kBackend);
 }

@@ -111,6 +111,7 @@ struct SmallStorage {
   float wg_sum[2][4][32];
   float wg_max[2][32];
   float col_factor[2][32];  // and each warpgroup's factor per column (its max's and 1 / sum)
+  float q_row_scale[32];    // the narrow tile's split of a bf16 q: each row's 2^-k
   // Sparse decode of the V3.2 cache (gather.cuh): each token's four fp32 scales, per stage; of
   // the V4 cache: its 8 scale bytes (7 UE8M0 and the pad) in the first 8 bytes.
   float4 gather_scale[kStages][kBlockN];
@@ -186,7 +187,11 @@ using Fp8QSplitLayout = Fp8WideLayoutOf<true>;
 // (e4m3 q) or the 128-byte one (16-bit q, as in Layout); per warpgroup a P^T tile of kTileRows x 64
 // tokens (e4m3: 64-byte rows; 16-bit: 128-byte rows) in the exchange buffer, which the epilogue's
 // rows reuse. 16 rows, e4m3 q: 199 KB; 32 rows, 16-bit q: 220 KB.
-template <int kTileRows, int kQElemBytes>
+// kQSplit (a bf16 q split into two e4m3 parts by the consumers, decode_fp8_narrow.cuh): the bf16
+// Q tile as TMA writes it, then its split (the high parts' 9 column chunks, then the residuals',
+// e4m3 in the 64-byte swizzle); the two P^T parts (e4m3) in the 16-bit P^T tile's bytes. 16 rows:
+// 217 KB.
+template <int kTileRows, int kQElemBytes, bool kQSplit = false>
 struct Fp8Layout {
   static constexpr int kStages = kMaxStages;
   static constexpr int kKvChunkBytes = kBlockN * 64;  // 4 KB
@@ -196,14 +201,18 @@ struct Fp8Layout {
   static constexpr int kQChunkBytes = kTileRows * 64 * kQElemBytes;
   static constexpr int kQBytes = kQkChunks * kQChunkBytes;
   static constexpr int kPBytes = kTileRows * kBlockN * kQElemBytes;  // one warpgroup's P^T
+  static constexpr int kSplitQChunkBytes = kTileRows * 64;           // kQSplit
+  static constexpr int kSplitQBytes = kQSplit ? 2 * kQkChunks * kSplitQChunkBytes : 0;
   static constexpr size_t kQOffset = 0;
-  static constexpr size_t kKvOffset = kQOffset + kQBytes;
+  static constexpr size_t kSplitQOffset = kQOffset + kQBytes;
+  static constexpr size_t kKvOffset = kSplitQOffset + kSplitQBytes;
   static constexpr size_t kExchangeOffset = kKvOffset + size_t{kStages} * kStageBytes;
   static constexpr size_t kExchangeBytes = size_t{kNarrowPassRows} * kMergeStride * 4;
   static constexpr size_t kSmallOffset = kExchangeOffset + kExchangeBytes;
   static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
   static_assert(kTileRows == 16 || kTileRows == 32);
   static_assert(kQElemBytes == 1 || kQElemBytes == 2);
+  static_assert(!kQSplit || (kQElemBytes == 2 && kTileRows == 16), "a bf16 q, 16 rows");
   static_assert(kQChunkBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms stay aligned");
   static_assert(2 * kPBytes <= kExchangeBytes && kExchangeOffset % 1024 == 0);
   static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");

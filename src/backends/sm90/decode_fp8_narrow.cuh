@@ -14,11 +14,21 @@
 //                   them (16-bit: 2 tokens per register). The output dims are permuted: thread row
 //                   group G = 8 warp + lane / 4 holds dims 16G .. 16G + 15, value (tile mt, row
 //                   half e) being dim 16G + 8e + mt; the epilogue puts them back. The stage goes
-//                   back (every thread of the warpgroup arrives on empty) once its V is loaded.
+//                   back (every thread of the warpgroup arrives on empty) once its V is loaded,
+//                   which is once a wgmma reading the fragments has issued (not when the loads
+//                   have only issued: the next block's copy then rewrote the stage at times).
 //   O^T += V^T P^T  8 tiles of 64 output dims: e4m3 2 x 8 m64nNk32, 16-bit 4 x 8 m64nNk16.
 // The epilogue is decode_narrow.cuh's but for the permuted dims and the e4m3 P's factor.
+// kQSplit (Widen::kQSplit, a bf16 q, 16 rows; Fp8Layout<16, 2, true>): both products on fp8 wgmma
+// as for an e4m3 q, q split into two e4m3 parts by the consumers as each chunk's Q lands
+// (split_q_tile, the split of pack_q.h's split_q): S^T = K Q_lo^T + K Q_hi^T (4 wgmmas a column
+// chunk into a fresh accumulator, the residuals first), each column times its row's 2^-k; P^T in
+// two e4m3 parts (the residual in the second half of the 16-bit P^T tile); each block's
+// O^T += V^T P_lo^T + V^T P_hi^T into fresh accumulators (groups of two output-dim tiles), added to
+// O^T in fp32. The error of a 16-bit q (docs/fp8-decode.md).
 // Numbers (docs/fp8-decode.md; settled, page 64, b 64, L 4096, h_q 16): e4m3 q 49.2 us on an H200,
-// 65.0 on an H100 (FlashMLA bf16 85.8, 115.0); bf16 q 80.2 and 83.0.
+// 65.0 on an H100 (FlashMLA bf16 85.8, 115.0); bf16 q 80.2 and 83.0 widening the cache, 55.4 on an
+// H200 split (tactic 18).
 #pragma once
 
 #include <cuda/ptx>
@@ -145,12 +155,61 @@ __device__ __forceinline__ void write_permuted_rows(const DecodeParams& p, const
   }
 }
 
-template <typename TQ, typename TOut, int kN>
+// kQSplit: the chunk's bf16 Q tile (as TMA wrote it, the 128-byte swizzle) split by all 256
+// consumer threads into its two e4m3 parts (fp8::split2, as pack_q.h's split_q): the high parts'
+// 9 column chunks, then the residuals', in the 64-byte swizzle, and each row's 2^-k into
+// sm.q_row_scale. 256 / kN threads a row, each a pair of values at a time (consecutive threads on
+// consecutive pairs). Ends with the consumers' barrier, the split visible to wgmma.
+template <typename L, int kN>
+__device__ __forceinline__ void split_q_tile(const Smem& s) {
+  constexpr int kThreadsPerRow = kConsumerThreads / kN;
+  constexpr int kPairs = kDqk / 2 / kThreadsPerRow;  // a thread's pairs of its row
+  static_assert(kDqk / 2 % kThreadsPerRow == 0);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int r = tid / kThreadsPerRow, i = tid % kThreadsPerRow;
+  uint32_t x[kPairs];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPairs; ++k) {
+    const int pair = i + kThreadsPerRow * k;  // values 2 pair, 2 pair + 1
+    const int j = pair / 32;                  // their column chunk
+    x[k] = *reinterpret_cast<const uint32_t*>(s.q + j * L::kQChunkBytes +
+                                              swizzled(r, (pair % 32) * 4));
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x[k]));
+    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+#pragma unroll
+  for (int o = kThreadsPerRow / 2; o > 0; o >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  }
+  const int e = fp8::split_exponent(amax);
+  const float up = ldexpf(1.0f, 8 - e);
+  uint8_t* const split = s.q + (L::kSplitQOffset - L::kQOffset);
+#pragma unroll
+  for (int k = 0; k < kPairs; ++k) {
+    const int pair = i + kThreadsPerRow * k;
+    const int j = pair / 32;
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x[k]));
+    uint16_t hi, lo;
+    fp8::split2(f.x * up, f.y * up, hi, lo);
+    const uint32_t at = swizzled64(r, (2 * pair) % 64);
+    *reinterpret_cast<uint16_t*>(split + j * L::kSplitQChunkBytes + at) = hi;
+    *reinterpret_cast<uint16_t*>(split + (kQkChunks + j) * L::kSplitQChunkBytes + at) = lo;
+  }
+  if (i == 0) s.small->q_row_scale[r] = ldexpf(1.0f, e - 8);
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // the split, for wgmma
+  consumer_sync(kEpilogueBarrier);
+}
+
+template <typename TQ, typename TOut, int kN, bool kQSplit = false>
 __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const Smem& s, int m_tile,
                                                    int32_t cta) {
   static_assert(kN == kNarrowPassRows || kN == 2 * kNarrowPassRows, "16 or 32 rows");
   constexpr bool kFp8Q = std::is_same_v<TQ, uint8_t>;
-  using L = Fp8Layout<kN, sizeof(TQ)>;
+  // Both products on fp8 wgmma: an e4m3 q, or a bf16 q split into two e4m3 parts (P too).
+  constexpr bool kFp8Ops = kFp8Q || kQSplit;
+  static_assert(!kQSplit || std::is_same_v<TQ, __nv_bfloat16>);
+  using L = Fp8Layout<kN, sizeof(TQ), kQSplit>;
   constexpr int kVals = kN / 2;      // accumulator values per thread of one m64nN product
   constexpr int kCols = kN / 4;      // the distinct columns (query rows) among them
   constexpr int kMTiles = kDv / 64;  // O^T: 8 products of 64 output dims
@@ -174,6 +233,10 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
   // past their blocks.
   uint8_t* const p_tile = reinterpret_cast<uint8_t*>(s.exchange) + wg * L::kPBytes;
   const uint32_t p_addr = ptx::smem_u32(p_tile);
+  // kQSplit: P's e4m3 residual after its high part, in the second half of the 16-bit P^T tile.
+  [[maybe_unused]] uint8_t* const p_low_tile = p_tile + kN * kBlockN;
+  [[maybe_unused]] const uint32_t split_q_addr =
+      ptx::smem_u32(s.q + (L::kSplitQOffset - L::kQOffset));
   // 16-bit P V: the pairing permutes of the thread's tokens (loaded in the order of fp8_p_position
   // spreads the banks as there: the odd quads load token 2q + 1 first).
   const uint32_t pair_sel = (q & 1) ? 0x0040u : 0x4000u;
@@ -186,9 +249,19 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
   while (chunks.next(&c)) {
     int32_t limit[kCols], min_limit;
     float m[kCols], l[kCols], o[kMTiles][kVals];
+    const auto on_q = [&s] {
+      if constexpr (kQSplit) split_q_tile<L, kN>(s);
+    };
     const OwnBlocks share = start_narrow_chunk<kN>(p, c, sm, row0, lane, wg, n_block, n_chunk,
-                                                   limit, min_limit, m, l, o);
+                                                   limit, min_limit, m, l, o, on_q);
     const int32_t n_blocks = share.n, first_own = share.first, last_own = share.last;
+    // kQSplit: the columns' 2^-k (rows past the request's: whatever their boxes held; never
+    // written).
+    [[maybe_unused]] float row_scale[kCols];
+    if constexpr (kQSplit) {
+#pragma unroll
+      for (int ci = 0; ci < kCols; ++ci) row_scale[ci] = sm.q_row_scale[col_of(ci)];
+    }
 
 #pragma unroll 1
     for (int32_t b = first_own; b < n_blocks; b += 2) {
@@ -236,6 +309,47 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
         wgmma_wait_group<0>();
         fence_accumulators(part[(kQkChunks - 1) % 2]);
         add_part(part[(kQkChunks - 1) % 2], false);
+      } else if constexpr (kQSplit) {
+        // As for an e4m3 q, each column chunk into a fresh accumulator: the residuals' products
+        // first (small sums first: the fp8 tensor cores' running sums keep about 13 bits), then
+        // the high parts'; the columns times their 2^-k after the sum.
+        const uint64_t k_desc = smem_desc_sw64(ptx::smem_u32(kv_stage), 512);
+        const uint64_t q_desc = smem_desc_sw64(split_q_addr, 512);
+        float part[2][kVals];
+        const auto add_part = [&](const float(&x)[kVals], bool first) {
+#pragma unroll
+          for (int i = 0; i < kVals; ++i) st[i] = first ? x[i] : st[i] + x[i];
+        };
+#pragma unroll
+        for (int j = 0; j < kQkChunks; ++j) {
+          wait_parity(&sm.full[stage][j], phase);
+          if (j == 0 && nb == 0 && t == 0) grid_stamp(2);
+          if (j == 0) trace(wg, 1);
+          if (j == kQkChunks - 1) trace(wg, 2);
+          wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int q_chunk = h == 0 ? kQkChunks + j : j;  // the residuals, then the high parts
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+              wgmma_m64nNk32_e4m3<kN>(
+                  part[j % 2], desc_advance(k_desc, j * L::kKvChunkBytes + kk * 32),
+                  desc_advance(q_desc, q_chunk * L::kSplitQChunkBytes + kk * 32),
+                  (h | kk) != 0 ? 1 : 0);
+            }
+          }
+          wgmma_commit_group();
+          if (j >= 1) {
+            wgmma_wait_group<1>();
+            fence_accumulators(part[(j - 1) % 2]);
+            add_part(part[(j - 1) % 2], j == 1);
+          }
+        }
+        wgmma_wait_group<0>();
+        fence_accumulators(part[(kQkChunks - 1) % 2]);
+        add_part(part[(kQkChunks - 1) % 2], false);
+#pragma unroll
+        for (int i = 0; i < kVals; ++i) st[i] *= row_scale[ci_of(i)];
       } else {
         const uint64_t q_desc = smem_desc_sw128(q_addr, 0, 1024);
         uint32_t a[2][4][4];  // two chunks' fragments: one widened while the other's run
@@ -279,15 +393,24 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
 #pragma unroll
         for (int k = i; k < i + 2; ++k) {
           const int ci = ci_of(k);
-          const float bias = step[ci].scaled - (kFp8Q ? kFp8PLog2 : 0.0f);
+          const float bias = step[ci].scaled - (kFp8Ops ? kFp8PLog2 : 0.0f);
           const float p0 = ptx::ex2_approx_ftz_f32(st[k] * scale_log2 - bias);
           const float p1 = ptx::ex2_approx_ftz_f32(st[k + 2] * scale_log2 - bias);
           sum[ci] += p0 + p1;
           const int col = col_of(ci);
-          if constexpr (kFp8Q) {
-            const uint32_t pair = fp8::narrow2(p0, p1);
-            p_tile[swizzled64(col, fp8_p_position(tok_a))] = static_cast<uint8_t>(pair);
-            p_tile[swizzled64(col, fp8_p_position(tok_a + 8))] = static_cast<uint8_t>(pair >> 8);
+          if constexpr (kFp8Ops) {
+            const uint16_t pair = fp8::narrow2(p0, p1);
+            const uint32_t at0 = swizzled64(col, fp8_p_position(tok_a));
+            const uint32_t at1 = swizzled64(col, fp8_p_position(tok_a + 8));
+            p_tile[at0] = static_cast<uint8_t>(pair);
+            p_tile[at1] = static_cast<uint8_t>(pair >> 8);
+            if constexpr (kQSplit) {
+              // P's residual: P minus its e4m3 part widened back exactly, in e4m3.
+              const float2 h = fp8::widen2_f32(pair);
+              const uint16_t low = fp8::narrow2(p0 - h.x, p1 - h.y);
+              p_low_tile[at0] = static_cast<uint8_t>(low);
+              p_low_tile[at1] = static_cast<uint8_t>(low >> 8);
+            }
           } else {
             *reinterpret_cast<uint16_t*>(p_tile + swizzled(col, 2 * tok_a)) = bits16<TQ>(p0);
             *reinterpret_cast<uint16_t*>(p_tile + swizzled(col, 2 * (tok_a + 8))) = bits16<TQ>(p1);
@@ -318,7 +441,84 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
       // two spilled 96 bytes): the loads of the next k-step go out before the wait for the last.
       constexpr int kABuffers = kN == kNarrowPassRows ? 2 : 1;
       uint32_t a[kABuffers][kMTiles][4];
-      if constexpr (kFp8Q) {
+      if constexpr (kQSplit) {
+        static_assert(kABuffers == 2, "both k-steps' V^T fragments at once");
+        // V^T of both k-steps into registers (as for an e4m3 q), then each block's P V into fresh
+        // accumulators, added to O^T in fp32: O^T summed over a chunk's blocks on the fp8 tensor
+        // cores would lose precision with the chunk's length (the wide tile's kQSplit,
+        // decode_fp8_wide.cuh). P's residual first. Four groups of two output-dim tiles, two
+        // accumulators in turn, so that group g + 1's products run while group g's are added
+        // (1.3% faster than two halves each waited for, H200).
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint4 x[4];  // tokens 4q + (j + q) % 4 of the 16 (fp8_p_position)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int tok = 32 * kk + 16 * h + 4 * q + ((j + q) & 3);
+              x[j] = load_v16(v_chunk, u, tok);
+              if (tail && tok >= valid) x[j] = make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const uint32_t rows[4] = {word(x[0], k), word(x[1], k), word(x[2], k), word(x[3], k)};
+              uint32_t dims[4];
+              fp8::transpose4x4(rows, dims);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) a[kk][4 * (k % 2) + i][k / 2 + 2 * h] = dims[i];
+            }
+          }
+        }
+        const uint64_t p_desc = smem_desc_sw64(p_addr, 512);
+        const uint64_t p_low_desc = smem_desc_sw64(p_addr + kN * kBlockN, 512);
+        constexpr int kGroupTiles = 2, kGroups = kMTiles / kGroupTiles;
+        float part[2][kGroupTiles][kVals];
+        const auto issue = [&](int g) {
+          wgmma_fence();
+#pragma unroll
+          for (int mi = 0; mi < kGroupTiles; ++mi) {
+            const int mt = g * kGroupTiles + mi;
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+              wgmma_m64nNk32_e4m3_rs<kN>(part[g % 2][mi], a[kk][mt],
+                                         desc_advance(p_low_desc, kk * 32), kk != 0 ? 1 : 0);
+            }
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+              wgmma_m64nNk32_e4m3_rs<kN>(part[g % 2][mi], a[kk][mt], desc_advance(p_desc, kk * 32),
+                                         1);
+            }
+          }
+          wgmma_commit_group();
+        };
+        const auto add = [&](int g) {
+#pragma unroll
+          for (int mi = 0; mi < kGroupTiles; ++mi) {
+            fence_accumulators(part[g % 2][mi]);
+#pragma unroll
+            for (int i = 0; i < kVals; ++i) o[g * kGroupTiles + mi][i] += part[g % 2][mi][i];
+          }
+        };
+        issue(0);
+        issue(1);
+        // V is in registers: every load of the stage has landed once a wgmma reading its
+        // fragments has issued (group 0 reads a piece of each). Given back right after the loads
+        // were issued (as before 2026-11-29), the stage was at times rewritten by the next
+        // block's copy before they landed: outputs off by up to 1e-2, varying from run to run
+        // (H200, bench at batch 8, L 4096; bench/results/2026-11-29-h200-fp8-qsplit-narrow).
+        arrive(&sm.empty[stage]);
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          if (g + 1 < kGroups) {
+            wgmma_wait_group<1>();
+          } else {
+            wgmma_wait_group<0>();
+          }
+          add(g);
+          if (g + 2 < kGroups) issue(g + 2);
+        }
+      } else if constexpr (kFp8Q) {
         const uint64_t p_desc = smem_desc_sw64(p_addr, 512);
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
@@ -342,7 +542,6 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
                 a[kk % kABuffers][4 * (k % 2) + i][k / 2 + 2 * h] = dims[i];
             }
           }
-          if (kk == 1) arrive(&sm.empty[stage]);  // V is in registers
           wgmma_fence();
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
@@ -350,6 +549,9 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
                                        1);
           }
           wgmma_commit_group();
+          // V is in registers (its loads have landed once the wgmmas reading them have issued;
+          // the kQSplit branch above says why not earlier).
+          if (kk == 1) arrive(&sm.empty[stage]);
         }
       } else {
         const uint64_t p_desc = smem_desc_sw128(p_addr, 0, 1024);
@@ -362,7 +564,6 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
             x[j] = load_v16(v_chunk, u, tok);
             if (tail && tok >= valid) x[j] = make_uint4(0, 0, 0, 0);
           }
-          if (kk == 3) arrive(&sm.empty[stage]);  // V is in registers
           // k-step kk - kABuffers, whose registers these are, is done.
           if (kk >= kABuffers) wgmma_wait_group<kABuffers - 1>();
 #pragma unroll
@@ -384,6 +585,7 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
                                       1);
           }
           wgmma_commit_group();
+          if (kk == 3) arrive(&sm.empty[stage]);  // V is in registers (as above)
         }
       }
       wgmma_wait_group<0>();
@@ -396,8 +598,8 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
 
     // Epilogue: each column's LSE and factor (times the V scale), then the rows.
     float factor[kCols];
-    narrow_column_factors<kN>(p, sm, c, row0, m, l, scale_log2, kFp8Q ? kFp8PLog2 : 0.0f, scales.v,
-                              factor);
+    narrow_column_factors<kN>(p, sm, c, row0, m, l, scale_log2, kFp8Ops ? kFp8PLog2 : 0.0f,
+                              scales.v, factor);
     const bool merged = c.slot == plan::kSlotCluster;  // left over the stages for the cluster
 
     float* rows_buf = merged ? reinterpret_cast<float*>(s.kv) : s.exchange;

@@ -388,7 +388,7 @@ using LayoutOf = std::conditional_t<
     !kFp8Kv, Layout<kTileRows>,
     std::conditional_t<kTileRows == kRows,
                        std::conditional_t<kWiden == Widen::kQSplit, Fp8QSplitLayout, Fp8WideLayout>,
-                       Fp8Layout<kTileRows, sizeof(T)>>>;
+                       Fp8Layout<kTileRows, sizeof(T), kWiden == Widen::kQSplit>>>;
 
 // kTileRows: 64 (the wide tile) or 16 / 32 (the narrow tile, decode_narrow.cuh). T: q's type (and
 // the math's for a 16-bit q); TOut: out's. kFp8Kv: an e4m3 cache (decode_fp8_narrow.cuh, and with
@@ -406,8 +406,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
   static_assert(kWiden == Widen::kNone || kWiden == Widen::kQSplit || !kFp8Kv,
                 "widened caches run the 16-bit tiles");
-  static_assert(!kQSplit || (kFp8Kv && !kNarrow && std::is_same_v<T, uint8_t>),
-                "a split q runs the e4m3 wide tile");
+  static_assert(!kQSplit || (kFp8Kv && (kNarrow ? std::is_same_v<T, __nv_bfloat16>
+                                                : std::is_same_v<T, uint8_t>)),
+                "a split q runs the e4m3 wide tile (split by the launch) or the narrow tile (bf16, "
+                "split by the consumers)");
   static_assert(kWiden != Widen::kFp8 || !kNarrow, "the widened e4m3 cache runs the wide tile");
   static_assert(kWiden != Widen::kGather || !kFp8Kv, "the gather runs the 16-bit tiles");
   constexpr bool kV4 = kWiden == Widen::kV4;
@@ -437,8 +439,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m_tile = static_cast<int>(clustered ? tile_index % m_tiles : blockIdx.x % m_tiles);
   const int32_t cta = clustered ? tile_index / m_tiles * splits + split
                                 : static_cast<int32_t>(blockIdx.x / m_tiles);
-  // A split q has no cluster tactic (Fp8QSplitLayout): its merge is not compiled.
-  const bool merges = !kQSplit && clustered && p.plan.cluster_size > 1;
+  // A split q on the wide tile has no cluster tactic (Fp8QSplitLayout): its merge is not compiled.
+  constexpr bool kMerges = !kQSplit || kNarrow;
+  const bool merges = kMerges && clustered && p.plan.cluster_size > 1;
   if (threadIdx.x == 0) grid_stamp(0);
   if (threadIdx.x == 0) {
     // The tensor maps are kernel parameters (no earlier kernel writes them): into the TMA unit's
@@ -507,13 +510,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kFp8Kv && !kNarrow) {
       consume_fp8_wide<TOut, kQSplit>(p, s, m_tile, cta);
     } else if constexpr (kFp8Kv) {
-      consume_fp8_narrow<T, TOut, kTileRows>(p, s, m_tile, cta);
+      consume_fp8_narrow<T, TOut, kTileRows, kQSplit>(p, s, m_tile, cta);
     } else if constexpr (kNarrow) {
       consume_narrow<T, kTileRows, kWiden>(p, s, m_tile, cta);
     } else {
       consume<T, kWiden>(p, s, m_tile, cta);
     }
-    if constexpr (!kQSplit) {
+    if constexpr (kMerges) {
       if (merges) {
         cluster_sync();  // every CTA's result and LSE in its shared memory
         merge_cluster<TOut, kTileRows>(p, s.kv, sm, m_tile, cta / splits,

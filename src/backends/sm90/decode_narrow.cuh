@@ -236,12 +236,16 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
 // A narrow consumer warpgroup's chunk start: each of its columns' visible limit (with causal MTP
 // fewer tokens for early query tokens) and the least of them, its share of the chunk's blocks,
 // the running maxima and sums reset, O^T zeroed, and Q waited for (given back at once when the
-// warpgroup has no block of the chunk).
-template <int kN>
+// warpgroup has no block of the chunk). on_q runs once Q has landed, before that (the fp8 tile's
+// split of a bf16 q, decode_fp8_narrow.cuh).
+struct NoQStep {
+  __device__ void operator()() const {}
+};
+template <int kN, typename OnQ = NoQStep>
 __device__ __forceinline__ OwnBlocks start_narrow_chunk(
     const DecodeParams& p, const plan::Chunk& c, SmallStorage& sm, int32_t row0, int lane, int wg,
     uint32_t n_block, uint32_t& n_chunk, int32_t (&limit)[kN / 4], int32_t& min_limit,
-    float (&m)[kN / 4], float (&l)[kN / 4], float (&o)[kDv / 64][kN / 2]) {
+    float (&m)[kN / 4], float (&l)[kN / 4], float (&o)[kDv / 64][kN / 2], const OnQ& on_q = {}) {
   min_limit = c.token_end;
 #pragma unroll
   for (int ci = 0; ci < kN / 4; ++ci) {
@@ -258,6 +262,7 @@ __device__ __forceinline__ OwnBlocks start_narrow_chunk(
   const OwnBlocks share = own_blocks(c, n_block, wg);
   wait_parity(&sm.q_full, n_chunk & 1);
   ++n_chunk;
+  on_q();
   if (share.last < 0 && threadIdx.x % 128 == 0) arrive(&sm.q_empty);
   return share;
 }

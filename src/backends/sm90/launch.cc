@@ -269,17 +269,26 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
         "the fp8 e4m3 cache and a bf16 q)",
         tactic);
   }
-  const bool narrow =
-      tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma && !q_split;
+  const bool q_split_narrow = tactic >= kQSplitNarrowTactic && tactic < kQSplitNarrowTactic + 3;
+  if (q_split_narrow && !q_split_runs(p)) {
+    return invalid_argument(
+        "tactic",
+        "one of sm90's tactics for this problem (16, 17 and 18, split q on the narrow tile, run a "
+        "dense problem with the fp8 e4m3 cache and a bf16 q)",
+        tactic);
+  }
+  const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma &&
+                      !q_split && !q_split_narrow;
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
                                     " (the narrow tile takes up to ", kMaxNarrowRows, " rows)"),
                             tactic);
   }
-  const int32_t tile_rows = !narrow && !sparse_narrow && !sparse_mma ? kRows
-                            : rows <= kSmallNarrowRows || sparse_mma ? kSmallNarrowRows
-                                                                     : kMaxNarrowRows;
+  const int32_t tile_rows = q_split_narrow                             ? kSmallNarrowRows
+                            : !narrow && !sparse_narrow && !sparse_mma ? kRows
+                            : rows <= kSmallNarrowRows || sparse_mma   ? kSmallNarrowRows
+                                                                       : kMaxNarrowRows;
   const bool bf16 = p.q_dtype == DType::kBF16;
   const DecodeKernel& kernel =
       mma_cluster  ? decode_kernel_bf16_smma_cluster()
@@ -290,11 +299,12 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                  : (bf16 ? decode_kernel_bf16_snarrow32() : decode_kernel_fp16_snarrow32()))
       : split_cluster
           ? (bf16 ? decode_kernel_bf16_sv32_cluster() : decode_kernel_fp16_sv32_cluster())
-      : split   ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
-      : q_split ? decode_kernel_e4m3_bf16_qsplit()
-      : fp8     ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
-                : kernel_16bit(bf16, tile_rows, p.sparse(),
-                               p.sparse() && p.kv_layout == KvLayout::kFp8V4);
+      : split          ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
+      : q_split        ? decode_kernel_e4m3_bf16_qsplit()
+      : q_split_narrow ? decode_kernel_e4m3_bf16_qsplit_narrow16()
+      : fp8            ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
+                       : kernel_16bit(bf16, tile_rows, p.sparse(),
+                                      p.sparse() && p.kv_layout == KvLayout::kFp8V4);
   MLAKIT_RETURN_IF_ERROR(kernel.prepare());
   const int32_t m_tiles = plan::ceil_div(rows, tile_rows);
   setup->problem = problem;
@@ -305,13 +315,14 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->sparse_mma = sparse_mma;
   setup->q_split = q_split;
   setup->m_tiles = m_tiles;
-  const int schedule_id = mma_cluster     ? 2
-                          : sparse_mma    ? tactic - kSparseMmaTactic
-                          : sparse_narrow ? tactic - kSparseNarrowTactic
-                          : split_cluster ? 2
-                          : split         ? tactic - kSplitTactic
-                          : q_split       ? tactic - kQSplitTactic
-                                          : tactic % kNarrowTactic;
+  const int schedule_id = mma_cluster      ? 2
+                          : sparse_mma     ? tactic - kSparseMmaTactic
+                          : sparse_narrow  ? tactic - kSparseNarrowTactic
+                          : split_cluster  ? 2
+                          : split          ? tactic - kSplitTactic
+                          : q_split        ? tactic - kQSplitTactic
+                          : q_split_narrow ? tactic - kQSplitNarrowTactic
+                                           : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
                                   : schedule_id == 2 ? plan::Schedule::kCluster
                                                      : plan::Schedule::kPersistent;

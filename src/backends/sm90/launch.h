@@ -76,6 +76,9 @@ const DecodeKernel& decode_kernel_e4m3_fp16_wide();
 // Defined in decode_bf16_qsplit.cu: the e4m3 cache with a bf16 q split into two e4m3 parts on the
 // e4m3 wide tile (Widen::kQSplit).
 const DecodeKernel& decode_kernel_e4m3_bf16_qsplit();
+// Defined in decode_bf16_qsplit_narrow16.cu: the same split, made by the consumers, on the fp8
+// narrow tile of 16 rows (decode_fp8_narrow.cuh).
+const DecodeKernel& decode_kernel_e4m3_bf16_qsplit_narrow16();
 // Defined in decode_<q>_sv32.cu: the split sparse kernel of the V3.2 cache (decode_sparse_v32.cuh).
 const DecodeKernel& decode_kernel_bf16_sv32();
 const DecodeKernel& decode_kernel_fp16_sv32();
@@ -141,6 +144,10 @@ inline constexpr int kQSplitTactic = 14;
 inline bool q_split_runs(const Problem& p) {
   return !p.sparse() && p.kv_dtype == DType::kFP8E4M3 && p.q_dtype == DType::kBF16;
 }
+// kQSplitNarrowTactic + 0 (persistent), + 1 (one-shot) and + 2 (cluster): the same problems on the
+// fp8 narrow tile in tiles of 16 rows, q split by the consumers as each chunk's Q lands (no split
+// kernel before the decode; q read as the 16-bit narrow tile reads it).
+inline constexpr int kQSplitNarrowTactic = 16;
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {

@@ -81,9 +81,7 @@ __global__ void __launch_bounds__(kThreads) split_q_kernel(const SplitQParams p)
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     // amax = m 2^e, m in [0.5, 1): times 2^(8 - e) it lies in [128, 256). Exponents clamped so
     // that both powers stay normal floats (a row that small or large is zeros or saturates).
-    int e = 0;
-    (void)frexpf(amax, &e);
-    e = amax > 0.0f && isfinite(amax) ? min(max(e, -110), 118) : 8;
+    const int e = fp8::split_exponent(amax);
     const float up = ldexpf(1.0f, 8 - e);
     uint8_t* dst = p.packed + row * (2 * kSplitCols);
 #pragma unroll
@@ -93,15 +91,11 @@ __global__ void __launch_bounds__(kThreads) split_q_kernel(const SplitQParams p)
       uint32_t hi[2], lo[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float a0 = x[k][4 * j] * up, a1 = x[k][4 * j + 1] * up;
-        const float a2 = x[k][4 * j + 2] * up, a3 = x[k][4 * j + 3] * up;
-        // The high parts: the mantissas cut to e4m3's 3 bits (then exact in e4m3 where normal).
-        const auto cut = [](float a) { return __uint_as_float(__float_as_uint(a) & 0xfff00000u); };
-        const uint16_t h01 = fp8::narrow2(cut(a0), cut(a1)), h23 = fp8::narrow2(cut(a2), cut(a3));
-        const float2 b01 = fp8::widen2_f32(h01), b23 = fp8::widen2_f32(h23);
+        uint16_t h01, l01, h23, l23;
+        fp8::split2(x[k][4 * j] * up, x[k][4 * j + 1] * up, h01, l01);
+        fp8::split2(x[k][4 * j + 2] * up, x[k][4 * j + 3] * up, h23, l23);
         hi[j] = uint32_t{h01} | (uint32_t{h23} << 16);
-        lo[j] = uint32_t{fp8::narrow2(a0 - b01.x, a1 - b01.y)} |
-                (uint32_t{fp8::narrow2(a2 - b23.x, a3 - b23.y)} << 16);
+        lo[j] = uint32_t{l01} | (uint32_t{l23} << 16);
       }
       *reinterpret_cast<uint2*>(dst + piece * 8) = make_uint2(hi[0], hi[1]);
       *reinterpret_cast<uint2*>(dst + kSplitCols + piece * 8) = make_uint2(lo[0], lo[1]);

@@ -105,6 +105,12 @@ constexpr Tactic sparse_mma_persistent = {.id = sm90::kSparseMmaTactic,
                                        .name = "sparse-mma-cluster"};
 constexpr Tactic q_split_persistent = {.id = sm90::kQSplitTactic, .name = "q-split-persistent"},
                  q_split_one_shot = {.id = sm90::kQSplitTactic + 1, .name = "q-split-one-shot"};
+constexpr Tactic q_split_narrow_persistent = {.id = sm90::kQSplitNarrowTactic,
+                                              .name = "q-split-narrow-persistent"},
+                 q_split_narrow_one_shot = {.id = sm90::kQSplitNarrowTactic + 1,
+                                            .name = "q-split-narrow-one-shot"},
+                 q_split_narrow_cluster = {.id = sm90::kQSplitNarrowTactic + 2,
+                                           .name = "q-split-narrow-cluster"};
 
 // The wide tile's schedules for a dense problem, in tactics()'s order (below). Variable query
 // lengths with several 64-row tiles a request, from batch 64: one-shot first. Its CTAs of a tile
@@ -170,10 +176,25 @@ std::vector<Tactic> tactics(const Problem& problem) {
   const bool fp8_wide = p.kv_dtype == DType::kFP8E4M3 && !p.sparse();
   const int32_t narrow_rows =
       p.q_dtype == DType::kFP8E4M3 ? sm90::kSmallNarrowRows : sm90::kMaxNarrowRows;
+  // A bf16 q split into two e4m3 parts on the fp8 narrow tile (tiles of 16 rows, the split made by
+  // the consumers; decode_fp8_narrow.cuh), each schedule by the narrow tile's rule: first up to 16
+  // rows, and up to 32 below batch 64 (each 16-row tile reads the cache); else after the widening
+  // narrow tile (up to 32 rows) or last. On an H200 at h_q 16 s_q 1 (the standard grid) it ran
+  // 1.12-1.47x faster than the narrow tile widening the cache, 1.21x geomean; at h_q 16 s_q 2 and
+  // h_q 32 1.10-1.45x faster up to batch 32 (L 8192 and 32768: within 1%), 0.87-0.98x from batch 64
+  // (bench/results/2026-11-29-h200-fp8-qsplit-narrow).
+  const std::vector<Tactic> split_narrow =
+      !sm90::q_split_runs(p) ? std::vector<Tactic>{}
+      : cluster_first ? std::vector<Tactic>{q_split_narrow_cluster, q_split_narrow_persistent,
+                                            q_split_narrow_one_shot}
+                      : std::vector<Tactic>{q_split_narrow_persistent, q_split_narrow_one_shot,
+                                            q_split_narrow_cluster};
   if (fp8_wide && rows <= narrow_rows) {
     std::vector<Tactic> out =
         cluster_first ? std::vector<Tactic>{narrow_cluster, narrow_persistent, narrow_one_shot}
                       : std::vector<Tactic>{narrow_persistent, narrow_one_shot, narrow_cluster};
+    const bool split_first = rows <= sm90::kSmallNarrowRows || p.max_batch < 64;
+    out.insert(split_first ? out.begin() : out.end(), split_narrow.begin(), split_narrow.end());
     out.insert(out.end(), {cluster, persistent, one_shot});
     return out;
   }
@@ -199,6 +220,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
       out.insert(at, split.begin(), split.end());
     }
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
+    out.insert(out.end(), split_narrow.begin(), split_narrow.end());
     return out;
   }
   // Sparse decode of the V3.2 cache with a 16-bit q, by rows (h_q; a sparse problem's rows are
@@ -294,7 +316,8 @@ const BackendEntry& sm90_backend_entry() {
           "sm_90 only; q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q "
           "(out alike; the cache widened in registers on the narrow tile, in shared memory on the "
           "wide one, or q split into two e4m3 parts on fp8 wgmma: q-split-persistent and "
-          "-one-shot) or e4m3 q (out bf16/fp16; fp8 wgmma); "
+          "-one-shot, and on the narrow tile q-split-narrow-persistent, -one-shot and -cluster) or "
+          "e4m3 q (out bf16/fp16; fp8 wgmma); "
           "page size 32, 64, 128; h_q 1..128; s_q 1..16 causal or not; variable query lengths "
           "(var_q); variable lengths; sinks; lse; PDL; CUDA graphs; sparse top-k with a bf16/fp16 "
           "q over a cache of q's type, the V3.2 blockwise or the V4 layout (V4 with an extra "

@@ -87,6 +87,27 @@ __device__ __forceinline__ float2 widen2_f32(uint16_t v) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// The split of a bf16 q into two e4m3 parts (sm90 pack_q.h, split_q; the narrow tile's own split
+// in decode_fp8_narrow.cuh). split_exponent: e with amax = m 2^e, m in [0.5, 1), so that the row
+// times 2^(8 - e) has its largest magnitude in [128, 256); clamped so that 2^(8 - e) and 2^(e - 8)
+// stay normal floats (a row that small or large is zeros or saturates); 8 for a row of zeros or
+// with an infinity or NaN (the row unscaled).
+__device__ __forceinline__ int split_exponent(float amax) {
+  int e = 0;
+  (void)frexpf(amax, &e);
+  return amax > 0.0f && isfinite(amax) ? min(max(e, -110), 118) : 8;
+}
+
+// Two scaled values as their e4m3 high parts (the mantissas cut to e4m3's 3 bits, then exact in
+// e4m3 where normal) and residuals (the value minus its high part, rounded to e4m3), value 0 in
+// byte 0 of each.
+__device__ __forceinline__ void split2(float a0, float a1, uint16_t& hi, uint16_t& lo) {
+  const auto cut = [](float a) { return __uint_as_float(__float_as_uint(a) & 0xfff00000u); };
+  hi = narrow2(cut(a0), cut(a1));
+  const float2 b = widen2_f32(hi);
+  lo = narrow2(a0 - b.x, a1 - b.y);
+}
+
 // The dequantization scales of one call, read once per CTA after griddepcontrol.wait (a scale
 // behind a pointer may be written by the previous kernel): qk multiplies the scores (q_scale *
 // k_scale), v the outputs (k_scale, the cache's single scale). 1 for 16-bit inputs.
