@@ -15,8 +15,9 @@
 //                   group G = 8 warp + lane / 4 holds dims 16G .. 16G + 15, value (tile mt, row
 //                   half e) being dim 16G + 8e + mt; the epilogue puts them back. The stage goes
 //                   back (every thread of the warpgroup arrives on empty) once its V is loaded,
-//                   which is once a wgmma reading the fragments has issued (not when the loads
-//                   have only issued: the next block's copy then rewrote the stage at times).
+//                   which is once a wgmma reading the fragments has issued (given back when the
+//                   loads had only issued, the split's outputs went wrong at times: most likely
+//                   the next block's copy rewrote the stage first).
 //   O^T += V^T P^T  8 tiles of 64 output dims: e4m3 2 x 8 m64nNk32, 16-bit 4 x 8 m64nNk16.
 // The epilogue is decode_narrow.cuh's but for the permuted dims and the e4m3 P's factor.
 // kQSplit (Widen::kQSplit, a bf16 q, 16 rows; Fp8Layout<16, 2, true>): both products on fp8 wgmma
@@ -504,9 +505,10 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
         issue(1);
         // V is in registers: every load of the stage has landed once a wgmma reading its
         // fragments has issued (group 0 reads a piece of each). Given back right after the loads
-        // were issued (as before 2026-11-29), the stage was at times rewritten by the next
-        // block's copy before they landed: outputs off by up to 1e-2, varying from run to run
-        // (H200, bench at batch 8, L 4096; bench/results/2026-11-29-h200-fp8-qsplit-narrow).
+        // were issued (the first version), bench's checks failed now and then (outputs off by up
+        // to 1.4e-2, varying from run to run; H200, batch 8, L 4096): most likely the next
+        // block's copy rewrote the stage before the loads had landed
+        // (bench/results/2026-11-29-h200-fp8-qsplit-narrow).
         arrive(&sm.empty[stage]);
 #pragma unroll
         for (int g = 0; g < kGroups; ++g) {
