@@ -275,13 +275,17 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
 
       // S^T = K Q^T, chunk by chunk as the copies land.
       float st[kVals];
-      if constexpr (kFp8Q) {
+      if constexpr (kFp8Ops) {
         // Each column chunk (64 dims) into a fresh accumulator, added to st in fp32: the fp8
         // tensor cores keep about 13 bits of a running sum (DeepSeek-V3's report), so 576 terms
         // in one accumulator left LSE errors of 2-7e-3 (H200, N(0, 1) data); two accumulators
-        // alternate so that chunk j + 1's products run while chunk j's are added.
+        // alternate so that chunk j + 1's products run while chunk j's are added. kQSplit: the
+        // residuals' products first (small sums first), then the high parts'; the columns times
+        // their 2^-k after the sum.
+        constexpr int kQParts = kQSplit ? 2 : 1;
         const uint64_t k_desc = smem_desc_sw64(ptx::smem_u32(kv_stage), 512);
-        const uint64_t q_desc = smem_desc_sw64(q_addr, 512);
+        const uint64_t q_desc = smem_desc_sw64(kQSplit ? split_q_addr : q_addr, 512);
+        constexpr int kQChunkBytes = kQSplit ? L::kSplitQChunkBytes : L::kQChunkBytes;
         float part[2][kVals];
         const auto add_part = [&](const float(&x)[kVals], bool first) {
 #pragma unroll
@@ -295,48 +299,13 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
           if (j == kQkChunks - 1) trace(wg, 2);
           wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
 #pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-            wgmma_m64nNk32_e4m3<kN>(
-                part[j % 2], desc_advance(k_desc, j * L::kKvChunkBytes + kk * 32),
-                desc_advance(q_desc, j * L::kQChunkBytes + kk * 32), kk != 0 ? 1 : 0);
-          }
-          wgmma_commit_group();
-          if (j >= 1) {
-            wgmma_wait_group<1>();
-            fence_accumulators(part[(j - 1) % 2]);
-            add_part(part[(j - 1) % 2], j == 1);
-          }
-        }
-        wgmma_wait_group<0>();
-        fence_accumulators(part[(kQkChunks - 1) % 2]);
-        add_part(part[(kQkChunks - 1) % 2], false);
-      } else if constexpr (kQSplit) {
-        // As for an e4m3 q, each column chunk into a fresh accumulator: the residuals' products
-        // first (small sums first: the fp8 tensor cores' running sums keep about 13 bits), then
-        // the high parts'; the columns times their 2^-k after the sum.
-        const uint64_t k_desc = smem_desc_sw64(ptx::smem_u32(kv_stage), 512);
-        const uint64_t q_desc = smem_desc_sw64(split_q_addr, 512);
-        float part[2][kVals];
-        const auto add_part = [&](const float(&x)[kVals], bool first) {
-#pragma unroll
-          for (int i = 0; i < kVals; ++i) st[i] = first ? x[i] : st[i] + x[i];
-        };
-#pragma unroll
-        for (int j = 0; j < kQkChunks; ++j) {
-          wait_parity(&sm.full[stage][j], phase);
-          if (j == 0 && nb == 0 && t == 0) grid_stamp(2);
-          if (j == 0) trace(wg, 1);
-          if (j == kQkChunks - 1) trace(wg, 2);
-          wgmma_fence();  // after each wait, or ptxas serializes the wgmmas (C7520)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int q_chunk = h == 0 ? kQkChunks + j : j;  // the residuals, then the high parts
+          for (int h = 0; h < kQParts; ++h) {
+            const int q_chunk = kQSplit && h == 0 ? kQkChunks + j : j;
 #pragma unroll
             for (int kk = 0; kk < 2; ++kk) {
               wgmma_m64nNk32_e4m3<kN>(
                   part[j % 2], desc_advance(k_desc, j * L::kKvChunkBytes + kk * 32),
-                  desc_advance(q_desc, q_chunk * L::kSplitQChunkBytes + kk * 32),
-                  (h | kk) != 0 ? 1 : 0);
+                  desc_advance(q_desc, q_chunk * kQChunkBytes + kk * 32), (h | kk) != 0 ? 1 : 0);
             }
           }
           wgmma_commit_group();
@@ -349,8 +318,10 @@ __device__ __forceinline__ void consume_fp8_narrow(const DecodeParams& p, const 
         wgmma_wait_group<0>();
         fence_accumulators(part[(kQkChunks - 1) % 2]);
         add_part(part[(kQkChunks - 1) % 2], false);
+        if constexpr (kQSplit) {
 #pragma unroll
-        for (int i = 0; i < kVals; ++i) st[i] *= row_scale[ci_of(i)];
+          for (int i = 0; i < kVals; ++i) st[i] *= row_scale[ci_of(i)];
+        }
       } else {
         const uint64_t q_desc = smem_desc_sw128(q_addr, 0, 1024);
         uint32_t a[2][4][4];  // two chunks' fragments: one widened while the other's run
