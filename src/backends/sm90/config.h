@@ -186,11 +186,11 @@ using Fp8QSplitLayout = Fp8WideLayoutOf<true>;
 // 4 stages (warpgroup w owns the blocks of stages w and w + 2); the Q tile in the 64-byte swizzle
 // (e4m3 q) or the 128-byte one (16-bit q, as in Layout); per warpgroup a P^T tile of kTileRows x 64
 // tokens (e4m3: 64-byte rows; 16-bit: 128-byte rows) in the exchange buffer, which the epilogue's
-// rows reuse. 16 rows, e4m3 q: 199 KB; 32 rows, 16-bit q: 220 KB.
+// rows reuse. 16 rows, e4m3 q: 200,320 bytes; 32 rows, 16-bit q: 227,968.
 // kQSplit (a bf16 q split into two e4m3 parts by the consumers, decode_fp8_narrow.cuh): the bf16
 // Q tile as TMA writes it, then its split (the high parts' 9 column chunks, then the residuals',
 // e4m3 in the 64-byte swizzle); the two P^T parts (e4m3) in the 16-bit P^T tile's bytes. 16 rows:
-// 217 KB.
+// 227,968 bytes.
 template <int kTileRows, int kQElemBytes, bool kQSplit = false>
 struct Fp8Layout {
   static constexpr int kStages = kMaxStages;

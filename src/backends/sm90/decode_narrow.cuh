@@ -233,14 +233,16 @@ __device__ __forceinline__ void narrow_store_rows(const DecodeParams& p, const p
   consumer_sync(kEpilogueBarrier);
 }
 
+// start_narrow_chunk's step once Q has landed by default: none.
+struct NoQStep {
+  __device__ void operator()() const {}
+};
+
 // A narrow consumer warpgroup's chunk start: each of its columns' visible limit (with causal MTP
 // fewer tokens for early query tokens) and the least of them, its share of the chunk's blocks,
 // the running maxima and sums reset, O^T zeroed, and Q waited for (given back at once when the
 // warpgroup has no block of the chunk). on_q runs once Q has landed, before that (the fp8 tile's
 // split of a bf16 q, decode_fp8_narrow.cuh).
-struct NoQStep {
-  __device__ void operator()() const {}
-};
 template <int kN, typename OnQ = NoQStep>
 __device__ __forceinline__ OwnBlocks start_narrow_chunk(
     const DecodeParams& p, const plan::Chunk& c, SmallStorage& sm, int32_t row0, int lane, int wg,

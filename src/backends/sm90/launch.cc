@@ -271,11 +271,12 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   }
   const bool q_split_narrow = tactic >= kQSplitNarrowTactic && tactic < kQSplitNarrowTactic + 3;
   if (q_split_narrow && !q_split_runs(p)) {
-    return invalid_argument(
-        "tactic",
-        "one of sm90's tactics for this problem (16, 17 and 18, split q on the narrow tile, run a "
-        "dense problem with the fp8 e4m3 cache and a bf16 q)",
-        tactic);
+    return invalid_argument("tactic",
+                            str_cat("one of sm90's tactics for this problem (", kQSplitNarrowTactic,
+                                    "..", kQSplitNarrowTactic + 2,
+                                    ", split q on the narrow tile, run a dense problem with the "
+                                    "fp8 e4m3 cache and a bf16 q)"),
+                            tactic);
   }
   const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma &&
                       !q_split && !q_split_narrow;
