@@ -25,6 +25,8 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DENSE = "bench/results/2026-11-24-h200-recorded-grid"
 FP8 = "bench/results/2026-11-27-h200-h100-fp8"
+# The H200's later grid of both fp8 q kinds under `auto` (the splits of a bf16 q).
+FP8_AUTO = "bench/results/2026-11-29-h200-fp8-qsplit-narrow/call6"
 SPARSE = "bench/results/2026-11-27-h200-sparse"
 REFERENCE = "bench/reference/flashmla_h200.csv"
 OUT = "docs/figures"
@@ -96,6 +98,7 @@ def load_fp8():
             if not files:
                 raise FileNotFoundError(f"{FP8}/{folder}/*{q}q_*.json")
             mlakit.setdefault(device, {})[q] = best_times([os.path.relpath(p, ROOT) for p in files])
+    mlakit["H200"]["bf16 auto"] = best_times([f"{FP8_AUTO}/grid_bf16.json"])
     for section, rows in markdown_tables(FP8 + "/README.md").items():
         m = re.match(r"(fp8|bf16) q.*, (H200|H100)$", section)
         if m:
@@ -213,11 +216,16 @@ def plot_fp8(plt):
             keys = sorted((k for k in fmla[device] if k[0] == h_q),
                           key=lambda k: (k[4], k[1], k[2], k[3]))
             series, parts = [], []
-            for q, style in (("fp8", dict(marker="o", color="tab:green")),
-                             ("bf16", dict(marker="^", color="tab:purple"))):
+            for q, label, style in (
+                    ("fp8", "mlakit fp8 q", dict(marker="o", color="tab:green")),
+                    ("bf16", "mlakit bf16 q", dict(marker="^", color="tab:purple")),
+                    ("bf16 auto", "mlakit bf16 q, q split (2026-11-29, auto)",
+                     dict(marker="v", markerfacecolor="none", color="tab:red"))):
+                if q not in mlakit[device]:
+                    continue
                 ratios = {k: fmla[device][k] / mlakit[device][q][k]
                           for k in keys if k in mlakit[device][q]}
-                series.append((f"mlakit {q} q", ratios, style))
+                series.append((label, ratios, style))
                 parts.append(f"{q} q {geomean(list(ratios.values())):.2f}")
             ax = axes[row][col]
             ratio_panel(ax, keys, series, f"{device}, h_q {h_q}: geomean " + ", ".join(parts))
@@ -229,13 +237,13 @@ def plot_fp8(plt):
             if col == 0:
                 ax.set_ylabel("FlashMLA bf16 time / mlakit time")
     axes[0][0].legend(fontsize=8, loc="upper right")
-    fig.suptitle("fp8 (e4m3) KV cache, NVIDIA H200 and H100, 2026-11-27: mlakit (fastest tactic)"
-                 " vs FlashMLA's bf16 kernel on a bf16 cache\nx: batch x seq_len (s_q 1 unless"
-                 " marked s2); > 1: mlakit faster", fontsize=10)
+    fig.suptitle("fp8 (e4m3) KV cache, NVIDIA H200 and H100, 2026-11-27 (fastest tactic; H200 bf16"
+                 " q also 2026-11-29, auto) vs FlashMLA's bf16 kernel on a bf16 cache\nx: batch x"
+                 " seq_len (s_q 1 unless marked s2); > 1: mlakit faster", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     finish(fig, plt, "fp8-h200-h100.png",
-           f"mlakit: {FP8}/h200, h100/*.json; FlashMLA (settled, 9241ae3): the tables of "
-           f"{FP8}/README.md")
+           f"mlakit: {FP8}/h200, h100/*.json and {FP8_AUTO}/grid_bf16.json; FlashMLA (settled,"
+           f" 9241ae3): the tables of {FP8}/README.md")
 
 
 def plot_sparse(plt):
