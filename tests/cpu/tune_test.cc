@@ -364,6 +364,23 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   } split_cases[] = {{128, 1, 4096, 2, 3},   {128, 4, 8192, 0, 3},   {64, 8, 2048, 14, 0},
                      {64, 64, 1024, 2, 1},   {64, 128, 1024, 14, 0}, {128, 32, 1024, 2, 1},
                      {128, 64, 1024, 14, 0}, {128, 8, 4096, 14, 0}};
+  // A bf16 q with the fp8 cache, page 64.
+  const auto bf16_q = [](int h_q, int s_q, int batch, int len) {
+    return Problem{.h_q = h_q,
+                   .s_q = s_q,
+                   .page_size = 64,
+                   .max_batch = batch,
+                   .max_seq_len = len,
+                   .q_dtype = DType::kBF16,
+                   .kv_dtype = DType::kFP8E4M3};
+  };
+  for (const auto& c : split_cases) {
+    const std::vector<Tactic> order = sm90->tactics(bf16_q(c.h_q, 1, c.batch, c.len));
+    ASSERT_EQ(order.size(), 11u);
+    EXPECT_EQ(order[0].id, c.first) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
+    EXPECT_EQ(order[c.at].id, 14) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
+    EXPECT_EQ(order[c.at + 1].id, 15) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
+  }
   // Up to 32 rows below batch 64 the split narrow tile comes first, in the narrow tile's order.
   const struct {
     int h_q, s_q, batch, len, first;
@@ -373,30 +390,10 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
                       {16, 2, 64, 4096, 3},
                       {16, 1, 128, 1024, 18}};
   for (const auto& c : narrow_cases) {
-    const Problem p{.h_q = c.h_q,
-                    .s_q = c.s_q,
-                    .page_size = 64,
-                    .max_batch = c.batch,
-                    .max_seq_len = c.len,
-                    .q_dtype = DType::kBF16,
-                    .kv_dtype = DType::kFP8E4M3};
-    const std::vector<Tactic> order = sm90->tactics(p);
+    const std::vector<Tactic> order = sm90->tactics(bf16_q(c.h_q, c.s_q, c.batch, c.len));
     ASSERT_FALSE(order.empty());
     EXPECT_EQ(order.front().id, c.first)
         << "h_q " << c.h_q << " s_q " << c.s_q << " batch " << c.batch << " L " << c.len;
-  }
-  for (const auto& c : split_cases) {
-    const Problem p{.h_q = c.h_q,
-                    .page_size = 64,
-                    .max_batch = c.batch,
-                    .max_seq_len = c.len,
-                    .q_dtype = DType::kBF16,
-                    .kv_dtype = DType::kFP8E4M3};
-    const std::vector<Tactic> order = sm90->tactics(p);
-    ASSERT_EQ(order.size(), 11u);
-    EXPECT_EQ(order[0].id, c.first) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
-    EXPECT_EQ(order[c.at].id, 14) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
-    EXPECT_EQ(order[c.at + 1].id, 15) << "h_q " << c.h_q << " batch " << c.batch << " L " << c.len;
   }
 }
 
