@@ -483,8 +483,8 @@ TEST(Sm90Sparse, RefusalsNameTheArgument) {
   EXPECT_TRUE(can_run(kBackend, problem_of({.v4 = true, .extra_topk = 64})).ok());
 }
 
-// sm80: the dense kernels over the compacted slots, for every tile, dense cache kind and
-// schedule; out-of-range indices skipped.
+// sm80: the dense kernels over the compacted slots, for every tile, dense cache kind, the V3.2
+// layout and schedule; out-of-range indices skipped.
 TEST(Sm80Sparse, EveryTacticAgainstReference) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const SparseCase cases[] = {
@@ -504,6 +504,33 @@ TEST(Sm80Sparse, EveryTacticAgainstReference) {
   for (const SparseCase& c : cases) check_each_tactic(c, &seed, false, "sm80");
   check_each_tactic({.h_q = 64, .topk = 300, .topk_lens = true, .fp8 = true}, &seed, true, "sm80");
   check_each_tactic({.h_q = 8, .s_q = 2, .topk = 64, .batch = 5}, &seed, true, "sm80");
+}
+
+// sm80 over the V3.2 layout: each tile (16, 32, 64 rows; several 64-row tiles), both q types,
+// top-k sizes around a tile (32 tokens) and long ones, MTP, per-request lengths, sinks, page sizes
+// (1, odd), scales that are not powers of two, out-of-range indices and -1 tails.
+TEST(Sm80Sparse, BlockwiseEveryTacticAgainstReference) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const SparseCase cases[] = {
+      {.blockwise = true, .h_q = 16, .topk = 2048, .topk_lens = true, .sinks = true},
+      {.blockwise = true, .page_size = 1, .h_q = 8, .s_q = 2, .topk = 64, .len = 300},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 32, .topk = 65, .sinks = true},
+      {.blockwise = true, .page_size = 17, .h_q = 40, .s_q = 2, .topk = 31, .topk_lens = true},
+      {.blockwise = true, .h_q = 64, .s_q = 2, .topk = 1, .batch = 4},
+      {.blockwise = true, .h_q = 128, .topk = 2048, .batch = 2, .len = 4000, .sinks = true},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 128, .s_q = 2, .topk = 33, .batch = 2},
+      {.blockwise = true, .h_q = 3, .s_q = 4, .topk = 1000, .batch = 1, .len = 5000},
+      {.blockwise = true, .h_q = 16, .s_q = 2, .topk = 63, .batch = 4, .odd_scales = true},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 20, .topk = 129, .odd_scales = true},
+      {.blockwise = true, .h_q = 64, .topk = 192, .batch = 2, .odd_scales = true},
+      {.blockwise = true, .h_q = 64, .topk = 512, .batch = 3, .len = 300, .tails = true},
+  };
+  uint64_t seed = 7700;
+  for (const SparseCase& c : cases) check_each_tactic(c, &seed, false, "sm80");
+  check_each_tactic({.blockwise = true, .h_q = 64, .topk = 300, .topk_lens = true}, &seed, true,
+                    "sm80");
+  check_each_tactic({.blockwise = true, .h_q = 16, .s_q = 2, .topk = 100, .batch = 3}, &seed, true,
+                    "sm80");
 }
 
 // Sparse decode under the sanitizers (scripts/sanitize.sh): every tactic of each backend on
@@ -545,13 +572,17 @@ TEST(Sm80Sanitize, Sparse) {
   check_each_tactic({.h_q = 16, .s_q = 2, .topk = 100, .batch = 2, .len = 300, .sinks = true},
                     &seed, /*corrupt=*/true, "sm80");
   check_each_tactic({.h_q = 128, .topk = 70, .batch = 1, .fp8 = true}, &seed, true, "sm80");
+  check_each_tactic({.blockwise = true, .h_q = 16, .topk = 100, .batch = 2, .len = 300}, &seed,
+                    true, "sm80");
+  check_each_tactic({.q = DType::kFP16, .blockwise = true, .h_q = 64, .topk = 70, .batch = 1},
+                    &seed, true, "sm80");
 }
 
-TEST(Sm80Sparse, BlockwiseLayoutRefusedByName) {
+TEST(Sm80Sparse, V4LayoutRefusedByName) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  const Status st = can_run("sm80", problem_of({.blockwise = true}));
+  const Status st = can_run("sm80", problem_of({.v4 = true}));
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
-  EXPECT_NE(st.message().find("fp8_blockwise"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fp8_v4"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -68,6 +68,16 @@ DType compute_dtype(const Problem& p) {
 
 const DecodeKernel& select_kernel(const Problem& p, TileKind tile) {
   const bool bf16 = compute_dtype(p) == DType::kBF16;
+  if (p.kv_layout == KvLayout::kFp8Blockwise) {
+    switch (tile) {
+      case TileKind::kM16:
+        return bf16 ? decode_kernel_v32_bf16_m16() : decode_kernel_v32_fp16_m16();
+      case TileKind::kM32:
+        return bf16 ? decode_kernel_v32_bf16_m32() : decode_kernel_v32_fp16_m32();
+      case TileKind::kM64:
+        return bf16 ? decode_kernel_v32_bf16_m64() : decode_kernel_v32_fp16_m64();
+    }
+  }
   if (p.kv_dtype == DType::kFP8E4M3) {
     switch (tile) {
       case TileKind::kM16:

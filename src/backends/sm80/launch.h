@@ -40,6 +40,13 @@ const DecodeKernel& decode_kernel_e4m3_bf16_m64();
 const DecodeKernel& decode_kernel_e4m3_fp16_m16();
 const DecodeKernel& decode_kernel_e4m3_fp16_m32();
 const DecodeKernel& decode_kernel_e4m3_fp16_m64();
+// Defined in decode_v32_<dtype>_<tile>.cu: the V3.2 blockwise cache (sparse) widened to <dtype>.
+const DecodeKernel& decode_kernel_v32_bf16_m16();
+const DecodeKernel& decode_kernel_v32_bf16_m32();
+const DecodeKernel& decode_kernel_v32_bf16_m64();
+const DecodeKernel& decode_kernel_v32_fp16_m16();
+const DecodeKernel& decode_kernel_v32_fp16_m32();
+const DecodeKernel& decode_kernel_v32_fp16_m64();
 
 // The 16-bit type the kernel computes in: the cache's; for an fp8 cache q's, or with an fp8 q
 // the output's.

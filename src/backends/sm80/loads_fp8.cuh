@@ -135,4 +135,150 @@ class Fp8KvLoader {
   int token_end_;
 };
 
+// The V3.2 blockwise cache (KvLayout::kFp8Blockwise, 656 bytes a token: 512 e4m3 values, their
+// four fp32 scales, one per 128, then 64 bf16 RoPE values), sparse only: the tiles of one chunk
+// gathered through the compacted slots (pages of one token) and widened to T on their way into
+// shared memory, each value times its group's scale and the cache's k_scale (one rounding), so the
+// kernel's math and its softmax and output factors are the 16-bit cache's. Each thread moves 8
+// pieces of the e4m3 part (kBytes each, with its group's scale) and 2 of the RoPE part, as
+// Fp8KvLoader does 9: consecutive threads on consecutive bytes of a token.
+template <typename Cfg>
+struct BlockwisePieces {
+  static constexpr int kBytes = Fp8Pieces<Cfg>::kBytes;  // 16 or 8
+  static constexpr int kWords = kBytes / 4;
+  static constexpr int kLatentPerToken = kDv / kBytes;
+  static constexpr int kRopePerToken = (kDqk - kDv) * 2 / kBytes;
+  static constexpr int kLatent = kBlockN * kLatentPerToken / Cfg::kThreads;  // 8
+  static constexpr int kRope = kBlockN * kRopePerToken / Cfg::kThreads;      // 2
+  static_assert(kLatent * Cfg::kThreads == kBlockN * kLatentPerToken &&
+                kRope * Cfg::kThreads == kBlockN * kRopePerToken);
+  static constexpr int kScalesAt = kDv;                            // the fp32 scales
+  static constexpr int kRopeAt = kDv + kDv / kBlockwiseGroup * 4;  // the bf16 RoPE values
+  static_assert(kRopeAt + (kDqk - kDv) * 2 == kBlockwiseBytes);
+};
+
+template <typename Cfg>
+struct BlockwiseTileRegs {
+  using Pieces = BlockwisePieces<Cfg>;
+  uint32_t latent[Pieces::kLatent][Pieces::kWords];
+  float scale[Pieces::kLatent];  // the group's, times k_scale
+  uint32_t rope[Pieces::kRope][Pieces::kWords];
+  uint32_t bad;  // bit j: token j, one of whose pieces this thread holds, has no valid slot
+};
+
+template <typename T, typename Cfg>
+class BlockwiseKvLoader {
+ public:
+  using Pieces = BlockwisePieces<Cfg>;
+
+  __device__ __forceinline__ BlockwiseKvLoader(const DecodeParams& p, const plan::Chunk& c,
+                                               float k_scale)
+      : g_kv_(static_cast<const uint8_t*>(p.kv)),
+        view_(p.kv_view),
+        g_pages_(p.block_table + c.request * p.block_table_stride),
+        page_shift_(p.page_shift),
+        num_pages_(p.num_pages),
+        token_end_(c.token_end),
+        k_scale_(k_scale) {}
+
+  // The tile starting at token `tile_start` into registers (zeros past the chunk's end and for
+  // slots out of range, which are marked bad).
+  __device__ __forceinline__ void fetch(int tile_start, BlockwiseTileRegs<Cfg>& r) const {
+    r.bad = 0;
+#pragma unroll
+    for (int k = 0; k < Pieces::kLatent; ++k) {
+      const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+      const int row = idx / Pieces::kLatentPerToken;
+      const int at = idx % Pieces::kLatentPerToken * Pieces::kBytes;
+#pragma unroll
+      for (int i = 0; i < Pieces::kWords; ++i) r.latent[k][i] = 0;
+      r.scale[k] = 0.0f;
+      if (const uint8_t* tok = token(tile_start, row, r.bad)) {
+        load_words<Pieces::kWords>(tok + at, r.latent[k]);
+        r.scale[k] =
+            *reinterpret_cast<const float*>(tok + Pieces::kScalesAt + at / kBlockwiseGroup * 4) *
+            k_scale_;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < Pieces::kRope; ++k) {
+      const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+      const int row = idx / Pieces::kRopePerToken;
+      const int at = idx % Pieces::kRopePerToken * Pieces::kBytes;
+#pragma unroll
+      for (int i = 0; i < Pieces::kWords; ++i) r.rope[k][i] = 0;
+      if (const uint8_t* tok = token(tile_start, row, r.bad)) {
+        load_words<Pieces::kWords>(tok + Pieces::kRopeAt + at, r.rope[k]);
+      }
+    }
+  }
+
+  // The fetched tile, widened, into the stage at s_kv.
+  __device__ __forceinline__ void store(uint32_t s_kv, const BlockwiseTileRegs<Cfg>& r) const {
+#pragma unroll
+    for (int k = 0; k < Pieces::kLatent; ++k) {
+      const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+      const int row = idx / Pieces::kLatentPerToken;
+      const int d0 = idx % Pieces::kLatentPerToken * Pieces::kBytes;  // one value a byte
+#pragma unroll
+      for (int i = 0; i < Pieces::kWords; i += 2) {
+        uint32_t v[4];
+        fp8::dequant4<T>(r.latent[k][i], r.scale[k], v[0], v[1]);
+        fp8::dequant4<T>(r.latent[k][i + 1], r.scale[k], v[2], v[3]);
+        store_words(s_kv + row_chunk_offset(row, (d0 + 4 * i) / 8), v);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < Pieces::kRope; ++k) {
+      const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+      const int row = idx / Pieces::kRopePerToken;
+      const int d0 = kDv + idx % Pieces::kRopePerToken * Pieces::kBytes / 2;  // two bytes a value
+      uint32_t v[Pieces::kWords];
+#pragma unroll
+      for (int i = 0; i < Pieces::kWords; ++i) {
+        v[i] = r.rope[k][i];
+        if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
+          v[i] = fp8::pack2f<T>(f.x, f.y);
+        }
+      }
+      const uint32_t at = s_kv + row_chunk_offset(row, d0 / 8) + (d0 % 8) * 2;
+      if constexpr (Pieces::kWords == 4) {
+        store_words(at, v);
+      } else {
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(at), "r"(v[0]), "r"(v[1])
+                     : "memory");
+      }
+    }
+  }
+
+ private:
+  // Token `row` of the tile at tile_start, or nullptr (past the chunk's end; or a slot out of
+  // range, marked in bad).
+  __device__ __forceinline__ const uint8_t* token(int tile_start, int row, uint32_t& bad) const {
+    const int pos = tile_start + row;
+    if (pos >= token_end_) return nullptr;
+    const int32_t page = plan::valid_page(g_pages_[pos >> page_shift_], num_pages_);
+    if (page < 0) {
+      bad |= 1u << row;
+      return nullptr;
+    }
+    return g_kv_ + view_.offset(page, pos & ((1 << page_shift_) - 1));
+  }
+
+  __device__ __forceinline__ static void store_words(uint32_t at, const uint32_t (&v)[4]) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v[0]), "r"(v[1]),
+                 "r"(v[2]), "r"(v[3])
+                 : "memory");
+  }
+
+  const uint8_t* g_kv_;
+  plan::KvView view_;
+  const int32_t* g_pages_;
+  int page_shift_;
+  int32_t num_pages_;
+  int token_end_;
+  float k_scale_;
+};
+
 }  // namespace mlakit::sm80

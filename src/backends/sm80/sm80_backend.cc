@@ -42,17 +42,19 @@ Status can_run(const Problem& problem, const DeviceInfo& device) {
                        ") is not supported by backend sm80 (supported: none)");
   }
   // Sparse: the dense kernels over the compacted slots as pages of one token (launch.h), so any
-  // page size and s_q, and every cache the dense kernels read; not the V3.2 or V4 layouts.
-  if (problem.sparse() && problem.kv_layout != KvLayout::kDense) {
+  // page size and s_q, and every cache the dense kernels read, and the V3.2 layout (widened on its
+  // way into shared memory, loads_fp8.cuh); not the V4 layout.
+  if (problem.sparse() && problem.kv_layout == KvLayout::kFp8V4) {
     return unsupported("kv_layout ", to_string(problem.kv_layout),
                        " with sparse attention is not supported by backend sm80 (supported: dense "
-                       "caches of bf16, fp16 or e4m3 with one scale; sm90 runs fp8_blockwise and "
+                       "caches of bf16, fp16 or e4m3 with one scale, and fp8_blockwise; sm90 runs "
                        "fp8_v4)");
   }
   const Problem p = sm80::planned_problem(problem);
-  if (p.kv_layout != KvLayout::kDense) {
+  if (!problem.sparse() && p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
-                       " is not supported by backend sm80 (supported: dense)");
+                       " without sparse attention is not supported by backend sm80 (supported: "
+                       "dense; fp8_blockwise with topk > 0)");
   }
   // An fp8 cache computes in q's 16-bit type (or, with an fp8 q, the output's) and writes it.
   if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {

@@ -89,17 +89,7 @@ __device__ __forceinline__ int32_t slot_of(const int32_t (&s)[2], int tk) {
   return __shfl_sync(0xffffffffu, tk < 32 ? s[0] : s[1], tk & 31);
 }
 
-// Two T from two floats (lo in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2f(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
+using fp8::pack2f;  // two T from two floats
 
 // 16 e4m3 values times a power-of-two `scale` in [2^-120, 2^7] as 16 bf16 in 8 registers: the
 // exact widening of fp8.cuh with its factor 2^120 times the scale, one bf16 multiply per two
@@ -131,14 +121,7 @@ template <typename T>
 __device__ __forceinline__ void dequant16_any(const uint4& v, float scale, uint32_t (&out)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    uint32_t lo, hi;
-    fp8::widen4<__half>(w[i], lo, hi);
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-    out[2 * i] = pack2f<T>(a.x * scale, a.y * scale);
-    out[2 * i + 1] = pack2f<T>(b.x * scale, b.y * scale);
-  }
+  for (int i = 0; i < 4; ++i) fp8::dequant4<T>(w[i], scale, out[2 * i], out[2 * i + 1]);
 }
 
 // 16 e4m3 values times `scale` as 16 T in 8 registers: dequant16_pow2 for bf16 where it applies,

@@ -57,6 +57,31 @@ __device__ __forceinline__ void widen4(uint32_t w, uint32_t& lo, uint32_t& hi) {
   hi = widen_odd_bytes<T>(prmt(w, w, 0x3020));
 }
 
+// Two T from two floats (lo in the low half), each rounded to nearest.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2f(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    static_assert(std::is_same_v<T, __half>);
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Four e4m3 values (byte i = value i) times `scale` as four T (lo = values 0, 1; hi = values 2,
+// 3), each rounded once (through fp32): the per-group scales of the blockwise caches.
+template <typename T>
+__device__ __forceinline__ void dequant4(uint32_t w, float scale, uint32_t& lo, uint32_t& hi) {
+  uint32_t a, b;
+  widen4<__half>(w, a, b);
+  const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&a));
+  const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&b));
+  lo = pack2f<T>(x.x * scale, x.y * scale);
+  hi = pack2f<T>(y.x * scale, y.y * scale);
+}
+
 // Transposes a 4 x 4 matrix of bytes: x[j] holds row j (byte i = column i); afterwards y[i] holds
 // column i (byte j = row j). Eight byte permutes.
 __device__ __forceinline__ void transpose4x4(const uint32_t (&x)[4], uint32_t (&y)[4]) {

@@ -1,0 +1,13 @@
+// Explicit instantiation of the sm80 decode kernel: the V3.2 blockwise cache (sparse), the math and
+// out in bf16, TileM16Fp8.
+#include "backends/sm80/decode_kernel.cuh"
+
+namespace mlakit::sm80 {
+
+const DecodeKernel& decode_kernel_v32_bf16_m16() {
+  static constexpr DecodeKernel kEntry =
+      decode_kernel_entry<__nv_bfloat16, TileM16Fp8, /*kFp8=*/true, /*kBlockwise=*/true>();
+  return kEntry;
+}
+
+}  // namespace mlakit::sm80
