@@ -1,4 +1,5 @@
 // The device compaction of sparse indices (compact.h).
+#include <bit>
 #include <cub/block/block_scan.cuh>
 
 #include "core/check.h"
@@ -98,6 +99,32 @@ Problem rows_as_requests(const Problem& p) {
 size_t compact_bytes(int64_t rows, int32_t topk) {
   return align_up(sizeof(int32_t) * static_cast<size_t>(rows)) +
          align_up(sizeof(int32_t) * static_cast<size_t>(rows) * static_cast<size_t>(topk));
+}
+
+Status v4_page_pitches(const Problem& problem, const RunArgs& args, std::string_view backend,
+                       int32_t* main_pitch, int32_t* extra_pitch) {
+  const auto pitch = [](int32_t page_size) {
+    return static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(page_size)));
+  };
+  constexpr int64_t kSlots = int64_t{kExtraSlot};
+  *main_pitch = pitch(problem.page_size);
+  *extra_pitch = problem.has_extra() ? pitch(problem.extra_page_size_or_default()) : 0;
+  if (args.num_pages > kSlots / *main_pitch) {
+    return invalid_argument("num_pages",
+                            str_cat("at most ", kSlots / *main_pitch, " for backend ", backend,
+                                    "'s V4 reads (page_size ", problem.page_size,
+                                    " read at a pitch of ", *main_pitch, " tokens)"),
+                            args.num_pages);
+  }
+  if (problem.has_extra() && args.extra_num_pages > kSlots / *extra_pitch) {
+    return invalid_argument(
+        "extra_num_pages",
+        str_cat("at most ", kSlots / *extra_pitch, " for backend ", backend,
+                "'s V4 reads (extra page size ", problem.extra_page_size_or_default(),
+                " read at a pitch of ", *extra_pitch, " tokens)"),
+        args.extra_num_pages);
+  }
+  return Status::Ok();
 }
 
 CompactParams compact_params(const Problem& problem, const RunArgs& args, void* region) {

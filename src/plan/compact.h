@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "mlakit/mlakit.h"
 
@@ -73,6 +74,13 @@ size_t compact_bytes(int64_t rows, int32_t topk);
 // extra_topk) bytes). Slots are the indices themselves (page_pitch = page_size); a caller that
 // reads padded pages by slot sets page_pitch (padded_page_pitch).
 CompactParams compact_params(const Problem& problem, const RunArgs& args, void* region);
+
+// The page pitches (in tokens) at which the V4 readers (sm90's gather, sm80's loader) take their
+// slots, so that a slot's page and token are a shift and a mask: each cache's page size rounded up
+// to a power of two (extra: 0 without an extra cache). Every slot, tagged by kExtraSlot for the
+// extra cache, must stay below 2^30: an error naming num_pages (or extra_num_pages) otherwise.
+Status v4_page_pitches(const Problem& problem, const RunArgs& args, std::string_view backend,
+                       int32_t* main_pitch, int32_t* extra_pitch);
 
 // The page pitch in tokens of a cache whose pages are `page_stride` apart and tokens
 // `token_stride` (both in the same unit), for a reader that addresses slot s at s * token_stride:

@@ -125,6 +125,27 @@ inline KvView kv_view(const Problem& p, const Views& v, int64_t unit) {
   return {.stride_page = page, .stride_token = token, .slot_page_size = p.page_size};
 }
 
+// A V4 cache as the sparse kernels read it (sm90's gather, sm80's loader): slot s (plan/compact.h,
+// page pitch 2^page_shift) is token s & (2^page_shift - 1) of page s >> page_shift; its 576 data
+// bytes at base + page * page_stride + token * 576, its 8 scale bytes at that page's +
+// scale_offset + token * 8.
+struct V4Cache {
+  const uint8_t* base;
+  int64_t page_stride;  // bytes
+  int32_t page_shift;
+  int32_t scale_offset;  // page_size * 576
+};
+
+// The V4Cache of a contiguous [num_pages, kv_page_bytes] cache (validation refuses V4 views) read
+// through slots spaced by `pitch` (a power of two) tokens a page.
+inline V4Cache v4_cache(const void* base, int32_t page_size, int32_t pitch) {
+  return {.base = static_cast<const uint8_t*>(base),
+          .page_stride =
+              static_cast<int64_t>(kv_page_bytes(DType::kFP8E4M3, KvLayout::kFp8V4, page_size)),
+          .page_shift = std::countr_zero(static_cast<uint32_t>(pitch)),
+          .scale_offset = page_size * kV4DataBytes};
+}
+
 // A block-table entry as the kernels use it: the page id when it names a page of the cache, else -1
 // (nothing of it is read).
 // MLAKIT_NO_PAGE_CHECKS (a compile definition for measuring what the checks cost, never for use:

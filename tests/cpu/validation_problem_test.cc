@@ -306,18 +306,19 @@ TEST(CanRun, GpuBackendsOnTheV4LayoutAndTheExtraCache) {
     }
     ++gpu_backends;
     const std::string name(entry->name);
-    if (name == "sm90") {
-      EXPECT_TRUE(entry->can_run(v4, h100).ok()) << entry->can_run(v4, h100).message();
-      EXPECT_TRUE(entry->can_run(v4_extra, h100).ok()) << entry->can_run(v4_extra, h100).message();
-      EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
-                           "an extra cache (extra_topk 16) with kv_layout fp8_blockwise",
-                           {"backend sm90", "with fp8_v4"}));
-    } else {
-      EXPECT_TRUE(is_error(entry->can_run(v4, h100), StatusCode::kUnsupported, "kv_layout fp8_v4",
-                           {"backend " + name}));
-      EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
-                           "an extra cache (extra_topk 16)", {"backend " + name}));
+    // Both GPU backends run V4, with or without an extra cache, and take an extra cache with V4
+    // only. (sm80 also reads the device's shared-memory limit, which this fake H100 has not: then
+    // it refuses for that, not for the layout.)
+    for (const Problem* p : {&v4, &v4_extra}) {
+      const mlakit::Status st = entry->can_run(*p, h100);
+      EXPECT_TRUE(st.ok() ||
+                  (name == "sm80" && st.message().find("kv_layout") == std::string::npos &&
+                   st.message().find("extra") == std::string::npos))
+          << name << ": " << st.message();
     }
+    EXPECT_TRUE(is_error(entry->can_run(extra, h100), StatusCode::kUnsupported,
+                         "an extra cache (extra_topk 16) with kv_layout fp8_blockwise",
+                         {"backend " + name, "with fp8_v4"}));
   }
   if (gpu_backends == 0) GTEST_SKIP() << "no GPU backend in this build";
 }

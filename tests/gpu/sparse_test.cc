@@ -285,13 +285,13 @@ TEST(Sm90Sparse, OutOfRangeIndicesAreSkipped) {
 
 // Every tactic against the reference on inputs whose first `empty` requests attend nothing: their
 // rows give out 0 and lse -inf.
-void check_empty_rows(const harness::HostInputs& in, int empty) {
+void check_empty_rows(const harness::HostInputs& in, int empty, const char* backend = kBackend) {
   const Problem& p = in.problem;
   Output ref;
   MLAKIT_ASSERT_OK(cpu_reference(in, &ref));
-  for (const int tactic : tactic_ids(kBackend, p)) {
+  for (const int tactic : tactic_ids(backend, p)) {
     std::unique_ptr<Decoder> decoder;
-    MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
+    MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = tactic}, &decoder));
     harness::DeviceInputs device;
     MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
     harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
@@ -310,17 +310,17 @@ void check_empty_rows(const harness::HostInputs& in, int empty) {
 }
 
 // PDL changes nothing: every tactic, bitwise equal with and without.
-void check_sparse_pdl_bitwise(const SparseCase& c, uint64_t seed) {
+void check_sparse_pdl_bitwise(const SparseCase& c, uint64_t seed, const char* backend = kBackend) {
   const harness::HostInputs in = inputs_of(c, seed);
   harness::DeviceInputs device;
   MLAKIT_ASSERT_OK(harness::DeviceInputs::upload(in, &device));
-  for (const int tactic : tactic_ids(kBackend, in.problem)) {
+  for (const int tactic : tactic_ids(backend, in.problem)) {
     Output outs[2];
     for (const bool pdl : {false, true}) {
       Problem p = in.problem;
       p.enable_pdl = pdl;
       std::unique_ptr<Decoder> decoder;
-      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = kBackend, .tactic = tactic}, &decoder));
+      MLAKIT_ASSERT_OK(Decoder::create(p, {.backend = backend, .tactic = tactic}, &decoder));
       harness::DeviceBuffer workspace(std::max<size_t>(decoder->workspace_bytes(), 256));
       StreamHolder s;
       MLAKIT_ASSERT_OK(run_device(*decoder, in, device, workspace.get(), s.stream, &outs[pdl]));
@@ -330,14 +330,18 @@ void check_sparse_pdl_bitwise(const SparseCase& c, uint64_t seed) {
 }
 
 // Empty rows: every slot -1 or a top-k length of 0 give out 0 and lse -inf.
-TEST(Sm90Sparse, EmptyRows) {
-  MLAKIT_SKIP_WITHOUT_SM90();
+void check_blockwise_empty_rows(const char* backend) {
   const SparseCase c{
       .blockwise = true, .h_q = 32, .s_q = 2, .topk = 64, .batch = 4, .topk_lens = true};
   harness::HostInputs in = inputs_of(c, 7400);
   std::fill(in.indices.begin(), in.indices.begin() + c.s_q * c.topk, -1);  // request 0
   in.topk_lens[1] = 0;
-  check_empty_rows(in, 2);
+  check_empty_rows(in, 2, backend);
+}
+
+TEST(Sm90Sparse, EmptyRows) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_blockwise_empty_rows("sm90");
 }
 
 TEST(Sm90Sparse, PdlBitwiseEqual) {
@@ -356,8 +360,10 @@ TEST(Sm90Sparse, PdlBitwiseEqual) {
 // cache: each tile (narrow 16 and 32 rows, wide, several tiles), page sizes that are not powers
 // of two (FlashMLA's tests use 2, 53, 61, 64, 69, 256, 576) for either cache, top-k around a block,
 // per-request lengths of both lists, sinks, MTP rows, an fp16 q.
-TEST(Sm90Sparse, V4EveryTacticAgainstReference) {
-  MLAKIT_SKIP_WITHOUT_SM90();
+// V4: head counts of each tile, s_q 1-3, page sizes (1, odd, a power of two, 576), top-k sizes
+// around a block, per-request lengths, sinks, the extra cache on and off with its own page size;
+// then out-of-range indices in either list (and past either length), which are skipped.
+void check_v4_every_tactic(const char* backend, uint64_t seed) {
   const SparseCase cases[] = {
       {.h_q = 64, .topk = 128, .v4 = true},
       {.h_q = 128,
@@ -419,9 +425,7 @@ TEST(Sm90Sparse, V4EveryTacticAgainstReference) {
        .extra_topk = 16,
        .extra_page_size = 1000},
   };
-  uint64_t seed = 7150;
-  for (const SparseCase& c : cases) check_each_tactic(c, &seed);
-  // Out-of-range indices in either list (and past either length) are skipped.
+  for (const SparseCase& c : cases) check_each_tactic(c, &seed, false, backend);
   check_each_tactic({.page_size = 61,
                      .h_q = 64,
                      .s_q = 2,
@@ -430,13 +434,17 @@ TEST(Sm90Sparse, V4EveryTacticAgainstReference) {
                      .v4 = true,
                      .extra_topk = 77,
                      .extra_page_size = 2},
-                    &seed, /*corrupt=*/true);
+                    &seed, /*corrupt=*/true, backend);
+}
+
+TEST(Sm90Sparse, V4EveryTacticAgainstReference) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_v4_every_tactic("sm90", 7150);
 }
 
 // V4 rows with nothing to attend in either list (all -1, or both lengths 0) give out 0 and lse
 // -inf; a row whose main list is empty attends its extra list alone.
-TEST(Sm90Sparse, V4EmptyRows) {
-  MLAKIT_SKIP_WITHOUT_SM90();
+void check_v4_empty_rows(const char* backend) {
   const SparseCase c{
       .h_q = 64, .s_q = 2, .topk = 64, .batch = 4, .topk_lens = true, .v4 = true, .extra_topk = 64};
   harness::HostInputs in = inputs_of(c, 7450);
@@ -445,12 +453,16 @@ TEST(Sm90Sparse, V4EmptyRows) {
   in.topk_lens[1] = 0;
   in.extra_topk_lens[1] = 0;
   in.topk_lens[2] = 0;  // request 2: the extra list only
-  check_empty_rows(in, 2);
+  check_empty_rows(in, 2, backend);
+}
+
+TEST(Sm90Sparse, V4EmptyRows) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_v4_empty_rows("sm90");
 }
 
 // V4 with an extra cache: PDL changes nothing, every tactic.
-TEST(Sm90Sparse, V4PdlBitwiseEqual) {
-  MLAKIT_SKIP_WITHOUT_SM90();
+void check_v4_pdl_bitwise(const char* backend) {
   check_sparse_pdl_bitwise({.page_size = 64,
                             .h_q = 128,
                             .s_q = 2,
@@ -461,7 +473,12 @@ TEST(Sm90Sparse, V4PdlBitwiseEqual) {
                             .v4 = true,
                             .extra_topk = 128,
                             .extra_page_size = 2},
-                           7550);
+                           7550, backend);
+}
+
+TEST(Sm90Sparse, V4PdlBitwiseEqual) {
+  MLAKIT_SKIP_WITHOUT_SM90();
+  check_v4_pdl_bitwise("sm90");
 }
 
 // What sm90 does not run sparse is refused by name.
@@ -576,13 +593,41 @@ TEST(Sm80Sanitize, Sparse) {
                     true, "sm80");
   check_each_tactic({.q = DType::kFP16, .blockwise = true, .h_q = 64, .topk = 70, .batch = 1},
                     &seed, true, "sm80");
+  check_each_tactic({.page_size = 61,
+                     .h_q = 16,
+                     .topk = 100,
+                     .batch = 2,
+                     .len = 300,
+                     .topk_lens = true,
+                     .v4 = true,
+                     .extra_topk = 70,
+                     .extra_page_size = 2},
+                    &seed, /*corrupt=*/true, "sm80");
 }
 
-TEST(Sm80Sparse, V4LayoutRefusedByName) {
+// sm80 over the V4 layout: sm90's cases, empty rows, PDL on and off.
+TEST(Sm80Sparse, V4EveryTacticAgainstReference) {
   MLAKIT_SKIP_WITHOUT_GPU();
-  const Status st = can_run("sm80", problem_of({.v4 = true}));
+  check_v4_every_tactic("sm80", 7750);
+}
+
+TEST(Sm80Sparse, EmptyRows) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  check_blockwise_empty_rows("sm80");
+  check_v4_empty_rows("sm80");
+}
+
+TEST(Sm80Sparse, V4PdlBitwiseEqual) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  check_v4_pdl_bitwise("sm80");
+}
+
+// An extra cache is V4's only: refused by name with the other layouts.
+TEST(Sm80Sparse, ExtraCacheOfV32RefusedByName) {
+  MLAKIT_SKIP_WITHOUT_GPU();
+  const Status st = can_run("sm80", problem_of({.blockwise = true, .extra_topk = 64}));
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
-  EXPECT_NE(st.message().find("fp8_v4"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("extra"), std::string::npos) << st.message();
 }
 
 }  // namespace

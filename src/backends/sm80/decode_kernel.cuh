@@ -144,9 +144,9 @@ __device__ __forceinline__ void process_chunk(const DecodeParams& p, SharedStora
 // process_chunk for an fp8 cache (loads_fp8.cuh): the same tile loop with the KV tiles widened to
 // T on their way into shared memory, a tile held in registers between its fetch and its store;
 // the dequantization scales go to the softmax (q and k) and the epilogue (v). q is T (copied as
-// in process_chunk) or e4m3 (widened). kBlockwise: the V3.2 cache (BlockwiseKvLoader), each value
-// widened times its group's scale and k_scale, so the factors are the 16-bit cache's.
-template <typename T, typename Cfg, bool kBlockwise = false>
+// in process_chunk) or e4m3 (widened). kCache V3.2 or V4 (ScaledKvLoader): each value widened
+// times its group's scale and k_scale, so the factors are the 16-bit cache's.
+template <typename T, typename Cfg, Fp8Cache kCache = Fp8Cache::kOneScale>
 __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedStorage<T, Cfg>& s,
                                                   int m_tile, const plan::Chunk& c,
                                                   const fp8::Scales& scales) {
@@ -156,8 +156,9 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
   const uint32_t s_q = ptx::smem_u32(s.q);
   const uint32_t s_kv0 = ptx::smem_u32(&s) + sizeof(SharedStorage<T, Cfg>);
   const int stages = p.stages;
-  const float scale_log2 = kBlockwise ? p.scale_log2 : p.scale_log2 * scales.qk;
-  const float v_scale = kBlockwise ? 1.0f : scales.v;
+  constexpr bool kScaled = kCache != Fp8Cache::kOneScale;
+  const float scale_log2 = kScaled ? p.scale_log2 : p.scale_log2 * scales.qk;
+  const float v_scale = kScaled ? 1.0f : scales.v;
 
   // The previous chunk's epilogue ended with a barrier after its last reads of q and kv.
   if (p.q_fp8) {
@@ -166,16 +167,17 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
     load_q<T, Cfg>(s_q, p, c.request, row0);
   }
   ptx::cp_async_commit_group();
-  using Loader = std::conditional_t<kBlockwise, BlockwiseKvLoader<T, Cfg>, Fp8KvLoader<T, Cfg>>;
+  constexpr bool kV4 = kCache == Fp8Cache::kV4;
+  using Loader = std::conditional_t<kScaled, ScaledKvLoader<T, Cfg, kV4>, Fp8KvLoader<T, Cfg>>;
   const Loader loader = [&] {
-    if constexpr (kBlockwise) {
+    if constexpr (kScaled) {
       return Loader(p, c, scales.v);
     } else {
       return Loader(p, c);
     }
   }();
   const int n_tiles = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
-  std::conditional_t<kBlockwise, BlockwiseTileRegs<Cfg>, Fp8TileRegs<Cfg>> regs;
+  std::conditional_t<kScaled, ScaledTileRegs<Cfg, kV4>, Fp8TileRegs<Cfg>> regs;
   for (int t = 0; t < stages - 1 && t < n_tiles; ++t) {
     loader.fetch(c.token_begin + t * kBlockN, regs);
     loader.store(s_kv0 + t * kStageBytes, regs);
@@ -208,12 +210,12 @@ __device__ __forceinline__ void process_chunk_fp8(const DecodeParams& p, SharedS
   write_epilogue<T, Cfg>(p, s, c, row0, st, o, warp, lane, scale_log2, v_scale);
 }
 
-// kFp8: the cache is e4m3 (process_chunk_fp8), T the type the math runs in; kBlockwise: the V3.2
-// cache (sparse only, with kFp8).
-template <typename T, typename Cfg, bool kFp8, bool kBlockwise = false>
+// kFp8: the cache is e4m3 (process_chunk_fp8), T the type the math runs in; kCache: which e4m3
+// cache (the V3.2 and V4 layouts sparse only).
+template <typename T, typename Cfg, bool kFp8, Fp8Cache kCache = Fp8Cache::kOneScale>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(kFp8 || !kBlockwise);
+  static_assert(kFp8 || kCache == Fp8Cache::kOneScale);
   extern __shared__ __align__(128) uint8_t smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<T, Cfg>*>(smem_raw);
   // Query tiles vary fastest over the grid: the CTAs of one chunk (or part) are scheduled
@@ -279,7 +281,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (kFp8) scales = fp8::read_scales(p);
     while (chunks.next(&c)) {
       if constexpr (kFp8) {
-        process_chunk_fp8<T, Cfg, kBlockwise>(p, s, m_tile, c, scales);
+        process_chunk_fp8<T, Cfg, kCache>(p, s, m_tile, c, scales);
       } else {
         process_chunk<T, Cfg>(p, s, m_tile, c, q_loaded && first);
       }
@@ -293,31 +295,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 }
 
-template <typename T, typename Cfg, bool kFp8, bool kBlockwise = false>
+template <typename T, typename Cfg, bool kFp8, Fp8Cache kCache = Fp8Cache::kOneScale>
 Status prepare_decode(int stages, int* ctas_per_sm) {
   const size_t smem = SharedStorage<T, Cfg>::smem_bytes(stages);
-  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, Cfg, kFp8, kBlockwise>,
+  MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(decode_kernel<T, Cfg, kFp8, kCache>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   MLAKIT_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      ctas_per_sm, decode_kernel<T, Cfg, kFp8, kBlockwise>, Cfg::kThreads, smem));
+      ctas_per_sm, decode_kernel<T, Cfg, kFp8, kCache>, Cfg::kThreads, smem));
   return Status::Ok();
 }
 
-template <typename T, typename Cfg, bool kFp8, bool kBlockwise = false>
+template <typename T, typename Cfg, bool kFp8, Fp8Cache kCache = Fp8Cache::kOneScale>
 Status launch_decode(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  MLAKIT_CUDA_RETURN(pdl::launch(decode_kernel<T, Cfg, kFp8, kBlockwise>, grid, dim3(Cfg::kThreads),
+  MLAKIT_CUDA_RETURN(pdl::launch(decode_kernel<T, Cfg, kFp8, kCache>, grid, dim3(Cfg::kThreads),
                                  SharedStorage<T, Cfg>::smem_bytes(p.stages), stream, pdl, p));
   return Status::Ok();
 }
 
 // The table entry of one instantiation (one per decode_<dtype>_<tile>.cu,
-// decode_e4m3_<dtype>_<tile>.cu and decode_v32_<dtype>_<tile>.cu).
-template <typename T, typename Cfg, bool kFp8 = false, bool kBlockwise = false>
+// decode_e4m3_<dtype>_<tile>.cu, decode_v32_<dtype>_<tile>.cu and decode_v4_<dtype>_<tile>.cu).
+template <typename T, typename Cfg, bool kFp8 = false, Fp8Cache kCache = Fp8Cache::kOneScale>
 constexpr DecodeKernel decode_kernel_entry() {
   return {.rows = Cfg::kRows,
           .smem_fixed_bytes = sizeof(SharedStorage<T, Cfg>),
-          .prepare = prepare_decode<T, Cfg, kFp8, kBlockwise>,
-          .launch = launch_decode<T, Cfg, kFp8, kBlockwise>};
+          .prepare = prepare_decode<T, Cfg, kFp8, kCache>,
+          .launch = launch_decode<T, Cfg, kFp8, kCache>};
 }
 
 }  // namespace mlakit::sm80

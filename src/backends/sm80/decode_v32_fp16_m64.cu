@@ -6,7 +6,7 @@ namespace mlakit::sm80 {
 
 const DecodeKernel& decode_kernel_v32_fp16_m64() {
   static constexpr DecodeKernel kEntry =
-      decode_kernel_entry<__half, TileM64, /*kFp8=*/true, /*kBlockwise=*/true>();
+      decode_kernel_entry<__half, TileM64, /*kFp8=*/true, Fp8Cache::kBlockwise>();
   return kEntry;
 }
 

@@ -68,6 +68,13 @@ DType compute_dtype(const Problem& p) {
 
 const DecodeKernel& select_kernel(const Problem& p, TileKind tile) {
   const bool bf16 = compute_dtype(p) == DType::kBF16;
+  if (p.kv_layout == KvLayout::kFp8V4) {
+    switch (tile) {
+      case TileKind::kM16: return bf16 ? decode_kernel_v4_bf16_m16() : decode_kernel_v4_fp16_m16();
+      case TileKind::kM32: return bf16 ? decode_kernel_v4_bf16_m32() : decode_kernel_v4_fp16_m32();
+      case TileKind::kM64: return bf16 ? decode_kernel_v4_bf16_m64() : decode_kernel_v4_fp16_m64();
+    }
+  }
   if (p.kv_layout == KvLayout::kFp8Blockwise) {
     switch (tile) {
       case TileKind::kM16:
@@ -169,10 +176,11 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   // The region at compact_offset: a sparse problem's compacted slots, or the lengths of a
   // context-parallel rank or a var_q problem (cp_lengths.h).
   const size_t lengths_bytes = plan::cp_lengths_bytes(problem);
-  setup->workspace_bytes = p.sparse()
-                               ? setup->compact_offset + plan::compact_bytes(p.max_batch, p.topk)
-                           : lengths_bytes > 0 ? setup->compact_offset + lengths_bytes
-                                               : setup->layout.bytes;
+  setup->workspace_bytes =
+      p.sparse() ? setup->compact_offset +
+                       plan::compact_bytes(p.max_batch, problem.topk + problem.extra_topk)
+      : lengths_bytes > 0 ? setup->compact_offset + lengths_bytes
+                          : setup->layout.bytes;
   setup->inline_plan = plan::plans_in_kernel(setup->shape);
   setup->speculate = tactic == 4 && !roles;
   setup->pdl = p.enable_pdl && device.sm_major >= 9;
@@ -205,17 +213,29 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   params.scale = a.softmax_scale;
   params.speculate = setup.speculate;
   params.q_fp8 = p.q_dtype == DType::kFP8E4M3;
+  params.q_chunks = p.d_qk / 8;  // of a 16-bit q (V4: 64, the rest zeros)
   if (sparse) {
-    // The compacted slots are the rows' page ids (pages of one token): never out of range.
-    const plan::CompactParams compact =
+    // The compacted slots are the rows' page ids (pages of one token): never out of range. V4:
+    // (cache, page, token) at the pitches of plan::v4_page_pitches (plan::V4Cache).
+    plan::CompactParams compact =
         plan::compact_params(p, args, static_cast<uint8_t*>(workspace) + setup.compact_offset);
+    if (p.kv_layout == KvLayout::kFp8V4) {
+      int32_t main_pitch = 0, extra_pitch = 0;
+      MLAKIT_RETURN_IF_ERROR(plan::v4_page_pitches(p, args, "sm80", &main_pitch, &extra_pitch));
+      compact.main.page_pitch = main_pitch;
+      if (p.has_extra()) compact.extra.page_pitch = extra_pitch;
+      params.v4[0] = plan::v4_cache(args.kv_cache, p.page_size, main_pitch);
+      params.v4[1] = p.has_extra() ? plan::v4_cache(args.extra_kv_cache,
+                                                    p.extra_page_size_or_default(), extra_pitch)
+                                   : params.v4[0];
+    }
     if (launches & kLaunchPlan) {
       MLAKIT_RETURN_IF_ERROR(plan::launch_compact(compact, a.batch, stream, setup.pdl));
     }
     params.block_table = compact.slots;
-    params.block_table_stride = p.topk;
+    params.block_table_stride = p.topk + p.extra_topk;
     params.seq_lens = compact.counts;
-    params.max_len = p.topk;
+    params.max_len = p.topk + p.extra_topk;
     params.num_pages = static_cast<int32_t>(std::min<int64_t>(compact.main.num_tokens, INT32_MAX));
   } else if (p.context_parallel() || p.var_q) {
     // The rank's lengths and causal bounds, counted from the global lengths, or var_q's bounds

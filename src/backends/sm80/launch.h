@@ -47,6 +47,13 @@ const DecodeKernel& decode_kernel_v32_bf16_m64();
 const DecodeKernel& decode_kernel_v32_fp16_m16();
 const DecodeKernel& decode_kernel_v32_fp16_m32();
 const DecodeKernel& decode_kernel_v32_fp16_m64();
+// Defined in decode_v4_<dtype>_<tile>.cu: the V4 cache (sparse) widened to <dtype>.
+const DecodeKernel& decode_kernel_v4_bf16_m16();
+const DecodeKernel& decode_kernel_v4_bf16_m32();
+const DecodeKernel& decode_kernel_v4_bf16_m64();
+const DecodeKernel& decode_kernel_v4_fp16_m16();
+const DecodeKernel& decode_kernel_v4_fp16_m32();
+const DecodeKernel& decode_kernel_v4_fp16_m64();
 
 // The 16-bit type the kernel computes in: the cache's; for an fp8 cache q's, or with an fp8 q
 // the output's.

@@ -36,7 +36,7 @@ __device__ __forceinline__ void load_q(uint32_t s_q, const DecodeParams& p, int 
   for (int k = 0; k < Cfg::kRows * kRowChunks / kCopiers; ++k) {
     const int idx = k * kCopiers + tid;
     const int row = idx / kRowChunks, chunk = idx % kRowChunks;
-    const bool valid = row < valid_rows;
+    const bool valid = row < valid_rows && chunk < p.q_chunks;
     const T* src = g_q + (valid ? p.q_view.offset(request, row0 + row) + chunk * 8 : 0);
     ptx::cp_async_cg_shared_global(s_q + row_chunk_offset(row, chunk), src, valid ? 16 : 0);
   }

@@ -14,6 +14,7 @@
 #include "backends/sm80/loads.cuh"
 #include "backends/sm80/params.h"
 #include "kernels/common/fp8.cuh"
+#include "plan/compact.h"
 #include "plan/work.cuh"
 
 namespace mlakit::sm80 {
@@ -135,46 +136,59 @@ class Fp8KvLoader {
   int token_end_;
 };
 
-// The V3.2 blockwise cache (KvLayout::kFp8Blockwise, 656 bytes a token: 512 e4m3 values, their
-// four fp32 scales, one per 128, then 64 bf16 RoPE values), sparse only: the tiles of one chunk
-// gathered through the compacted slots (pages of one token) and widened to T on their way into
-// shared memory, each value times its group's scale and the cache's k_scale (one rounding), so the
-// kernel's math and its softmax and output factors are the 16-bit cache's. Each thread moves 8
-// pieces of the e4m3 part (kBytes each, with its group's scale) and 2 of the RoPE part, as
-// Fp8KvLoader does 9: consecutive threads on consecutive bytes of a token.
-template <typename Cfg>
-struct BlockwisePieces {
+// The caches with per-group scales, sparse only: V3.2 (KvLayout::kFp8Blockwise, 656 bytes a
+// token: 512 e4m3 values, their four fp32 scales, one per 128, then 64 bf16 RoPE values) and V4
+// (KvLayout::kFp8V4, d_qk 512: per token 448 e4m3 values and 64 bf16 RoPE values, and in the
+// page's scale rows seven UE8M0 scales, one per 64; plan::V4Cache, the extra cache's slots tagged
+// by plan::kExtraSlot). The tiles of one chunk are gathered through the compacted slots (pages of
+// one token) and widened to T on their way into shared memory, each value times its group's scale
+// and the cache's k_scale (one rounding), so the kernel's math and its softmax and output factors
+// are the 16-bit cache's. V4 fills dims 0..511 (V is all of them) and zeros 512..575 (q's are
+// zeros too). Each thread moves 8 (V4: 7) pieces of the e4m3 part (kBytes each, with its group's
+// scale) and 2 of the RoPE part, as Fp8KvLoader does 9: consecutive threads on consecutive bytes
+// of a token.
+template <typename Cfg, bool kV4>
+struct ScaledPieces {
   static constexpr int kBytes = Fp8Pieces<Cfg>::kBytes;  // 16 or 8
   static constexpr int kWords = kBytes / 4;
-  static constexpr int kLatentPerToken = kDv / kBytes;
-  static constexpr int kRopePerToken = (kDqk - kDv) * 2 / kBytes;
-  static constexpr int kLatent = kBlockN * kLatentPerToken / Cfg::kThreads;  // 8
+  static constexpr int kValues = kV4 ? kV4Nope : kDv;  // e4m3 values a token
+  static constexpr int kGroup = kV4 ? kV4Group : kBlockwiseGroup;
+  static constexpr int kRopeDim = kValues;  // the first RoPE dim
+  static constexpr int kRopeAt = kV4 ? kV4Nope : kDv + kDv / kBlockwiseGroup * 4;  // its byte
+  static constexpr int kRopeDims = 64;
+  static constexpr int kLatentPerToken = kValues / kBytes;
+  static constexpr int kRopePerToken = kRopeDims * 2 / kBytes;
+  static constexpr int kLatent = kBlockN * kLatentPerToken / Cfg::kThreads;  // 8 (V4: 7)
   static constexpr int kRope = kBlockN * kRopePerToken / Cfg::kThreads;      // 2
+  // V4: dims 512..575 zeroed, in 16-byte chunks.
+  static constexpr int kZeroChunksPerToken = kV4 ? (kDqk - kV4Dqk) / 8 : 0;
+  static constexpr int kZero = kBlockN * kZeroChunksPerToken / Cfg::kThreads;
   static_assert(kLatent * Cfg::kThreads == kBlockN * kLatentPerToken &&
-                kRope * Cfg::kThreads == kBlockN * kRopePerToken);
-  static constexpr int kScalesAt = kDv;                            // the fp32 scales
-  static constexpr int kRopeAt = kDv + kDv / kBlockwiseGroup * 4;  // the bf16 RoPE values
-  static_assert(kRopeAt + (kDqk - kDv) * 2 == kBlockwiseBytes);
+                kRope * Cfg::kThreads == kBlockN * kRopePerToken &&
+                kZero * Cfg::kThreads == kBlockN * kZeroChunksPerToken && kGroup % kBytes == 0);
+  static_assert(kV4 ? kRopeAt + kRopeDims * 2 == kV4DataBytes
+                    : kRopeAt + kRopeDims * 2 == kBlockwiseBytes);
 };
 
-template <typename Cfg>
-struct BlockwiseTileRegs {
-  using Pieces = BlockwisePieces<Cfg>;
+template <typename Cfg, bool kV4>
+struct ScaledTileRegs {
+  using Pieces = ScaledPieces<Cfg, kV4>;
   uint32_t latent[Pieces::kLatent][Pieces::kWords];
   float scale[Pieces::kLatent];  // the group's, times k_scale
   uint32_t rope[Pieces::kRope][Pieces::kWords];
   uint32_t bad;  // bit j: token j, one of whose pieces this thread holds, has no valid slot
 };
 
-template <typename T, typename Cfg>
-class BlockwiseKvLoader {
+template <typename T, typename Cfg, bool kV4>
+class ScaledKvLoader {
  public:
-  using Pieces = BlockwisePieces<Cfg>;
+  using Pieces = ScaledPieces<Cfg, kV4>;
 
-  __device__ __forceinline__ BlockwiseKvLoader(const DecodeParams& p, const plan::Chunk& c,
-                                               float k_scale)
+  __device__ __forceinline__ ScaledKvLoader(const DecodeParams& p, const plan::Chunk& c,
+                                            float k_scale)
       : g_kv_(static_cast<const uint8_t*>(p.kv)),
         view_(p.kv_view),
+        v4_(p.v4),
         g_pages_(p.block_table + c.request * p.block_table_stride),
         page_shift_(p.page_shift),
         num_pages_(p.num_pages),
@@ -183,7 +197,7 @@ class BlockwiseKvLoader {
 
   // The tile starting at token `tile_start` into registers (zeros past the chunk's end and for
   // slots out of range, which are marked bad).
-  __device__ __forceinline__ void fetch(int tile_start, BlockwiseTileRegs<Cfg>& r) const {
+  __device__ __forceinline__ void fetch(int tile_start, ScaledTileRegs<Cfg, kV4>& r) const {
     r.bad = 0;
 #pragma unroll
     for (int k = 0; k < Pieces::kLatent; ++k) {
@@ -193,11 +207,12 @@ class BlockwiseKvLoader {
 #pragma unroll
       for (int i = 0; i < Pieces::kWords; ++i) r.latent[k][i] = 0;
       r.scale[k] = 0.0f;
-      if (const uint8_t* tok = token(tile_start, row, r.bad)) {
+      const uint8_t* scales;
+      if (const uint8_t* tok = token(tile_start, row, r.bad, &scales)) {
         load_words<Pieces::kWords>(tok + at, r.latent[k]);
-        r.scale[k] =
-            *reinterpret_cast<const float*>(tok + Pieces::kScalesAt + at / kBlockwiseGroup * 4) *
-            k_scale_;
+        const int g = at / Pieces::kGroup;
+        const float scale = kV4 ? fp8::ue8m0(scales[g]) : reinterpret_cast<const float*>(scales)[g];
+        r.scale[k] = scale * k_scale_;
       }
     }
 #pragma unroll
@@ -207,14 +222,15 @@ class BlockwiseKvLoader {
       const int at = idx % Pieces::kRopePerToken * Pieces::kBytes;
 #pragma unroll
       for (int i = 0; i < Pieces::kWords; ++i) r.rope[k][i] = 0;
-      if (const uint8_t* tok = token(tile_start, row, r.bad)) {
+      const uint8_t* scales;
+      if (const uint8_t* tok = token(tile_start, row, r.bad, &scales)) {
         load_words<Pieces::kWords>(tok + Pieces::kRopeAt + at, r.rope[k]);
       }
     }
   }
 
   // The fetched tile, widened, into the stage at s_kv.
-  __device__ __forceinline__ void store(uint32_t s_kv, const BlockwiseTileRegs<Cfg>& r) const {
+  __device__ __forceinline__ void store(uint32_t s_kv, const ScaledTileRegs<Cfg, kV4>& r) const {
 #pragma unroll
     for (int k = 0; k < Pieces::kLatent; ++k) {
       const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
@@ -232,7 +248,8 @@ class BlockwiseKvLoader {
     for (int k = 0; k < Pieces::kRope; ++k) {
       const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
       const int row = idx / Pieces::kRopePerToken;
-      const int d0 = kDv + idx % Pieces::kRopePerToken * Pieces::kBytes / 2;  // two bytes a value
+      // Two bytes a value.
+      const int d0 = Pieces::kRopeDim + idx % Pieces::kRopePerToken * Pieces::kBytes / 2;
       uint32_t v[Pieces::kWords];
 #pragma unroll
       for (int i = 0; i < Pieces::kWords; ++i) {
@@ -250,20 +267,48 @@ class BlockwiseKvLoader {
                      : "memory");
       }
     }
+    if constexpr (kV4) {
+#pragma unroll
+      for (int k = 0; k < Pieces::kZero; ++k) {
+        const int idx = k * Cfg::kThreads + static_cast<int>(threadIdx.x);
+        const uint32_t zeros[4] = {0, 0, 0, 0};
+        store_words(s_kv + row_chunk_offset(idx / Pieces::kZeroChunksPerToken,
+                                            kV4Dqk / 8 + idx % Pieces::kZeroChunksPerToken),
+                    zeros);
+      }
+    }
   }
 
  private:
-  // Token `row` of the tile at tile_start, or nullptr (past the chunk's end; or a slot out of
-  // range, marked in bad).
-  __device__ __forceinline__ const uint8_t* token(int tile_start, int row, uint32_t& bad) const {
+  // Token `row` of the tile at tile_start and its scales, or nullptr (past the chunk's end; or a
+  // slot out of range, marked in bad).
+  __device__ __forceinline__ const uint8_t* token(int tile_start, int row, uint32_t& bad,
+                                                  const uint8_t** scales) const {
     const int pos = tile_start + row;
     if (pos >= token_end_) return nullptr;
-    const int32_t page = plan::valid_page(g_pages_[pos >> page_shift_], num_pages_);
-    if (page < 0) {
-      bad |= 1u << row;
-      return nullptr;
+    if constexpr (kV4) {
+      // The compaction keeps only slots of cached tokens (plan/compact.h).
+      const int32_t slot = g_pages_[pos];
+      if (slot < 0) {
+        bad |= 1u << row;
+        return nullptr;
+      }
+      const plan::V4Cache& cache = v4_[(slot & plan::kExtraSlot) != 0 ? 1 : 0];
+      const int32_t s = slot & (plan::kExtraSlot - 1);
+      const uint8_t* page = cache.base + (s >> cache.page_shift) * cache.page_stride;
+      const int32_t t = s & ((1 << cache.page_shift) - 1);
+      *scales = page + cache.scale_offset + t * kV4ScaleBytes;
+      return page + int64_t{t} * kV4DataBytes;
+    } else {
+      const int32_t page = plan::valid_page(g_pages_[pos >> page_shift_], num_pages_);
+      if (page < 0) {
+        bad |= 1u << row;
+        return nullptr;
+      }
+      const uint8_t* tok = g_kv_ + view_.offset(page, pos & ((1 << page_shift_) - 1));
+      *scales = tok + kDv;
+      return tok;
     }
-    return g_kv_ + view_.offset(page, pos & ((1 << page_shift_) - 1));
   }
 
   __device__ __forceinline__ static void store_words(uint32_t at, const uint32_t (&v)[4]) {
@@ -274,6 +319,7 @@ class BlockwiseKvLoader {
 
   const uint8_t* g_kv_;
   plan::KvView view_;
+  const plan::V4Cache* v4_;  // the kernel's (grid-constant) parameters
   const int32_t* g_pages_;
   int page_shift_;
   int32_t num_pages_;

@@ -14,10 +14,16 @@ struct DecodeParams : plan::DecodeParamsBase {
   // Views (RunArgs, "Views"; any outer strides), in elements: the loads address every row.
   plan::RowView q_view;
   plan::KvView kv_view;
-  int32_t stages;  // KV pipeline depth, kMinStages..kMaxStages
-  float scale;     // softmax_scale
-  bool speculate;  // tactic 4: the persistent part planned before griddepcontrol.wait
-  bool q_fp8;      // the fp8 kernels: q is e4m3, widened to T on its way into shared memory
+  int32_t stages;       // KV pipeline depth, kMinStages..kMaxStages
+  float scale;          // softmax_scale
+  bool speculate;       // tactic 4: the persistent part planned before griddepcontrol.wait
+  bool q_fp8;           // the fp8 kernels: q is e4m3, widened to T on its way into shared memory
+  int32_t q_chunks;     // 16-byte chunks of a q row read (72; V4's d_qk 512: 64, the rest zeros)
+  plan::V4Cache v4[2];  // V4 (Fp8Cache::kV4): the main and the extra cache (the main one twice)
 };
+
+// The e4m3 caches the fp8 kernels read (loads_fp8.cuh): one scale (Fp8KvLoader), or per-group
+// scales in the V3.2 or V4 layout (ScaledKvLoader, sparse only).
+enum class Fp8Cache { kOneScale, kBlockwise, kV4 };
 
 }  // namespace mlakit::sm80

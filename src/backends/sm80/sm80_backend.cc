@@ -37,24 +37,19 @@ Status available(const DeviceInfo& device) {
 }
 
 Status can_run(const Problem& problem, const DeviceInfo& device) {
-  if (problem.has_extra()) {
-    return unsupported("an extra cache (extra_topk ", problem.extra_topk,
-                       ") is not supported by backend sm80 (supported: none)");
-  }
   // Sparse: the dense kernels over the compacted slots as pages of one token (launch.h), so any
-  // page size and s_q, and every cache the dense kernels read, and the V3.2 layout (widened on its
-  // way into shared memory, loads_fp8.cuh); not the V4 layout.
-  if (problem.sparse() && problem.kv_layout == KvLayout::kFp8V4) {
-    return unsupported("kv_layout ", to_string(problem.kv_layout),
-                       " with sparse attention is not supported by backend sm80 (supported: dense "
-                       "caches of bf16, fp16 or e4m3 with one scale, and fp8_blockwise; sm90 runs "
-                       "fp8_v4)");
+  // page size and s_q, every cache the dense kernels read, and the V3.2 and V4 layouts (widened on
+  // their way into shared memory, loads_fp8.cuh; V4 with or without an extra cache).
+  if (problem.has_extra() && problem.kv_layout != KvLayout::kFp8V4) {
+    return unsupported("an extra cache (extra_topk ", problem.extra_topk, ") with kv_layout ",
+                       to_string(problem.kv_layout),
+                       " is not supported by backend sm80 (supported: with fp8_v4)");
   }
   const Problem p = sm80::planned_problem(problem);
   if (!problem.sparse() && p.kv_layout != KvLayout::kDense) {
     return unsupported("kv_layout ", to_string(p.kv_layout),
                        " without sparse attention is not supported by backend sm80 (supported: "
-                       "dense; fp8_blockwise with topk > 0)");
+                       "dense; fp8_blockwise and fp8_v4 with topk > 0)");
   }
   // An fp8 cache computes in q's 16-bit type (or, with an fp8 q, the output's) and writes it.
   if (p.kv_dtype == DType::kFP8E4M3 && p.q_dtype != DType::kFP8E4M3 && p.out_dtype != p.q_dtype) {

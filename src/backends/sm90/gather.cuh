@@ -402,12 +402,7 @@ __device__ __forceinline__ void issue_v4(const DecodeParams& p, SmallStorage& sm
   ptx::cp_async_commit_group();
 }
 
-// A UE8M0 scale: 2^(e - 127); 0xff is NaN (as the cpu backend's ue8m0_to_float).
-__device__ __forceinline__ float ue8m0(uint32_t e) {
-  return e == 0xffu ? __uint_as_float(0x7fc00000u)
-         : e == 0u  ? __uint_as_float(0x00400000u)
-                    : __uint_as_float(e << 23);
-}
+using fp8::ue8m0;  // a UE8M0 scale as a float
 
 // dequant_v32's counterpart for a V4 block: the RoPE chunk (7) to fp16 for an fp16 q; column
 // chunk 8 zeroed (K's columns past 512: q's are zeros, and a NaN times zero is not); then each

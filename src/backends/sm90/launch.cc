@@ -406,25 +406,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
   const bool v4 = sparse && p.kv_layout == KvLayout::kFp8V4;
   int32_t sparse_page_pitch = p.page_size, extra_page_pitch = 0;
   if (v4) {
-    sparse_page_pitch = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(p.page_size)));
-    extra_page_pitch =
-        static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(p.extra_page_size_or_default())));
-    constexpr int64_t kSlots = int64_t{plan::kExtraSlot};
-    if (a.num_pages > kSlots / sparse_page_pitch) {
-      return invalid_argument("num_pages",
-                              str_cat("at most ", kSlots / sparse_page_pitch,
-                                      " for backend sm90's V4 gather (page_size ", p.page_size,
-                                      " read at a pitch of ", sparse_page_pitch, " tokens)"),
-                              a.num_pages);
-    }
-    if (p.has_extra() && a.extra_num_pages > kSlots / extra_page_pitch) {
-      return invalid_argument(
-          "extra_num_pages",
-          str_cat("at most ", kSlots / extra_page_pitch,
-                  " for backend sm90's V4 gather (extra page size ", p.extra_page_size_or_default(),
-                  " read at a pitch of ", extra_page_pitch, " tokens)"),
-          a.extra_num_pages);
-    }
+    MLAKIT_RETURN_IF_ERROR(
+        plan::v4_page_pitches(p, a, "sm90", &sparse_page_pitch, &extra_page_pitch));
   } else if (sparse && !views.kv_uniform(p)) {
     sparse_page_pitch = plan::padded_page_pitch(views.kv_page, views.kv_token, a.num_pages);
     if (sparse_page_pitch == 0) {
@@ -494,18 +477,11 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
                   : p.kv_layout == KvLayout::kFp8Blockwise ? Fill::kGatherV32
                                                            : Fill::kGather16;
     if (v4) {
-      // Both caches are contiguous [num_pages, kv_page_bytes] (validation refuses V4 views).
-      auto cache = [](const void* base, int32_t page_size, int32_t pitch) {
-        return GatherCache{.base = static_cast<const uint8_t*>(base),
-                           .page_stride = static_cast<int64_t>(
-                               kv_page_bytes(DType::kFP8E4M3, KvLayout::kFp8V4, page_size)),
-                           .page_shift = std::countr_zero(static_cast<uint32_t>(pitch)),
-                           .scale_offset = page_size * kV4DataBytes};
-      };
-      params.v4[0] = cache(a.kv_cache, p.page_size, sparse_page_pitch);
-      params.v4[1] = p.has_extra()
-                         ? cache(a.extra_kv_cache, p.extra_page_size_or_default(), extra_page_pitch)
-                         : params.v4[0];
+      params.v4[0] = plan::v4_cache(a.kv_cache, p.page_size, sparse_page_pitch);
+      params.v4[1] =
+          p.has_extra()
+              ? plan::v4_cache(a.extra_kv_cache, p.extra_page_size_or_default(), extra_page_pitch)
+              : params.v4[0];
     }
   } else if (p.context_parallel() || p.var_q) {
     // The rank's lengths and causal bounds, counted from the global lengths, or var_q's bounds

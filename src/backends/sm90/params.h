@@ -31,16 +31,7 @@ enum class Widen : int32_t {
                 // e4m3 parts by the launch (pack_q.h, split_q), P into two in the kernel
 };
 
-// A V4 cache as the gather reads it (Fill::kGatherV4): slot s (plan/compact.h, page pitch
-// 2^page_shift) is token s & (2^page_shift - 1) of page s >> page_shift; its 576 data bytes at
-// base + page * page_stride + token * 576, its 8 scale bytes at that page's + scale_offset +
-// token * 8.
-struct GatherCache {
-  const uint8_t* base;
-  int64_t page_stride;  // bytes
-  int32_t page_shift;
-  int32_t scale_offset;  // page_size * 576
-};
+using GatherCache = plan::V4Cache;  // a V4 cache as the gather reads it (Fill::kGatherV4)
 
 struct DecodeParams : plan::DecodeParamsBase {
   // q [b * s_q * h_q rows, 576], boxes of 64 (or the narrow tile's) rows x 64 columns, swizzle

@@ -57,6 +57,13 @@ __device__ __forceinline__ void widen4(uint32_t w, uint32_t& lo, uint32_t& hi) {
   hi = widen_odd_bytes<T>(prmt(w, w, 0x3020));
 }
 
+// A UE8M0 scale: 2^(e - 127); 0xff is NaN (as the cpu backend's ue8m0_to_float).
+__device__ __forceinline__ float ue8m0(uint32_t e) {
+  return e == 0xffu ? __uint_as_float(0x7fc00000u)
+         : e == 0u  ? __uint_as_float(0x00400000u)
+                    : __uint_as_float(e << 23);
+}
+
 // Two T from two floats (lo in the low half), each rounded to nearest.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2f(float lo, float hi) {
