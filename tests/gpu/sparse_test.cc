@@ -4,8 +4,9 @@
 // page sizes 1..576, h_q 1..128 (narrow tiles of 16 and 32 rows, the wide tile,
 // several tiles per row), s_q 1..8, top-k from 1 to 16384 with per-request lengths, -1 slots,
 // sinks, lse and every tactic; indices out of range skipped (never read); PDL bitwise. sm80 (the
-// dense kernels over the compacted slots as pages of one token): caches of q's type and the e4m3
-// cache with one scale, the same features.
+// dense kernels over the compacted slots as pages of one token): caches of q's type, the e4m3
+// cache with one scale, and the V3.2 and V4 layouts (widened with their group scales), the same
+// features.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,6 +45,7 @@ struct SparseCase {
   int extra_page_size = 0;  // 0: page_size
   bool odd_scales = false;  // V3.2: every scale times 1.3 (no longer a power of two)
   bool tails = false;       // indices as a top-k op emits them: -1 tails past short requests
+  float k_scale = NAN;      // V3.2 / V4: the cache's extra scale (none by default)
 };
 
 std::string name(const SparseCase& c, int tactic) {
@@ -56,7 +58,9 @@ std::string name(const SparseCase& c, int tactic) {
                  c.extra_topk > 0 ? str_cat(" extra ", c.extra_topk, " page ", c.extra_page_size)
                                   : std::string(),
                  " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "",
-                 c.odd_scales ? " odd scales" : "", c.tails ? " tails" : "", " tactic ", tactic);
+                 c.odd_scales ? " odd scales" : "", c.tails ? " tails" : "",
+                 std::isnan(c.k_scale) ? std::string() : str_cat(" k_scale ", c.k_scale),
+                 " tactic ", tactic);
 }
 
 Problem problem_of(const SparseCase& c) {
@@ -82,6 +86,7 @@ harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
   const std::vector<int32_t> lens = harness::make_seq_lens(c.batch, c.len, c.variable, seed);
   harness::HostInputs in = harness::make_inputs(
       problem_of(c), lens, {.seed = seed, .sparse_tails = c.tails, .topk_lens = c.topk_lens});
+  if (!std::isnan(c.k_scale)) in.k_scale = c.k_scale;
   if (c.odd_scales) {
     // The kernels' exact power-of-two widening must not take these (the reference reads the
     // same bytes).
@@ -416,6 +421,14 @@ void check_v4_every_tactic(const char* backend, uint64_t seed) {
        .v4 = true,
        .extra_topk = 100,
        .extra_page_size = 16},
+      {.q = DType::kFP16,
+       .page_size = 16,
+       .h_q = 32,
+       .topk = 130,
+       .v4 = true,
+       .extra_topk = 64,
+       .k_scale = 0.75f},
+      {.q = DType::kFP16, .h_q = 64, .s_q = 2, .topk = 200, .v4 = true, .k_scale = 2.0f},
       // Pages of one token (pitch 1), and of 1000 (pitch 1024) in the extra cache.
       {.page_size = 1,
        .h_q = 16,
@@ -500,8 +513,8 @@ TEST(Sm90Sparse, RefusalsNameTheArgument) {
   EXPECT_TRUE(can_run(kBackend, problem_of({.v4 = true, .extra_topk = 64})).ok());
 }
 
-// sm80: the dense kernels over the compacted slots, for every tile, dense cache kind, the V3.2
-// layout and schedule; out-of-range indices skipped.
+// sm80: the dense kernels over the compacted slots, for every tile, dense cache kind and
+// schedule; out-of-range indices skipped.
 TEST(Sm80Sparse, EveryTacticAgainstReference) {
   MLAKIT_SKIP_WITHOUT_GPU();
   const SparseCase cases[] = {
@@ -541,6 +554,8 @@ TEST(Sm80Sparse, BlockwiseEveryTacticAgainstReference) {
       {.q = DType::kFP16, .blockwise = true, .h_q = 20, .topk = 129, .odd_scales = true},
       {.blockwise = true, .h_q = 64, .topk = 192, .batch = 2, .odd_scales = true},
       {.blockwise = true, .h_q = 64, .topk = 512, .batch = 3, .len = 300, .tails = true},
+      {.q = DType::kFP16, .blockwise = true, .h_q = 16, .topk = 200, .k_scale = 0.75f},
+      {.blockwise = true, .h_q = 128, .topk = 96, .batch = 2, .k_scale = 1.5f},
   };
   uint64_t seed = 7700;
   for (const SparseCase& c : cases) check_each_tactic(c, &seed, false, "sm80");
@@ -628,6 +643,14 @@ TEST(Sm80Sparse, ExtraCacheOfV32RefusedByName) {
   const Status st = can_run("sm80", problem_of({.blockwise = true, .extra_topk = 64}));
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
   EXPECT_NE(st.message().find("extra"), std::string::npos) << st.message();
+  // V3.2 and V4 are sparse layouts: a dense problem over them is refused by name.
+  for (const SparseCase& c :
+       {SparseCase{.blockwise = true, .topk = 0}, SparseCase{.topk = 0, .v4 = true}}) {
+    const Status dense = can_run("sm80", problem_of(c));
+    EXPECT_FALSE(dense.ok());
+    EXPECT_NE(dense.message().find(c.v4 ? "fp8_v4" : "fp8_blockwise"), std::string::npos)
+        << dense.message();
+  }
 }
 
 }  // namespace

@@ -359,7 +359,7 @@ TEST(GpuViews, VarQTakesQOutAndCacheViews) {
 
 // Sparse problems: the cache read by the gathers (sm90: 16-bit and V3.2 blockwise caches, padded
 // tokens, pages padded by whole tokens; other padded pages refused by name) or by the dense loads
-// over the slots (sm80: padded tokens and pages); q and out views too.
+// over the slots (sm80: padded tokens and pages, the V3.2 cache included); q and out views too.
 TEST(GpuViews, SparseProblemsTakeCacheViews) {
   MLAKIT_SKIP_WITHOUT_GPU();
   std::vector<Problem> problems;

@@ -195,7 +195,7 @@ __device__ __forceinline__ void score_warp_chunk(const DecodeParams& p, SharedSt
   // word after the barrier that brings it its whole scores.
   const int stages = p.stages;
   const bool pages_lane = warp == 0;
-  const int32_t* g_pages = p.block_table + c.request * p.block_table_stride;
+  const int32_t* g_pages = p.block_table + int64_t{c.request} * p.block_table_stride;
   // The block-table entry of this lane's token of `tile` as read (0 past the chunk's end); checked
   // (plan::valid_page) where it is used, a tile later: checked at the read, warp 0 waited there for
   // it before the tile's first mma (SASS, docs/sm80-decode.md item 28).

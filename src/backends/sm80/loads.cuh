@@ -67,7 +67,7 @@ class KvLoader {
                                       int tid = static_cast<int>(threadIdx.x))
       : g_kv_(static_cast<const T*>(p.kv)),
         view_(p.kv_view),
-        g_pages_(p.block_table + c.request * p.block_table_stride),
+        g_pages_(p.block_table + int64_t{c.request} * p.block_table_stride),
         page_shift_(p.page_shift),
         num_pages_(p.num_pages),
         token_end_(c.token_end),

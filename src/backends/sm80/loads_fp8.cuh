@@ -89,7 +89,7 @@ class Fp8KvLoader {
   __device__ __forceinline__ Fp8KvLoader(const DecodeParams& p, const plan::Chunk& c)
       : g_kv_(static_cast<const uint8_t*>(p.kv)),
         view_(p.kv_view),
-        g_pages_(p.block_table + c.request * p.block_table_stride),
+        g_pages_(p.block_table + int64_t{c.request} * p.block_table_stride),
         page_shift_(p.page_shift),
         num_pages_(p.num_pages),
         token_end_(c.token_end) {}
@@ -189,7 +189,7 @@ class ScaledKvLoader {
       : g_kv_(static_cast<const uint8_t*>(p.kv)),
         view_(p.kv_view),
         v4_(p.v4),
-        g_pages_(p.block_table + c.request * p.block_table_stride),
+        g_pages_(p.block_table + int64_t{c.request} * p.block_table_stride),
         page_shift_(p.page_shift),
         num_pages_(p.num_pages),
         token_end_(c.token_end),
@@ -293,11 +293,16 @@ class ScaledKvLoader {
         bad |= 1u << row;
         return nullptr;
       }
-      const plan::V4Cache& cache = v4_[(slot & plan::kExtraSlot) != 0 ? 1 : 0];
+      // The two caches' fields chosen one by one (an indexed copy went to local memory).
+      const bool extra = (slot & plan::kExtraSlot) != 0;
+      const uint8_t* base = extra ? v4_[1].base : v4_[0].base;
+      const int64_t page_stride = extra ? v4_[1].page_stride : v4_[0].page_stride;
+      const int32_t shift = extra ? v4_[1].page_shift : v4_[0].page_shift;
+      const int32_t scale_offset = extra ? v4_[1].scale_offset : v4_[0].scale_offset;
       const int32_t s = slot & (plan::kExtraSlot - 1);
-      const uint8_t* page = cache.base + (s >> cache.page_shift) * cache.page_stride;
-      const int32_t t = s & ((1 << cache.page_shift) - 1);
-      *scales = page + cache.scale_offset + t * kV4ScaleBytes;
+      const uint8_t* page = base + (s >> shift) * page_stride;
+      const int32_t t = s & ((1 << shift) - 1);
+      *scales = page + scale_offset + t * kV4ScaleBytes;
       return page + int64_t{t} * kV4DataBytes;
     } else {
       const int32_t page = plan::valid_page(g_pages_[pos >> page_shift_], num_pages_);

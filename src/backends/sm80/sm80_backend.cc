@@ -124,8 +124,9 @@ const BackendEntry& sm80_backend_entry() {
           "q/kv/out bf16 or fp16; fp8 e4m3 cache (one scale) with bf16/fp16 q (out alike) or "
           "e4m3 q (out bf16/fp16), widened to 16 bits in shared memory; page size 1, 16, 32, 64, "
           "128; h_q 1..128; s_q 1..16 causal or not; variable query lengths (var_q); variable "
-          "lengths; sinks; lse; PDL; CUDA graphs; sparse top-k over dense caches (the slots as "
-          "pages of one token). Tactics: "
+          "lengths; sinks; lse; PDL; CUDA graphs; sparse top-k over dense caches and the V3.2 and "
+          "V4 layouts (V4 with or without an extra cache; the slots as pages of one token). "
+          "Tactics: "
           "persistent, one-shot (and both with the plain loop for h_q * s_q > "
           "32 and a 16-bit cache; persistent-speculative, the default for h_q * s_q <= 32)",
       .device_memory = true,
