@@ -262,8 +262,13 @@ std::vector<Tactic> tactics(const Problem& problem) {
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
     // The mma kernel's cluster schedule first up to 32 rows up to 128 of its 16-row tiles (rows
-    // as requests x tiles a request), past 32 rows at up to 2 rows as requests (batch 1 with s_q
-    // 1 or 2) or, at topk 512 or less, 8 (what was measured).
+    // as requests x tiles a request; up to 16 rows 256; at topk 512 or less 512, also past 64 rows
+    // as requests at 17-32 rows), past 32 rows at up to 2 rows as requests (batch 1 with s_q 1 or
+    // 2) or, at topk 512 or less, 8 (what was measured).
+    // Past 128 tiles (H200, bench/results/2026-11-29-h200-sparse-grid, call 10): at h_q 8 and 16
+    // (256 tiles) 1.17x, 1.04x and 1.01x faster than the mma kernel's one-shot schedule at topk
+    // 512, 1024 and 2048; at h_q 32 (256 and 512 tiles) 1.12-1.23x faster than the narrow kernel's
+    // one-shot schedule at topk 512, while that one was 1.05-1.29x faster at 1024 and 2048.
     // On an H200 (topk 2048 unless said; bench/results/2026-11-28-h200-sparse-mma-cluster): at
     // h_q 8, 16 and 32, s_q 1 and 2, it was 5-29% faster than the mma kernel's other two
     // schedules from batch 8 to 128 tiles and at h_q 32 4-21% faster than the narrow kernel at
@@ -273,15 +278,25 @@ std::vector<Tactic> tactics(const Problem& problem) {
     // (the best other tactic 15.9-23.7), topk 512 batch 8 at h_q 64 and 128 14.3 and 17.0 (the
     // split kernel's cluster schedule 18.0 and 19.4); at topk 2048 batch 8 past 32 rows (32-128
     // tiles) the split kernel's cluster schedule is 10-74% faster (call 10).
+    const int64_t mma_cluster_tiles = p.topk <= 512                    ? 512
+                                      : rows <= sm90::kSmallNarrowRows ? 256
+                                                                       : 128;
     const bool mma_cluster_first =
-        mma && ((mma_first && rows <= sm90::kMaxNarrowRows && mma_tiles <= 128) ||
+        mma && ((rows <= sm90::kMaxNarrowRows && mma_tiles <= mma_cluster_tiles &&
+                 (mma_first || p.topk <= 512)) ||
                 (rows > sm90::kMaxNarrowRows && p.max_batch <= (p.topk <= 512 ? 8 : 2)));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});
     if (rows > sm90::kMaxNarrowRows) {
+      // The split kernel's cluster schedule first from 8 of its 64-row tiles up to 128 (at topk
+      // 1024 or less 256, at 512 or less 512). Past 128 (H200, 2026-11-29-h200-sparse-grid, call
+      // 10; h_q 64 and 128 at 256 and 512 tiles) against its one-shot schedule: 1.05-1.12x faster
+      // at topk 512, 1.01-1.05x at 1024 up to 256 tiles and 1.4% slower at 512 tiles, 0.1-4.7%
+      // slower at 2048.
       const int64_t tiles = int64_t{(rows + sm90::kRows - 1) / sm90::kRows} * p.max_batch;
-      const bool split_cluster_first = tiles >= 8 && tiles <= 128;
+      const int64_t split_cluster_tiles = p.topk <= 512 ? 512 : p.topk <= 1024 ? 256 : 128;
+      const bool split_cluster_first = tiles >= 8 && tiles <= split_cluster_tiles;
       if (split_cluster_first) append({split_cluster});
       append(pair(split_persistent, split_one_shot));
       if (!split_cluster_first) append({split_cluster});
