@@ -565,6 +565,17 @@ TEST(Sm80Sparse, BlockwiseEveryTacticAgainstReference) {
                     "sm80");
 }
 
+// A V4 case with an extra cache of another page size, for the sanitizers (both backends).
+constexpr SparseCase kV4SanitizeCase{.page_size = 61,
+                                     .h_q = 16,
+                                     .topk = 100,
+                                     .batch = 2,
+                                     .len = 300,
+                                     .topk_lens = true,
+                                     .v4 = true,
+                                     .extra_topk = 70,
+                                     .extra_page_size = 2};
+
 // Sparse decode under the sanitizers (scripts/sanitize.sh): every tactic of each backend on
 // small cases of both layouts and each tile, with out-of-range indices in used slots.
 TEST(Sm90Sanitize, Sparse) {
@@ -584,16 +595,7 @@ TEST(Sm90Sanitize, Sparse) {
   check_each_tactic(
       {.q = DType::kFP16, .blockwise = true, .h_q = 24, .topk = 70, .batch = 1, .odd_scales = true},
       &seed);
-  check_each_tactic({.page_size = 61,
-                     .h_q = 16,
-                     .topk = 100,
-                     .batch = 2,
-                     .len = 300,
-                     .topk_lens = true,
-                     .v4 = true,
-                     .extra_topk = 70,
-                     .extra_page_size = 2},
-                    &seed, /*corrupt=*/true);
+  check_each_tactic(kV4SanitizeCase, &seed, /*corrupt=*/true);
   check_each_tactic({.h_q = 64, .s_q = 2, .topk = 64, .batch = 1, .v4 = true, .extra_topk = 64},
                     &seed);
 }
@@ -608,16 +610,7 @@ TEST(Sm80Sanitize, Sparse) {
                     true, "sm80");
   check_each_tactic({.q = DType::kFP16, .blockwise = true, .h_q = 64, .topk = 70, .batch = 1},
                     &seed, true, "sm80");
-  check_each_tactic({.page_size = 61,
-                     .h_q = 16,
-                     .topk = 100,
-                     .batch = 2,
-                     .len = 300,
-                     .topk_lens = true,
-                     .v4 = true,
-                     .extra_topk = 70,
-                     .extra_page_size = 2},
-                    &seed, /*corrupt=*/true, "sm80");
+  check_each_tactic(kV4SanitizeCase, &seed, /*corrupt=*/true, "sm80");
 }
 
 // sm80 over the V4 layout: sm90's cases, empty rows, PDL on and off.
