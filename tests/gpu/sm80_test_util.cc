@@ -295,8 +295,8 @@ std::vector<Refusal> common_refusals() {
   fp8.kv_dtype = DType::kFP8E4M3;
   fp8.kv_layout = KvLayout::kFp8Blockwise;
   fp8.q_dtype = DType::kBF16;
-  // Sparse decode runs on both GPU backends (tests/gpu/sparse_test.cc); an extra cache with a
-  // dense cache runs on neither (sm90 runs it with the V4 layout).
+  // Sparse decode runs on both GPU backends (tests/gpu/sparse_sm90_test.cc, sparse_sm80_test.cc);
+  // an extra cache with a dense cache runs on neither (sm90 runs it with the V4 layout).
   Problem extra = base;
   extra.topk = 2048;
   extra.extra_topk = 64;
