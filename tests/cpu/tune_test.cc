@@ -494,6 +494,27 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
     EXPECT_EQ(sm90->tactics(p).front().id, first)
         << "h_q " << h_q << " batch " << batch << " topk " << topk;
   }
+  // V4 past 32 rows: persistent first up to 8 of the wide tile's tiles (16 at topk 2048), where
+  // the cluster rule (short requests) would take cluster.
+  for (const auto& [h_q, batch, topk, first] : {std::tuple{64, 1, 512, 0},
+                                                {64, 8, 512, 0},
+                                                {128, 1, 1024, 0},
+                                                {128, 8, 512, 2},
+                                                {128, 8, 2048, 0},
+                                                {64, 32, 1024, 2},
+                                                {16, 1, 512, 5}}) {
+    const Problem p{.h_q = h_q,
+                    .d_qk = kV4Dqk,
+                    .page_size = 64,
+                    .max_batch = batch,
+                    .max_seq_len = 8192,
+                    .kv_dtype = DType::kFP8E4M3,
+                    .kv_layout = KvLayout::kFp8V4,
+                    .topk = topk,
+                    .extra_topk = 128};
+    EXPECT_EQ(sm90->tactics(p).front().id, first)
+        << "v4 h_q " << h_q << " batch " << batch << " topk " << topk;
+  }
   for (const bool v4 : {false, true}) {
     Problem p{.h_q = 64, .page_size = 64, .max_batch = 64, .max_seq_len = 8192};
     if (v4) {

@@ -310,6 +310,17 @@ std::vector<Tactic> tactics(const Problem& problem) {
     if (rows <= sm90::kMaxNarrowRows) append({split_persistent, split_one_shot, split_cluster});
     return out;
   }
+  // Sparse decode of the V4 cache (the gather on the 16-bit tiles) past 32 rows: persistent first
+  // up to 8 of the wide tile's tiles (rows as requests x tiles a request; 16 at topk 2048 or
+  // more), where the cluster rule would take cluster (a request's length, topk + extra_topk, is
+  // short). On an H200 (h_q 64 and 128, s_q 1, an extra cache of 128, topk 512, 1024, 2048;
+  // bench/results/2026-11-29-h200-sparse-grid, calls 15 and 16) persistent was 1.17-1.51x faster
+  // than cluster at 1, 2 and 8 tiles and 1.06-1.10x at 16 tiles at topk 2048; cluster 1.11-1.13x
+  // faster at 16 tiles at topk 512 and 1024, and 1.02-1.36x from 32 tiles.
+  if (p.sparse() && p.kv_layout == KvLayout::kFp8V4 && rows > sm90::kMaxNarrowRows) {
+    const int64_t tiles = int64_t{(rows + sm90::kRows - 1) / sm90::kRows} * p.max_batch;
+    if (tiles <= (p.topk >= 2048 ? 16 : 8)) return dense_order(p, /*cluster_first=*/false);
+  }
   return dense_order(p, cluster_first);
 }
 
