@@ -256,7 +256,7 @@ class ScaledKvLoader {
         v[i] = r.rope[k][i];
         if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
           const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]));
-          v[i] = fp8::pack2f<T>(f.x, f.y);
+          v[i] = pack2<T>(f.x, f.y);
         }
       }
       const uint32_t at = s_kv + row_chunk_offset(row, d0 / 8) + (d0 % 8) * 2;

@@ -283,8 +283,8 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 #pragma unroll
       for (int g = 0; g < 4; ++g) {
         const uint2 v = make_uint2(
-            pack2f<__nv_bfloat16>(pv[0] * part_of(psc[0], g), pv[1] * part_of(psc[1], g)),
-            pack2f<__nv_bfloat16>(pv[2] * part_of(psc[2], g), pv[3] * part_of(psc[3], g)));
+            pack2<__nv_bfloat16>(pv[0] * part_of(psc[0], g), pv[1] * part_of(psc[1], g)),
+            pack2<__nv_bfloat16>(pv[2] * part_of(psc[2], g), pv[3] * part_of(psc[3], g)));
         *reinterpret_cast<uint2*>(pbuf + (g * kMmaRows + hh) * kPStride + tq) = v;
       }
       if (w == 0 && lane % 2 == 0) heads.alpha(hh) = step.alpha;
@@ -384,7 +384,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
           __nv_bfloat16* g =
               static_cast<__nv_bfloat16*>(p.out) + p.out_view.offset(c.request, row) + dim;
           *reinterpret_cast<uint2*>(g) =
-              make_uint2(pack2f<__nv_bfloat16>(v.x, v.y), pack2f<__nv_bfloat16>(v.z, v.w));
+              make_uint2(pack2<__nv_bfloat16>(v.x, v.y), pack2<__nv_bfloat16>(v.z, v.w));
         } else {
           *reinterpret_cast<float4*>(p.plan.partial_out + (int64_t{c.slot} * p.rows + row) * kDv +
                                      dim) = v;

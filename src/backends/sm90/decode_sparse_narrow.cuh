@@ -177,7 +177,7 @@ __device__ __forceinline__ uint32_t rope_pair(uint32_t v) {
     return v;
   } else {
     const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-    return pack2f<T>(f.x, f.y);
+    return pack2<T>(f.x, f.y);
   }
 }
 
@@ -224,7 +224,7 @@ __device__ __forceinline__ uint32_t widen_scaled(uint32_t y, uint32_t factor2, f
   } else {
     const uint32_t h = fp8::widen_odd_bytes<__half>(y);
     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    return pack2f<T>(f.x * lo, f.y * hi);
+    return pack2<T>(f.x * lo, f.y * hi);
   }
 }
 

@@ -136,7 +136,7 @@ __device__ __forceinline__ void store_token(uint32_t stage, int tk, int u, const
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-        w[i] = pack2f<__half>(f.x, f.y);
+        w[i] = pack2<__half>(f.x, f.y);
       }
     }
     st_shared_v4(stage + kPChunk * kChunkBytes + swizzled(tk, 16 * u + 64 * h), w[0], w[1], w[2],

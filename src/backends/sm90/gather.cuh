@@ -89,8 +89,6 @@ __device__ __forceinline__ int32_t slot_of(const int32_t (&s)[2], int tk) {
   return __shfl_sync(0xffffffffu, tk < 32 ? s[0] : s[1], tk & 31);
 }
 
-using fp8::pack2f;  // two T from two floats
-
 // 16 e4m3 values times a power-of-two `scale` in [2^-120, 2^7] as 16 bf16 in 8 registers: the
 // exact widening of fp8.cuh with its factor 2^120 times the scale, one bf16 multiply per two
 // values.
@@ -278,7 +276,7 @@ __device__ __forceinline__ void dequant_v32(SmallStorage& sm, uint32_t stage_add
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-        w[i] = pack2f<__half>(f.x, f.y);
+        w[i] = pack2<__half>(f.x, f.y);
       }
       st_shared_v4(at, w[0], w[1], w[2], w[3]);
     }
@@ -424,7 +422,7 @@ __device__ __forceinline__ void dequant_v4(SmallStorage& sm, uint32_t stage_addr
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-        w[i] = pack2f<__half>(f.x, f.y);
+        w[i] = pack2<__half>(f.x, f.y);
       }
       st_shared_v4(at, w[0], w[1], w[2], w[3]);
     }

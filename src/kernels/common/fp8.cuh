@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/numeric.cuh"
 #include "plan/decode_params.h"
 
 namespace mlakit::fp8 {
@@ -64,19 +65,6 @@ __device__ __forceinline__ float ue8m0(uint32_t e) {
                     : __uint_as_float(e << 23);
 }
 
-// Two T from two floats (lo in the low half), each rounded to nearest.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2f(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    static_assert(std::is_same_v<T, __half>);
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // Four e4m3 values (byte i = value i) times `scale` as four T (lo = values 0, 1; hi = values 2,
 // 3), each rounded once (through fp32): the per-group scales of the blockwise caches.
 template <typename T>
@@ -85,8 +73,8 @@ __device__ __forceinline__ void dequant4(uint32_t w, float scale, uint32_t& lo, 
   widen4<__half>(w, a, b);
   const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&a));
   const float2 y = __half22float2(*reinterpret_cast<const __half2*>(&b));
-  lo = pack2f<T>(x.x * scale, x.y * scale);
-  hi = pack2f<T>(y.x * scale, y.y * scale);
+  lo = pack2<T>(x.x * scale, x.y * scale);
+  hi = pack2<T>(y.x * scale, y.y * scale);
 }
 
 // Transposes a 4 x 4 matrix of bytes: x[j] holds row j (byte i = column i); afterwards y[i] holds
