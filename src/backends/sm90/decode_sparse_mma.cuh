@@ -140,19 +140,22 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const uint2 v = *reinterpret_cast<const uint2*>(q + w * L::kQChunkBytes +
-                                                          swizzled(r + 8 * e, 32 * ks + 8 * t));
-          qa[ks][e] = v.x;
-          qa[ks][e + 2] = v.y;
+          // Two 4-byte loads, not one of 8: an 8-byte load's two registers are adjacent, mma
+          // wants a0..a3 adjacent, and ptxas copied Q into place before the mmas (141 moves in
+          // the block loop; 983 -> 821 instructions with the unconditional loads below, 1-2%
+          // faster: bench/results/2026-11-29-h200-sparse-mma-qloads).
+          const uint32_t* v = reinterpret_cast<const uint32_t*>(
+              q + w * L::kQChunkBytes + swizzled(r + 8 * e, 32 * ks + 8 * t));
+          qa[ks][e] = v[0];
+          qa[ks][e + 2] = v[1];
         }
       }
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const uint2 v = rope ? *reinterpret_cast<const uint2*>(q + 8 * L::kQChunkBytes +
-                                                               swizzled(r + 8 * e, 32 * w + 8 * t))
-                             : make_uint2(0, 0);
-        qr[e] = v.x;
-        qr[e + 2] = v.y;
+        const uint32_t* v = reinterpret_cast<const uint32_t*>(q + 8 * L::kQChunkBytes +
+                                                              swizzled(r + 8 * e, 32 * w + 8 * t));
+        qr[e] = rope ? v[0] : 0u;
+        qr[e + 2] = rope ? v[1] : 0u;
       }
     }
     arrive(&sm.q_empty);
@@ -163,7 +166,6 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       const uint32_t nb = n_block + static_cast<uint32_t>(b);
       const uint32_t stage = nb % L::kStages, phase = (nb / L::kStages) & 1;
       const int32_t tok0 = c.token_begin + b * kBlockN;
-      const int32_t valid = c.token_end - tok0;  // tokens past it: zero-filled, masked
       const uint8_t* st = s.kv + stage * L::kStageBytes;
       if (w % 4 == 0) trace(w / 4, 0);
       wait_parity(&sm.full[stage][0], phase);
@@ -174,21 +176,21 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       uint64_t bad = 0;
       if constexpr (kCluster) bad = ptx::ld_shared_u64_here(ptx::smem_u32(&sm.bad_tokens[stage]));
 
-      // Everything this block needs from the stage, then the stage goes back.
+      // Everything this block needs from the stage, then the stage goes back. Tokens past the
+      // block's count (and, kCluster, those without an index) are zeros there (the producer's
+      // zero-fill), so every load is unconditional: zero bytes and zero scales (0 x NaN would be
+      // NaN in P V).
       uint32_t kraw[4][8];
       uint2 rraw[8];
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
-        const int tok = 8 * nt + r;
-        const uint8_t* row = st + tok * kBlockwiseBytes;
-        const bool in = tok < valid;
+        const uint8_t* row = st + (8 * nt + r) * kBlockwiseBytes;
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-          kraw[ks][nt] =
-              in ? *reinterpret_cast<const uint32_t*>(row + 64 * w + 16 * ks + 4 * t) : 0u;
+          kraw[ks][nt] = *reinterpret_cast<const uint32_t*>(row + 64 * w + 16 * ks + 4 * t);
         }
-        rraw[nt] = rope && in ? *reinterpret_cast<const uint2*>(row + kV32RopeAt + 32 * w + 8 * t)
-                              : make_uint2(0, 0);
+        rraw[nt] = rope ? *reinterpret_cast<const uint2*>(row + kV32RopeAt + 32 * w + 8 * t)
+                        : make_uint2(0, 0);
       }
       float ssc[8][2];  // the scale of tokens 8 nt + 2t + e (S's columns), group `group`
 #pragma unroll
@@ -199,13 +201,10 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
                                                        kV32ScaleAt + 4 * group);
         }
       }
-      float4 psc[4];  // the four scales of the softmax's tokens tq .. tq + 3 (0 past valid)
+      float4 psc[4];  // the four scales of the softmax's tokens tq .. tq + 3
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        psc[i] =
-            tq + i < valid
-                ? *reinterpret_cast<const float4*>(st + (tq + i) * kBlockwiseBytes + kV32ScaleAt)
-                : make_float4(0, 0, 0, 0);
+        psc[i] = *reinterpret_cast<const float4*>(st + (tq + i) * kBlockwiseBytes + kV32ScaleAt);
       }
       arrive(&sm.empty[stage]);
 
