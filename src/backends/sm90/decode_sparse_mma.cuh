@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(kSparseThreads, 1)
   sparse_prologue<kCluster>(p, sm, at);
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kMmaProducerRegisters));
-    produce_sparse_narrow<L, kMmaRows, kSparseProducerWarps, kCluster>(p, s, m_tile, cta);
+    produce_sparse_narrow<L, kMmaRows, kSparseProducerWarps, kCluster, 2>(p, s, m_tile, cta);
     if (kCluster && p.plan.cluster_size > 1) {
       merge_sparse_cluster<__nv_bfloat16, L, kMmaRows, kConsumerThreads>(p, false);
     }

@@ -86,20 +86,21 @@ inline constexpr int kV32ScaleAt = kDv;      // 4 fp32 scales, one per 128 dims
 inline constexpr int kV32RopeAt = kDv + 16;  // 64 bf16
 
 // The producer's kWarps warps: the Q tile per chunk (the first warp), then each block's tokens as
-// cached by cp.async: warp w copies tokens kT w .. kT w + kT - 1 (kT = 64 / kWarps), their kT x 41
-// pieces of 16 bytes spread over the lanes in order (piece i of the warp's bytes is lane i % 32's,
-// instruction i / 32), so every instruction reads whole 512-byte runs; pieces of tokens past the
-// block's count are zero-filled without a read. Each thread's copies then arrive on the stage's
-// barrier (cp.async.mbarrier.arrive.noinc, 32 kWarps arrivals) and it moves on: nothing waits for
-// them here. A warp's stream runs at a fixed rate (sparse_entry.cuh): the sparse mma kernel at h_q
-// 16, batch 128 took 103 us with 4 warps, 90 with 8; with 8, the copies alone (consumers only
-// releasing) 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The slots are read two
-// blocks ahead. L: the shared-memory plan (stages, stage and Q bytes); kN: the tile's rows.
-// kCluster (the sparse mma kernel's cluster schedule): the chunk is SparseClusterChunks', each
-// entry goes through direct_slot (indices as given), and lane 0 of each warp writes its 8 tokens'
-// bits of the stage's bad_tokens (no index to read: masked) and arrives on the stage's barrier
-// (release) after its copies' arrival, which the barrier counts (kWarps more).
-template <typename L, int kN, int kWarps, bool kCluster = false>
+// cached by cp.async: warp w copies tokens kT w .. kT w + kT - 1 (kT = 64 / kWarps), each token's
+// 41 pieces of 16 bytes as one instruction of 32 pieces (its first 512 bytes) and one of 9; pieces
+// of tokens past the block's count are zero-filled without a read. Each thread's copies then arrive
+// on the stage's barrier (cp.async.mbarrier.arrive.noinc, 32 kWarps arrivals) and it moves on:
+// nothing waits for them here. A warp's stream runs at a fixed rate (sparse_entry.cuh): the sparse
+// mma kernel at h_q 16, batch 128 took 103 us with 4 warps, 90 with 8; with 8, the copies alone
+// (consumers only releasing) 56, the consumers alone (nothing copied) 76 (H200, 2026-11-28). The
+// slots are read two blocks ahead. L: the shared-memory plan (stages, stage and Q bytes); kN: the
+// tile's rows. kCluster (the sparse mma kernel's cluster schedule): the chunk is
+// SparseClusterChunks', each entry goes through direct_slot (indices as given), and lane 0 of each
+// warp writes its 8 tokens' bits of the stage's bad_tokens (no index to read: masked) and arrives
+// on the stage's barrier (release) after its copies' arrival, which the barrier counts (kWarps
+// more). kTokenUnroll: the token loop's unrolling (2: 21 instructions a token instead of 29; the
+// sparse narrow kernel's 24-register producer keeps 1).
+template <typename L, int kN, int kWarps, bool kCluster = false, int kTokenUnroll = 1>
 __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, const Smem& s,
                                                       int m_tile, int32_t cta) {
   constexpr int kPieces = kBlockwiseBytes / 16;  // 41 a token
@@ -137,18 +138,23 @@ __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, con
       wait_parity(&sm.empty[stage], phase ^ 1);
       if (t == 0) trace(2, 8);
       const uint32_t dst = kv_smem + stage * L::kStageBytes + warp * kWarpTokens * kBlockwiseBytes;
-#pragma unroll 1  // unrolled, the producer's 40 registers spilled 400-670 bytes
-      for (int i = 0; i < (kWarpTokens * kPieces + 31) / 32; ++i) {
-        const int idx = 32 * i + lane;
-        const int tk = idx / kPieces;
-        const int32_t slot = __shfl_sync(0xffffffffu, sl, tk % kWarpTokens);
-        if (idx < kWarpTokens * kPieces) {
-          ptx::cp_async_cg_shared_global(dst + idx * 16,
-                                         p.kv_cache +
-                                             int64_t{max(slot, 0)} * p.kv_view.stride_page +
-                                             (idx - kPieces * tk) * 16,
-                                         slot >= 0 ? 16 : 0);
-        }
+      // Lane j copies pieces j and (j < 9) j + 32 of each of the warp's tokens: a token's first
+      // 512 bytes in one instruction, its last 144 in a second of 9 lanes. The token's slot
+      // comes from its lane; the address is one multiply-add of the slot by the token stride
+      // (below 2^32, launch.cc) onto the lane's piece of the cache's base.
+      const uint32_t stride = static_cast<uint32_t>(p.kv_view.stride_page);
+      const uint8_t* const lane_src = p.kv_cache + 16 * lane;
+      const uint32_t lane_dst = dst + 16 * lane;
+      const bool tail_lane = lane < kPieces - 32;
+#pragma unroll kTokenUnroll
+      for (int k = 0; k < kWarpTokens; ++k) {
+        const int32_t slot = __shfl_sync(0xffffffffu, sl, k);
+        const uint8_t* src =
+            lane_src + static_cast<uint64_t>(static_cast<uint32_t>(max(slot, 0))) * stride;
+        const int bytes = slot >= 0 ? 16 : 0;
+        const uint32_t d = lane_dst + k * kBlockwiseBytes;
+        ptx::cp_async_cg_shared_global(d, src, bytes);
+        if (tail_lane) ptx::cp_async_cg_shared_global(d + 512, src + 512, bytes);
       }
       ptx::cp_async_mbarrier_arrive_noinc(ptx::smem_u32(&sm.full[stage][0]));
       if constexpr (kCluster) {

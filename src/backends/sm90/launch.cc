@@ -441,6 +441,13 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     // Slots are token strides apart, padded pages included (the compaction's page pitch).
     params.kv_view.stride_page = params.kv_view.stride_token;
     params.kv_view.slot_page_size = 0;
+    // The sparse producers multiply a slot by the token stride in 32 bits
+    // (produce_sparse_narrow).
+    if (params.kv_view.stride_token > int64_t{UINT32_MAX}) {
+      return unsupported("kv_stride_token: backend sm90 gathers a sparse problem's tokens ",
+                         "with a token stride below 2^32 bytes, given ",
+                         params.kv_view.stride_token, " bytes");
+    }
   }
   params.kv_paged = kv_paged ? 1 : 0;
   params.q_in_place = q_in_place ? 1 : 0;
