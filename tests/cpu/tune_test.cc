@@ -404,7 +404,7 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 // sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
 // kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's),
 // and before those its cluster schedule (13) up to 128 of its 16-row tiles (256 up to 16 rows;
-// past 32 rows at up to 2 rows as requests, or at topk 512 or less 8). At topk 1024 or less the
+// past 32 rows up to 16, or at topk 512 or less 128). At topk 1024 or less the
 // split kernel's cluster schedule first up to 256 tiles, at 512 or less 512; at 512 or less the
 // mma kernel's up to 512 of its tiles at 17-32 rows too. No tactic twice.
 // Other sparse caches and dense problems list none of them.
@@ -430,7 +430,8 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                {40, 1, 1, DType::kBF16, 13},   {8, 1, 4, DType::kBF16, 13},
                {16, 2, 64, DType::kBF16, 13},  {16, 1, 256, DType::kBF16, 13},
                {16, 1, 512, DType::kBF16, 11}, {64, 1, 2, DType::kBF16, 13},
-               {64, 1, 4, DType::kBF16, 6}};
+               {64, 1, 4, DType::kBF16, 13},   {64, 2, 2, DType::kBF16, 13},
+               {64, 1, 8, DType::kBF16, 12},   {128, 1, 4, DType::kBF16, 12}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,
@@ -467,15 +468,17 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                      std::find(ids.begin(), ids.end(), 13) != ids.end();
     EXPECT_EQ(mma, c.q == DType::kBF16) << "h_q " << c.h_q;
   }
-  // topk 512: the mma kernel's cluster schedule first up to 8 rows as requests past 32 rows too
-  // (the split kernel's at topk 2048, and at topk 512 from 9).
+  // topk 512: the mma kernel's cluster schedule first up to 128 of its tiles past 32 rows too
+  // (the split kernel's at topk 2048, and at topk 512 past 128).
   // Past 128 tiles the cluster schedules first at smaller topk: the split kernel's up to 256 of its
   // tiles at topk 1024 and 512 at topk 512, the mma kernel's up to 512 of its at 17-32 rows at
   // topk 512.
   for (const auto& [h_q, batch, topk, first] : {std::tuple{8, 8, 512, 13},
                                                 {64, 8, 512, 13},
                                                 {128, 8, 512, 13},
-                                                {128, 16, 512, 12},
+                                                {128, 16, 512, 13},
+                                                {64, 32, 512, 13},
+                                                {128, 32, 512, 12},
                                                 {32, 128, 512, 13},
                                                 {32, 256, 512, 13},
                                                 {32, 128, 1024, 9},

@@ -263,8 +263,11 @@ std::vector<Tactic> tactics(const Problem& problem) {
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
     // The mma kernel's cluster schedule first up to 32 rows up to 128 of its 16-row tiles (rows
     // as requests x tiles a request; up to 16 rows 256; at topk 512 or less 512, also past 64 rows
-    // as requests at 17-32 rows), past 32 rows at up to 2 rows as requests (batch 1 with s_q 1 or
-    // 2) or, at topk 512 or less, 8 (what was measured).
+    // as requests at 17-32 rows), past 32 rows up to 16 of its tiles (128 at topk 512 or less).
+    // Past 32 rows after the producers' copy loop (H200, h_q 64 and 128, s_q 1 and 2,
+    // bench/results/2026-11-29-h200-sparse-producer-copies, call 7), against the split kernel's
+    // cluster schedule: topk 2048 1.24-1.57x faster up to 16 tiles, 0.97-0.99x at 32; topk 512
+    // 1.07-1.70x up to 128 tiles, 0.68x at 256.
     // Past 128 tiles (H200, bench/results/2026-11-29-h200-sparse-grid, call 10): at h_q 8 and 16
     // (256 tiles) 1.17x, 1.04x and 1.01x faster than the mma kernel's one-shot schedule at topk
     // 512, 1024 and 2048; at h_q 32 (256 and 512 tiles) 1.12-1.23x faster than the narrow kernel's
@@ -284,7 +287,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     const bool mma_cluster_first =
         mma && ((rows <= sm90::kMaxNarrowRows && mma_tiles <= mma_cluster_tiles &&
                  (mma_first || p.topk <= 512)) ||
-                (rows > sm90::kMaxNarrowRows && p.max_batch <= (p.topk <= 512 ? 8 : 2)));
+                (rows > sm90::kMaxNarrowRows && mma_tiles <= (p.topk <= 512 ? 128 : 16)));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});
