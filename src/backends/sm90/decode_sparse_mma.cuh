@@ -11,16 +11,18 @@
 //             before the block is done.
 //   S_w       its part of S = Q K^T over its dims: 32 mma m16n8k16 (A = Q from registers, loaded
 //             once a chunk; B = K widened exactly: a k-step's 16 dims are taken in the order
-//             4t, 4t + 1 | 4t + 2, 4t + 3 so that one 32-bit load gives both B registers, and Q's
-//             registers follow the same order), times each token's scale, plus the RoPE part;
-//             written to shared memory.
+//             4t, 4t + 2 | 4t + 1, 4t + 3 so that one 32-bit load gives both B registers, widened
+//             without byte permutes (fp8::widen4_even_odd_bf16), and Q's registers follow the
+//             same order), times each token's scale, plus the RoPE part; written to shared
+//             memory.
 //   softmax   warp w sums the 8 parts of tokens 8w .. 8w + 7 (lane: head lane / 2, 4 tokens),
 //             the heads' block maxima meet in shared memory; P times each token's scale of each
 //             group (4 bf16 copies of P, one per scale group) goes to shared memory.
 //   O_w       += P_g V over its dims: 32 mma m16n8k16, A = P_g by ldmatrix, B = the widened K
 //             registers transposed by movmatrix (8 x 8 blocks): V is the latent, already widened.
 // Three barriers of the 256 consumer threads per block. The output dims come out in the same
-// per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row, one 16-byte store.
+// per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row (o[ks][par]: dims 4t + par
+// and 4t + 2 + par), one 16-byte store.
 // Trace points (trace.cuh): warps 0 and 4 (roles 0, 1) 0 block start, 1 its data landed, 3 the S
 // parts out, 4 P out, 5 P V done; the producer's as in decode_sparse_narrow.cuh.
 #pragma once
@@ -121,7 +123,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
   while (chunks.next(&c)) {
     const int32_t limit = visible_limit(p, c, row0 + hh);
     float m = -INFINITY, l = 0.0f;  // head hh's running max and the thread's share of its sum
-    float o[4][2][4];               // [ks][half][c]: rows r, r + 8; dims 16 ks + 4t + 2 half ..
+    float o[4][2][4];               // [ks][par][c]: rows r, r + 8; dims 16 ks + 4t + par, + 2
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
@@ -144,10 +146,13 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
           // wants a0..a3 adjacent, and ptxas copied Q into place before the mmas (141 moves in
           // the block loop; 983 -> 821 instructions with the unconditional loads below, 1-2%
           // faster: bench/results/2026-11-29-h200-sparse-mma-qloads).
+          // K's B registers hold dims 4t, 4t + 2 and 4t + 1, 4t + 3 (widen4_even_odd_bf16), so
+          // Q's A registers take the same pairs.
           const uint32_t* v = reinterpret_cast<const uint32_t*>(
               q + w * L::kQChunkBytes + swizzled(r + 8 * e, 32 * ks + 8 * t));
-          qa[ks][e] = v[0];
-          qa[ks][e + 2] = v[1];
+          const uint32_t v0 = v[0], v1 = v[1];
+          qa[ks][e] = fp8::prmt(v0, v1, 0x5410);
+          qa[ks][e + 2] = fp8::prmt(v0, v1, 0x7632);
         }
       }
 #pragma unroll
@@ -220,7 +225,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          fp8::widen4<__nv_bfloat16>(kraw[ks][nt], kb[ks][nt][0], kb[ks][nt][1]);
+          fp8::widen4_even_odd_bf16(kraw[ks][nt], kb[ks][nt][0], kb[ks][nt][1]);
           ptx::mma_sync_m16n8k16_f32_bf16(sacc[nt], qa[ks], kb[ks][nt][0], kb[ks][nt][1]);
         }
       }
@@ -367,7 +372,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           *reinterpret_cast<float4*>(g + 64 * w + 16 * ks + 4 * t) =
-              make_float4(o[ks][0][2 * e] * f, o[ks][0][2 * e + 1] * f, o[ks][1][2 * e] * f,
+              make_float4(o[ks][0][2 * e] * f, o[ks][1][2 * e] * f, o[ks][0][2 * e + 1] * f,
                           o[ks][1][2 * e + 1] * f);
         }
         continue;
@@ -377,8 +382,8 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const int dim = 64 * w + 16 * ks + 4 * t;
-        const float4 v = make_float4(o[ks][0][2 * e] * f, o[ks][0][2 * e + 1] * f,
-                                     o[ks][1][2 * e] * f, o[ks][1][2 * e + 1] * f);
+        const float4 v = make_float4(o[ks][0][2 * e] * f, o[ks][1][2 * e] * f,
+                                     o[ks][0][2 * e + 1] * f, o[ks][1][2 * e + 1] * f);
         if (direct) {
           __nv_bfloat16* g =
               static_cast<__nv_bfloat16*>(p.out) + p.out_view.offset(c.request, row) + dim;
