@@ -142,12 +142,10 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // Two 4-byte loads, not one of 8: an 8-byte load's two registers are adjacent, mma
-          // wants a0..a3 adjacent, and ptxas copied Q into place before the mmas (141 moves in
-          // the block loop; 983 -> 821 instructions with the unconditional loads below, 1-2%
-          // faster: bench/results/2026-11-29-h200-sparse-mma-qloads).
           // K's B registers hold dims 4t, 4t + 2 and 4t + 1, 4t + 3 (widen4_even_odd_bf16), so
-          // Q's A registers take the same pairs.
+          // Q's A registers take the same pairs. (Before, with two 4-byte loads in place of one
+          // of 8: mma wants a0..a3 adjacent, and an 8-byte load's two halves in place made ptxas
+          // copy Q before the mmas, 141 moves a block: 2026-11-29-h200-sparse-mma-qloads.)
           const uint32_t* v = reinterpret_cast<const uint32_t*>(
               q + w * L::kQChunkBytes + swizzled(r + 8 * e, 32 * ks + 8 * t));
           const uint32_t v0 = v[0], v1 = v[1];
