@@ -314,6 +314,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
   setup->tile_rows = tile_rows;
   setup->split = split;
   setup->sparse_mma = sparse_mma;
+  setup->sparse_copies = sparse_mma || sparse_narrow;
   setup->q_split = q_split;
   setup->m_tiles = m_tiles;
   const int schedule_id = mma_cluster      ? 2
@@ -441,10 +442,8 @@ Status run(const Setup& setup, const RunArgs& args, void* workspace, cudaStream_
     // Slots are token strides apart, padded pages included (the compaction's page pitch).
     params.kv_view.stride_page = params.kv_view.stride_token;
     params.kv_view.slot_page_size = 0;
-    // The sparse producers multiply a slot by the token stride in 32 bits
-    // (produce_sparse_narrow).
-    if (params.kv_view.stride_token > int64_t{UINT32_MAX}) {
-      return unsupported("kv_stride_token: backend sm90 gathers a sparse problem's tokens ",
+    if (setup.sparse_copies && params.kv_view.stride_token > int64_t{UINT32_MAX}) {
+      return unsupported("kv_stride_token: sm90's sparse mma and narrow kernels gather tokens ",
                          "with a token stride below 2^32 bytes, given ",
                          params.kv_view.stride_token, " bytes");
     }

@@ -171,7 +171,10 @@ struct Setup {
   bool inline_plan = false;    // persistent: the decode kernel plans, no plan kernel
   bool split = false;          // the split sparse kernel (kSplitTactic)
   bool sparse_mma = false;     // the sparse mma kernel (kSparseMmaTactic)
-  bool q_split = false;        // a 16-bit q split into two e4m3 parts (kQSplitTactic)
+  // The sparse mma or narrow kernel: their producers copy tokens with 32-bit slot x stride
+  // arithmetic (produce_sparse_narrow), so run() refuses token strides of 2^32 bytes or more.
+  bool sparse_copies = false;
+  bool q_split = false;  // a 16-bit q split into two e4m3 parts (kQSplitTactic)
   bool pdl = false;
   int32_t sm_count = 1;
   // Cluster schedule: CTAs the device runs at once in clusters of k CTAs (k = 1..8; a cluster's
