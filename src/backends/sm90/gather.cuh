@@ -370,15 +370,25 @@ __device__ __forceinline__ void issue_v4(const DecodeParams& p, SmallStorage& sm
 #pragma unroll
     for (int j = 3; j < kQkChunks; ++j) wait_parity(&sm.chunk_empty[r.stage][j], r.phase ^ 1);
   }
+  // Lane k works out the data rows of tokens k and 32 + k once (v4_token); each copy takes its
+  // token's from that lane (three shuffles), not from v4_token again in every lane.
+  const uint64_t row_a = reinterpret_cast<uint64_t>(v4_token(p, max(s[0], 0)).data);
+  const uint64_t row_b = reinterpret_cast<uint64_t>(v4_token(p, max(s[1], 0)).data);
+  const auto row_of = [&](int tk) {
+    const uint64_t mine = tk < 32 ? row_a : row_b;
+    const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(mine), tk & 31);
+    const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(mine >> 32), tk & 31);
+    return reinterpret_cast<const uint8_t*>((static_cast<uint64_t>(hi) << 32) | lo);
+  };
   const int piece = t % 32;
   const uint32_t dst = raw_chunk_v4<L>(r.addr, piece / 4) + (piece % 4) * 16;
 #pragma unroll 1
   for (int i = 0; i < kBlockN / 4; ++i) {
     const int tk = t / 32 + 4 * i;
     const int32_t sl = slot_of(s, tk);
+    const uint8_t* row = row_of(tk);
     if (piece < kV4Nope / 16) {
-      ptx::cp_async_cg_shared_global(dst + tk * 64, v4_token(p, max(sl, 0)).data + piece * 16,
-                                     sl >= 0 ? 16 : 0);
+      ptx::cp_async_cg_shared_global(dst + tk * 64, row + piece * 16, sl >= 0 ? 16 : 0);
     }
   }
   const int u = t % 8;
@@ -388,7 +398,7 @@ __device__ __forceinline__ void issue_v4(const DecodeParams& p, SmallStorage& sm
     const int32_t sl = slot_of(s, tk);
     ptx::cp_async_cg_shared_global(
         r.addr + (kDv / kChunkElems - 1) * L::kKvChunkBytes + swizzled(tk, u * 16),
-        v4_token(p, max(sl, 0)).data + kV4Nope + u * 16, sl >= 0 ? 16 : 0);
+        row_of(tk) + kV4Nope + u * 16, sl >= 0 ? 16 : 0);
   }
   {
     const int32_t sl = slot_of(s, t % 64);
