@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/numeric.h"
 
 namespace mlakit::testing {
 namespace {
@@ -55,7 +56,9 @@ std::string name(const SparseCase& c, int tactic) {
                  " b ", c.batch, " L ", c.len, c.topk_lens ? " lens" : "", c.sinks ? " sinks" : "",
                  c.odd_scales ? " odd scales" : "", c.tails ? " tails" : "",
                  std::isnan(c.k_scale) ? std::string() : str_cat(" k_scale ", c.k_scale),
-                 " tactic ", tactic);
+                 c.q_times != 1.0f ? str_cat(" q times ", c.q_times) : std::string(),
+                 c.kv_times != 1.0f ? str_cat(" kv times ", c.kv_times) : std::string(), " tactic ",
+                 tactic);
 }
 
 Problem problem_of(const SparseCase& c) {
@@ -82,16 +85,32 @@ harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
   harness::HostInputs in = harness::make_inputs(
       problem_of(c), lens, {.seed = seed, .sparse_tails = c.tails, .topk_lens = c.topk_lens});
   if (!std::isnan(c.k_scale)) in.k_scale = c.k_scale;
-  if (c.odd_scales) {
-    // The kernels' exact power-of-two widening must not take these (the reference reads the
-    // same bytes).
-    for (size_t at = kDv; at + 16 <= in.kv.size(); at += kBlockwiseBytes) {
+  const float scales_times = (c.odd_scales ? 1.3f : 1.0f) * c.kv_times;
+  if (c.blockwise && scales_times != 1.0f) {
+    // With odd_scales, the kernels' exact power-of-two widening must not take these (the
+    // reference reads the same bytes).
+    for (size_t at = kDv; at + 16 + 128 <= in.kv.size(); at += kBlockwiseBytes) {
       for (int g = 0; g < 4; ++g) {
         float scale;
         std::memcpy(&scale, in.kv.data() + at + 4 * g, 4);
-        if (std::isfinite(scale)) scale *= 1.3f;
+        if (std::isfinite(scale)) scale *= scales_times;
         std::memcpy(in.kv.data() + at + 4 * g, &scale, 4);
       }
+      if (c.kv_times == 1.0f) continue;
+      for (size_t d = at + 16; d < at + 16 + 128; d += 2) {  // the RoPE values (bf16)
+        uint16_t v;
+        std::memcpy(&v, in.kv.data() + d, 2);
+        v = float_to_bf16(bf16_to_float(v) * c.kv_times);
+        std::memcpy(in.kv.data() + d, &v, 2);
+      }
+    }
+  }
+  if (c.q_times != 1.0f && c.q == DType::kBF16) {
+    for (size_t at = 0; at + 2 <= in.q.size(); at += 2) {
+      uint16_t v;
+      std::memcpy(&v, in.q.data() + at, 2);
+      v = float_to_bf16(bf16_to_float(v) * c.q_times);
+      std::memcpy(in.q.data() + at, &v, 2);
     }
   }
   return in;

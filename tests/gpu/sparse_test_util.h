@@ -35,6 +35,8 @@ struct SparseCase {
   bool odd_scales = false;  // V3.2: every scale times 1.3 (no longer a power of two)
   bool tails = false;       // indices as a top-k op emits them: -1 tails past short requests
   float k_scale = NAN;      // V3.2 / V4: the cache's extra scale (none by default)
+  float q_times = 1.0f;     // every q value times it (a power of two keeps a bf16 q exact)
+  float kv_times = 1.0f;    // V3.2: every dequantized cached value times it (its scales and RoPE)
 };
 
 std::string name(const SparseCase& c, int tactic);

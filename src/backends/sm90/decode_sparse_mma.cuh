@@ -9,20 +9,27 @@
 //             8 nt + r, ks 0..3, nt 0..7), the RoPE values of dims 16w .. 16w + 15 (warps 0..3),
 //             the scales it needs; then the stage goes back (every consumer thread arrives), long
 //             before the block is done.
-//   S_w       its part of S = Q K^T over its dims: 32 mma m16n8k16 (A = Q from registers, loaded
-//             once a chunk; B = K widened exactly: a k-step's 16 dims are taken in the order
-//             4t, 4t + 2 | 4t + 1, 4t + 3 so that one 32-bit load gives both B registers, widened
-//             without byte permutes (fp8::widen4_even_odd_bf16), and Q's registers follow the
-//             same order), times each token's scale, plus the RoPE part; written to shared
-//             memory.
+//   S_w       its part of S = Q K^T over its dims: 32 mma m16n8k16 in fp16 (A = Q from registers,
+//             loaded once a chunk and turned to fp16 times 2^j (and the cache's k_scale), one
+//             power of two for the chunk that puts the tile's largest value in [2^14, 2^15);
+//             B = K widened by the hardware
+//             conversion (fp8::widen4_f16_cvt: two instructions a 4 bytes, where the exact
+//             integer widening to bf16 took nine), a k-step's 16 dims as pairs 4t, 4t + 1 |
+//             4t + 2, 4t + 3), times each token's scale, plus the RoPE part (bf16 mma, its q
+//             times the same 2^j); written to shared memory. S comes out times 2^j; the
+//             chunk's softmax scale divides it out.
 //   softmax   warp w sums the 8 parts of tokens 8w .. 8w + 7 (lane: head lane / 2, 4 tokens),
 //             the heads' block maxima meet in shared memory; P times each token's scale of each
-//             group (4 bf16 copies of P, one per scale group) goes to shared memory.
-//   O_w       += P_g V over its dims: 32 mma m16n8k16, A = P_g by ldmatrix, B = the widened K
-//             registers transposed by movmatrix (8 x 8 blocks): V is the latent, already widened.
+//             group and the group's block factor (a power of two that brings the group's largest
+//             scale of the block to [1, 2), so P's fp16 copies keep full precision whatever the
+//             cache's scales) goes to shared memory: 4 fp16 copies, one per scale group.
+//   O_w       += P_g V over its dims: 32 mma m16n8k16 in fp16, A = P_g by ldmatrix, B = the
+//             widened K registers transposed by movmatrix (8 x 8 blocks): V is the latent,
+//             already widened. O_w follows its group's factor from block to block (rescaled with
+//             the softmax's alpha) and the epilogue divides the last one out.
 // Three barriers of the 256 consumer threads per block. The output dims come out in the same
-// per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row (o[ks][par]: dims 4t + par
-// and 4t + 2 + par), one 16-byte store.
+// per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row (o[ks][hf]: dims 4t + 2 hf
+// and + 1), one 16-byte store.
 // Trace points (trace.cuh): warps 0 and 4 (roles 0, 1) 0 block start, 1 its data landed, 3 the S
 // parts out, 4 P out, 5 P V done; the producer's as in decode_sparse_narrow.cuh.
 #pragma once
@@ -73,10 +80,13 @@ struct SparseMmaLayout {
   static constexpr size_t kHeadBytes = size_t{kMmaRows} * (2 * kMmaWarps + 4) * 4;
   static constexpr size_t kPOffset = kHeadOffset + kHeadBytes;
   static constexpr size_t kPBytes = size_t{4} * kMmaRows * kPStride * 2;
-  static constexpr size_t kSmallOffset = (kPOffset + kPBytes + 15) / 16 * 16;
+  // The warps' largest |q| (a chunk's) and the four scale groups' P factors (a block's).
+  static constexpr size_t kFactorOffset = kPOffset + kPBytes;
+  static constexpr size_t kFactorBytes = (2 * kMmaWarps + 4) * 4;
+  static constexpr size_t kSmallOffset = (kFactorOffset + kFactorBytes + 15) / 16 * 16;
   static constexpr size_t kSmemBytes = kSmallOffset + sizeof(SmallStorage) + 1024;
   static_assert(kStageBytes % 1024 == 0 && kQBytes % 1024 == 0);
-  static_assert(kPOffset % 16 == 0 && kRedOffset % 16 == 0);
+  static_assert(kPOffset % 16 == 0 && kRedOffset % 16 == 0 && kFactorOffset % 16 == 0);
   static_assert(kSmemBytes <= 227 * 1024, "an sm_90 CTA has at most 227 KB");
 };
 
@@ -96,6 +106,25 @@ __device__ __forceinline__ float part_of(const float4& v, int g) {
   return g == 0 ? v.x : g == 1 ? v.y : g == 2 ? v.z : v.w;
 }
 
+// The larger magnitude of a bf16 pair, as bits (magnitudes order as their bits).
+__device__ __forceinline__ uint32_t abs_max_bits(uint32_t v) {
+  const uint32_t a = v & 0x7fff7fffu;
+  return max(a & 0xffffu, a >> 16);
+}
+
+// 2^(127 - e) for the exponent e of x (so x times it is in [1, 2)); 1 for zeros and subnormals,
+// clamped so that it and its inverse stay normal.
+__device__ __forceinline__ float unit_factor(float x) {
+  const int e = static_cast<int>((__float_as_uint(x) >> 23) & 0xffu);
+  return e == 0 ? 1.0f : __uint_as_float(static_cast<uint32_t>(254 - min(e, 253)) << 23);
+}
+
+// A bf16 pair times a power of two f (exact where the results are normal) as fp16 or bf16.
+template <typename T>
+__device__ __forceinline__ uint32_t scale_bf16_pair(uint32_t v, float f) {
+  return pack2<T>(__uint_as_float(v << 16) * f, __uint_as_float(v & 0xffff0000u) * f);
+}
+
 // kCluster: the cluster schedule (SparseClusterChunks), tokens without an index masked through
 // the stage's bad_tokens, and the chunk's result left over the stages for the cluster merge.
 template <bool kCluster>
@@ -112,10 +141,14 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
   SmallStorage& sm = *s.small;
   float* const red = reinterpret_cast<float*>(base + L::kRedOffset);
   const MmaHeads heads{reinterpret_cast<float*>(base + L::kHeadOffset)};
-  __nv_bfloat16* const pbuf = reinterpret_cast<__nv_bfloat16*>(base + L::kPOffset);
+  __half* const pbuf = reinterpret_cast<__half*>(base + L::kPOffset);
+  uint32_t* const q_amax = reinterpret_cast<uint32_t*>(base + L::kFactorOffset);  // [2][warps]
+  float* const group_factor = reinterpret_cast<float*>(q_amax + 2 * kMmaWarps);
   const int32_t row0 = m_tile * kMmaRows;
   const fp8::Scales scales = fp8::read_scales(p);
-  const float scale_log2 = p.scale_log2 * scales.qk;
+  // The cache's extra scale k_scale multiplies only the NoPE part of the scores (it goes into Q's
+  // NoPE values below) and the outputs (the epilogue's factor).
+  const float scale_log2 = p.scale_log2 * scales.q;
 
   auto chunks = sparse_chunks<kCluster>(p, sm, cta);
   plan::Chunk c;
@@ -132,25 +165,29 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
         for (int i = 0; i < 4; ++i) o[ks][hf][i] = 0.0f;
       }
     }
-    // Q's registers: rows r, r + 8; dims 64w + 16 ks + 4t .. + 3 (the RoPE's 512 + 16w + 4t ..).
+    // Q's registers: rows r, r + 8; dims 64w + 16 ks + 4t .. + 3 (the RoPE's 512 + 16w + 4t ..),
+    // in fp16 times 2^j (the NoPE part times k_scale as well), one power of two for the tile's
+    // chunk that brings its largest value to [2^14, 2^15): exact without k_scale (a bf16 is an
+    // fp16 in that range; values below 2^-29 of the largest lose bits, far below bf16's own
+    // rounding of the larger ones), one fp16 rounding with it. The RoPE part stays bf16 times
+    // the same 2^j, so S comes out times 2^j, and the softmax's scale divides it out.
     wait_parity(&sm.q_full, n_chunk & 1);
     ++n_chunk;
     uint32_t qa[4][4], qr[4];
+    uint32_t amax = 0, amax_rope = 0;  // the largest |q| (bf16 bits), NoPE and RoPE
     {
       const uint8_t* q = s.q;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // K's B registers hold dims 4t, 4t + 2 and 4t + 1, 4t + 3 (widen4_even_odd_bf16), so
-          // Q's A registers take the same pairs. (Before, with two 4-byte loads in place of one
-          // of 8: mma wants a0..a3 adjacent, and an 8-byte load's two halves in place made ptxas
-          // copy Q before the mmas, 141 moves a block: 2026-11-29-h200-sparse-mma-qloads.)
+          // mma's A registers: e (row r + 8e), k 2t, 2t + 1 and + 8: here dims 4t, 4t + 1 and
+          // 4t + 2, 4t + 3, K's B registers the same pairs (fp8::widen4_f16_cvt).
           const uint32_t* v = reinterpret_cast<const uint32_t*>(
               q + w * L::kQChunkBytes + swizzled(r + 8 * e, 32 * ks + 8 * t));
-          const uint32_t v0 = v[0], v1 = v[1];
-          qa[ks][e] = fp8::prmt(v0, v1, 0x5410);
-          qa[ks][e + 2] = fp8::prmt(v0, v1, 0x7632);
+          qa[ks][e] = v[0];
+          qa[ks][e + 2] = v[1];
+          amax = max(amax, max(abs_max_bits(v[0]), abs_max_bits(v[1])));
         }
       }
 #pragma unroll
@@ -159,9 +196,39 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
                                                               swizzled(r + 8 * e, 32 * w + 8 * t));
         qr[e] = rope ? v[0] : 0u;
         qr[e + 2] = rope ? v[1] : 0u;
+        amax_rope = max(amax_rope, max(abs_max_bits(qr[e]), abs_max_bits(qr[e + 2])));
       }
     }
     arrive(&sm.q_empty);
+    amax = __reduce_max_sync(0xffffffffu, amax);
+    amax_rope = __reduce_max_sync(0xffffffffu, amax_rope);
+    if (lane == 0) {
+      q_amax[w] = amax;
+      q_amax[kMmaWarps + w] = amax_rope;
+    }
+    consumer_sync(kEpilogueBarrier);
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) {
+      amax = max(amax, q_amax[v]);
+      amax_rope = max(amax_rope, q_amax[kMmaWarps + v]);
+    }
+    // The largest product's factor: |q k_scale| of the NoPE part, |q| of the RoPE part. Its
+    // exponent E: it is below 2^(E - 126), times 2^(141 - E) below 2^15; no scaling for zeros.
+    const float top =
+        fmaxf(__uint_as_float(amax << 16) * fabsf(scales.v), __uint_as_float(amax_rope << 16));
+    const int e_max = static_cast<int>((__float_as_uint(top) >> 23) & 0xffu);
+    const int j = e_max == 0 ? 0 : min(max(141 - e_max, -100), 100);
+    const float qf = __uint_as_float(static_cast<uint32_t>(127 + j) << 23);
+    const float chunk_log2 = scale_log2 * __uint_as_float(static_cast<uint32_t>(127 - j) << 23);
+    const float qf_nope = qf * scales.v;  // rounded once, to fp16
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qa[ks][i] = scale_bf16_pair<__half>(qa[ks][i], qf_nope);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qr[i] = scale_bf16_pair<__nv_bfloat16>(qr[i], qf);
+    float factor_now = 1.0f;  // the warp's scale group's P factor of the last block
 
     const int32_t n_blocks = (c.token_end - c.token_begin + kBlockN - 1) / kBlockN;
 #pragma unroll 1
@@ -204,6 +271,16 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
                                                        kV32ScaleAt + 4 * group);
         }
       }
+      // The block's P factor of the warp's group: its largest scale to [1, 2) (the quad's four
+      // threads hold the scales of all 64 tokens), so that P times a scale and the factor is an
+      // fp16 of full precision wherever it matters (the factor leaves O in the epilogue).
+      float smax = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) smax = fmaxf(smax, fmaxf(ssc[nt][0], ssc[nt][1]));
+      smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
+      smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
+      const float factor = unit_factor(smax);
+      if (w % 2 == 0 && lane == 0) group_factor[group] = factor;
       float4 psc[4];  // the four scales of the softmax's tokens tq .. tq + 3
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -223,8 +300,8 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-          fp8::widen4_even_odd_bf16(kraw[ks][nt], kb[ks][nt][0], kb[ks][nt][1]);
-          ptx::mma_sync_m16n8k16_f32_bf16(sacc[nt], qa[ks], kb[ks][nt][0], kb[ks][nt][1]);
+          fp8::widen4_f16_cvt(kraw[ks][nt], kb[ks][nt][0], kb[ks][nt][1]);
+          ptx::mma_sync_m16n8k16_f32_f16(sacc[nt], qa[ks], kb[ks][nt][0], kb[ks][nt][1]);
         }
       }
 #pragma unroll
@@ -274,27 +351,31 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
         mx = fmaxf(fmaxf(fmaxf(mx, a.x), fmaxf(a.y, a.z)), fmaxf(fmaxf(a.w, b4.x), b4.y));
         mx = fmaxf(mx, fmaxf(b4.z, b4.w));
       }
-      const MaxStep step = max_step(m, mx, scale_log2);
+      const MaxStep step = max_step(m, mx, chunk_log2);
       float pv[4], sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        pv[i] = ptx::ex2_approx_ftz_f32(x[i] * scale_log2 - step.scaled);
+        pv[i] = ptx::ex2_approx_ftz_f32(x[i] * chunk_log2 - step.scaled);
         sum += pv[i];
       }
       l = l * step.alpha + sum;
+      const float4 gf = *reinterpret_cast<const float4*>(group_factor);
 #pragma unroll
       for (int g = 0; g < 4; ++g) {
+        const float f = part_of(gf, g);
         const uint2 v = make_uint2(
-            pack2<__nv_bfloat16>(pv[0] * part_of(psc[0], g), pv[1] * part_of(psc[1], g)),
-            pack2<__nv_bfloat16>(pv[2] * part_of(psc[2], g), pv[3] * part_of(psc[3], g)));
+            pack2<__half>(pv[0] * (part_of(psc[0], g) * f), pv[1] * (part_of(psc[1], g) * f)),
+            pack2<__half>(pv[2] * (part_of(psc[2], g) * f), pv[3] * (part_of(psc[3], g) * f)));
         *reinterpret_cast<uint2*>(pbuf + (g * kMmaRows + hh) * kPStride + tq) = v;
       }
       if (w == 0 && lane % 2 == 0) heads.alpha(hh) = step.alpha;
       consumer_sync(kEpilogueBarrier);
       if (w % 4 == 0) trace(w / 4, 4);
 
-      // O_w *= alpha; O_w += P_g V.
-      const float a0 = heads.alpha(r), a1 = heads.alpha(r + 8);
+      // O_w *= alpha (and the factor's change); O_w += P_g V.
+      const float moved = factor / factor_now;  // powers of two: exact
+      factor_now = factor;
+      const float a0 = heads.alpha(r) * moved, a1 = heads.alpha(r + 8) * moved;
       if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
@@ -317,8 +398,8 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
         for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
-            ptx::mma_sync_m16n8k16_f32_bf16(o[ks][hf], pa, ptx::movmatrix_trans(kb[ks][2 * j][hf]),
-                                            ptx::movmatrix_trans(kb[ks][2 * j + 1][hf]));
+            ptx::mma_sync_m16n8k16_f32_f16(o[ks][hf], pa, ptx::movmatrix_trans(kb[ks][2 * j][hf]),
+                                           ptx::movmatrix_trans(kb[ks][2 * j + 1][hf]));
           }
         }
       }
@@ -343,7 +424,7 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
 #pragma unroll
       for (int v = 0; v < kMmaWarps; ++v) total += heads.sums(h)[v];
       const float mh = heads.max(h);
-      const float scaled = mh == -INFINITY ? 0.0f : mh * scale_log2;
+      const float scaled = mh == -INFINITY ? 0.0f : mh * chunk_log2;
       const bool any = total > 0.0f;
       const float lse = any ? (scaled + log2f(total)) * kLn2 : -INFINITY;
       float factor = any ? 1.0f / total : 0.0f;
@@ -365,23 +446,23 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
     for (int e = 0; e < 2; ++e) {
       const int32_t row = row0 + r + 8 * e;
       if (merged) {
-        const float f = heads.factor(r + 8 * e);
+        const float f = heads.factor(r + 8 * e) / factor_now;
         float* const g = reinterpret_cast<float*>(s.kv) + (r + 8 * e) * kMergeStride;
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           *reinterpret_cast<float4*>(g + 64 * w + 16 * ks + 4 * t) =
-              make_float4(o[ks][0][2 * e] * f, o[ks][1][2 * e] * f, o[ks][0][2 * e + 1] * f,
+              make_float4(o[ks][0][2 * e] * f, o[ks][0][2 * e + 1] * f, o[ks][1][2 * e] * f,
                           o[ks][1][2 * e + 1] * f);
         }
         continue;
       }
       if (row >= live) continue;
-      const float f = heads.factor(r + 8 * e);
+      const float f = heads.factor(r + 8 * e) / factor_now;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const int dim = 64 * w + 16 * ks + 4 * t;
-        const float4 v = make_float4(o[ks][0][2 * e] * f, o[ks][1][2 * e] * f,
-                                     o[ks][0][2 * e + 1] * f, o[ks][1][2 * e + 1] * f);
+        const float4 v = make_float4(o[ks][0][2 * e] * f, o[ks][0][2 * e + 1] * f,
+                                     o[ks][1][2 * e] * f, o[ks][1][2 * e + 1] * f);
         if (direct) {
           __nv_bfloat16* g =
               static_cast<__nv_bfloat16*>(p.out) + p.out_view.offset(c.request, row) + dim;

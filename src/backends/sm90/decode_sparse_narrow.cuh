@@ -282,9 +282,10 @@ __device__ __forceinline__ void consume_sparse_narrow(const DecodeParams& p, con
   const auto col_of = [lane](int ci) { return narrow_col(lane, ci); };
   SmallStorage& sm = *s.small;
   const int32_t row0 = m_tile * kN;
-  // The cache's extra scale (fp8::read_scales: 1 unless given) on the scores and the outputs.
+  // The cache's extra scale (fp8::read_scales: 1 unless given) on the NoPE part of the scores
+  // (with the tokens' scales, add_group) and on the outputs; not on the RoPE part.
   const fp8::Scales scales = fp8::read_scales(p);
-  const float scale_log2 = p.scale_log2 * scales.qk;
+  const float scale_log2 = p.scale_log2 * scales.q;
   uint8_t* const p_tile = reinterpret_cast<uint8_t*>(s.exchange) + wg * L::kPBytes;
   const uint32_t p_addr = ptx::smem_u32(p_tile);
   const uint64_t q_desc = smem_desc_sw128(ptx::smem_u32(s.q), 0, 1024);
@@ -325,9 +326,11 @@ __device__ __forceinline__ void consume_sparse_narrow(const DecodeParams& p, con
         float(&pg)[kVals] = part[g % kBuf];
         fence_accumulators(pg);
         // The tokens' scales of the group, read when needed (kept, they cost 32 rows 8 registers).
-        const float fa = g < 4 ? *reinterpret_cast<const float*>(row_a + kV32ScaleAt + 4 * g) : 1;
+        const float fa =
+            g < 4 ? *reinterpret_cast<const float*>(row_a + kV32ScaleAt + 4 * g) * scales.v : 1;
         const float fb =
-            g < 4 ? *reinterpret_cast<const float*>(row_a + kRowB + kV32ScaleAt + 4 * g) : 1;
+            g < 4 ? *reinterpret_cast<const float*>(row_a + kRowB + kV32ScaleAt + 4 * g) * scales.v
+                  : 1;
 #pragma unroll
         for (int i = 0; i < kVals; ++i) {
           const float x = pg[i] * ((i / 2) % 2 == 0 ? fa : fb);

@@ -5,8 +5,10 @@
 // Widening is exact (every e4m3 value is a bf16 and an fp16 value) and uses integer and
 // half-precision SIMD instructions: the hardware conversion (cvt.rn.f16x2.e4m3x2, sm_89) runs at a
 // quarter of the integer rate on Hopper, and the decode kernels widen every cached value once or
-// twice per query tile. An e4m3 NaN (0x7f, 0xff) widens to +-480, not NaN: caches written by a
-// quantizer hold no NaN, and the kernels never read the tokens past a request's length.
+// twice per query tile. The exception is sm90's sparse mma kernel, bound by the instructions it
+// issues more than by any pipe: it converts to fp16 by the hardware (widen4_f16_cvt). An e4m3
+// NaN (0x7f, 0xff) widens to +-480, not NaN: caches written by a quantizer hold no NaN, and the
+// kernels never read the tokens past a request's length.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -58,13 +60,17 @@ __device__ __forceinline__ void widen4(uint32_t w, uint32_t& lo, uint32_t& hi) {
   hi = widen_odd_bytes<T>(prmt(w, w, 0x3020));
 }
 
-// Four e4m3 values (byte i = value i) as bf16: even = values 0, 2, odd = values 1, 3 (the lower
-// value in the low half). widen4 without its byte permutes: the odd bytes are where
-// widen_odd_bytes wants them, the even ones one shift away (9 instructions for the four values
-// instead of 10), for consumers whose order of the four values is free (sm90's sparse mma kernel).
-__device__ __forceinline__ void widen4_even_odd_bf16(uint32_t w, uint32_t& even, uint32_t& odd) {
-  even = widen_odd_bytes<__nv_bfloat16>(w << 8);
-  odd = widen_odd_bytes<__nv_bfloat16>(w);
+// Four e4m3 values (byte i = value i) as four fp16 by the hardware conversion
+// (cvt.rn.f16x2.e4m3x2, sm_89; exact): lo = values 0, 1; hi = values 2, 3 (the lower value in
+// the low half). Two instructions (the halves split by mov.b32 inside the asm: ptxas then reads
+// the high one as an operand half, where a shift in C++ costs an instruction) where widen4 takes
+// ten, on a pipe of a quarter of the integer rate: for consumers that issue more than they
+// convert (sm90's sparse mma kernel).
+__device__ __forceinline__ void widen4_f16_cvt(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
 }
 
 // A UE8M0 scale: 2^(e - 127); 0xff is NaN (as the cpu backend's ue8m0_to_float).
@@ -139,16 +145,19 @@ __device__ __forceinline__ void split2(float a0, float a1, uint16_t& hi, uint16_
 
 // The dequantization scales of one call, read once per CTA after griddepcontrol.wait (a scale
 // behind a pointer may be written by the previous kernel): qk multiplies the scores (q_scale *
-// k_scale), v the outputs (k_scale, the cache's single scale). 1 for 16-bit inputs.
+// k_scale), v the outputs (k_scale, the cache's single scale). 1 for 16-bit inputs. q alone
+// (q_scale) is for the V3.2 and V4 caches, whose k_scale scales only the fp8 NoPE part, not the
+// bf16 RoPE part.
 struct Scales {
   float qk;
   float v;
+  float q;
 };
 
 __device__ __forceinline__ Scales read_scales(const plan::DecodeParamsBase& p) {
   const float q = p.q_scale_ptr != nullptr ? *p.q_scale_ptr : p.q_scale;
   const float k = p.k_scale_ptr != nullptr ? *p.k_scale_ptr : p.k_scale;
-  return {q * k, k};
+  return {q * k, k, q};
 }
 
 }  // namespace mlakit::fp8
