@@ -404,7 +404,7 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 // sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
 // kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's),
 // and before those its cluster schedule (13) up to 128 of its 16-row tiles (256 up to 16 rows;
-// past 32 rows up to 16, or at topk 512 or less 128). At topk 1024 or less the
+// past 32 rows up to 32, or at topk 512 or less 128). At topk 1024 or less the
 // split kernel's cluster schedule first up to 256 tiles, at 512 or less 512; at 512 or less the
 // mma kernel's up to 512 of its tiles at 17-32 rows too. No tactic twice.
 // Other sparse caches and dense problems list none of them.
@@ -431,7 +431,8 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                {16, 2, 64, DType::kBF16, 13},  {16, 1, 256, DType::kBF16, 13},
                {16, 1, 512, DType::kBF16, 11}, {64, 1, 2, DType::kBF16, 13},
                {64, 1, 4, DType::kBF16, 13},   {64, 2, 2, DType::kBF16, 13},
-               {64, 1, 8, DType::kBF16, 12},   {128, 1, 4, DType::kBF16, 12}};
+               {64, 1, 8, DType::kBF16, 13},   {128, 1, 4, DType::kBF16, 13},
+               {64, 1, 16, DType::kBF16, 12},  {128, 2, 4, DType::kBF16, 12}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,

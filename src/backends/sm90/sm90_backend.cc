@@ -263,7 +263,10 @@ std::vector<Tactic> tactics(const Problem& problem) {
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
     // The mma kernel's cluster schedule first up to 32 rows up to 128 of its 16-row tiles (rows
     // as requests x tiles a request; up to 16 rows 256; at topk 512 or less 512, also past 64 rows
-    // as requests at 17-32 rows), past 32 rows up to 16 of its tiles (128 at topk 512 or less).
+    // as requests at 17-32 rows), past 32 rows up to 32 of its tiles (128 at topk 512 or less).
+    // Past 32 rows with the fp16 products (H200, topk 2048, h_q 64 and 128, s_q 1 and 2,
+    // bench/results/2026-11-29-h200-sparse-mma-f16, call 6), against the split kernel's cluster
+    // schedule: 1.06-1.09x faster at 32 tiles, 0.74-0.89x at 64 (was 16 tiles before).
     // Past 32 rows after the producers' copy loop (H200, h_q 64 and 128, s_q 1 and 2,
     // bench/results/2026-11-29-h200-sparse-producer-copies, call 7), against the split kernel's
     // cluster schedule: topk 2048 1.24-1.57x faster up to 16 tiles, 0.97-0.99x at 32; topk 512
@@ -287,7 +290,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     const bool mma_cluster_first =
         mma && ((rows <= sm90::kMaxNarrowRows && mma_tiles <= mma_cluster_tiles &&
                  (mma_first || p.topk <= 512)) ||
-                (rows > sm90::kMaxNarrowRows && mma_tiles <= (p.topk <= 512 ? 128 : 16)));
+                (rows > sm90::kMaxNarrowRows && mma_tiles <= (p.topk <= 512 ? 128 : 32)));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
     if (mma_first && !mma_cluster_first) append({sparse_mma_cluster});
