@@ -120,15 +120,13 @@ __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, con
     if (warp == 0) issue_q<L, kN>(p, s, c, row0, n_chunk, lane);
     ++n_chunk;
     const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
-    // Lane j < 16 holds the slot of token 16 warp + j of the block at tok0 (-1 past the end).
+    // Lane j < 16 holds the entry of token 16 warp + j of the block at tok0 (-1 past the end):
+    // its slot, or (kCluster) the index as given, turned into a slot by direct_slot only when
+    // its block is copied, so that the load of an entry two blocks ahead is not waited for at
+    // once (its range check and division stalled the producer a global load's latency a block).
     const auto slot_at = [&](int32_t tok0) {
       const int32_t tok = tok0 + kWarpTokens * warp + lane % kWarpTokens;
-      const int32_t slot = tok < c.token_end ? table[tok] : -1;
-      if constexpr (kCluster) {
-        return direct_slot(p, slot);
-      } else {
-        return slot;
-      }
+      return tok < c.token_end ? table[tok] : -1;
     };
     int32_t tok0 = c.token_begin;
     int32_t sa = slot_at(tok0), sb = slot_at(tok0 + kBlockN);
@@ -136,6 +134,7 @@ __device__ __forceinline__ void produce_sparse_narrow(const DecodeParams& p, con
       if (tok0 >= c.token_end) return false;
       const uint32_t stage = n_block % L::kStages, phase = (n_block / L::kStages) & 1;
       wait_parity(&sm.empty[stage], phase ^ 1);
+      if constexpr (kCluster) sl = direct_slot(p, sl);
       if (t == 0) trace(2, 8);
       const uint32_t dst = kv_smem + stage * L::kStageBytes + warp * kWarpTokens * kBlockwiseBytes;
       // Lane j copies pieces j and (j < 9) j + 32 of each of the warp's tokens: a token's first

@@ -172,15 +172,20 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
   uint32_t n_chunk = 0, n_block = 0;
   SplitToken x;
   bool held_bad = false;  // kCluster: the held token has no index to read (masked)
-  // The slot of token tk of the block at tok0 (-1 past the chunk's end).
+  // The entry of token tk of the block at tok0 (-1 past the chunk's end): its slot, or
+  // (kCluster) the index as given, which to_slot turns into a slot. sl3 keeps the entry as loaded
+  // until its block is next but one, so that the load is not waited for at once (the range check
+  // and division of direct_slot stalled the producer a global load's latency a block).
   auto slot_at = [&](int32_t tok0) {
     const int32_t* table = p.block_table + int64_t{c.request} * p.block_table_stride;
     const int32_t tok = tok0 + tk;
-    const int32_t slot = tok < c.token_end ? table[tok] : -1;
+    return tok < c.token_end ? table[tok] : -1;
+  };
+  auto to_slot = [&](int32_t entry) {
     if constexpr (kCluster) {
-      return direct_slot(p, slot);  // indices as given, or compacted slots
+      return direct_slot(p, entry);  // indices as given, or compacted slots
     } else {
-      return slot;
+      return entry;
     }
   };
   auto prefetch = [&](int32_t sl) {
@@ -188,8 +193,8 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
       prefetch_l2(p.kv_cache + int64_t{sl} * p.kv_view.stride_page, kBlockwiseBytes);
     }
   };
-  // sl1: the slots of the block to load next; sl2, sl3: of the two after it (sl3's rows are
-  // prefetched into L2 as sl1's are loaded: two blocks of the producer's time ahead).
+  // sl1: the slots of the block to load next; sl2, sl3: of the two after it, sl3 as loaded (its
+  // rows are prefetched into L2 as sl1's are loaded: two blocks of the producer's time ahead).
   int32_t tok0 = 0, sl1 = -1, sl2 = -1, sl3 = -1;
   bool load = false;  // the block at tok0 is to be loaded
   while (true) {
@@ -197,9 +202,10 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
       held_bad = sl1 < 0;
       load_token(p, sl1, u, x);
       load = false;
-      prefetch(sl3);
+      const int32_t s3 = to_slot(sl3);
+      prefetch(s3);
       sl1 = sl2;
-      sl2 = sl3;
+      sl2 = s3;
       sl3 = slot_at(tok0 + 3 * kBlockN);
       continue;
     }
@@ -207,8 +213,8 @@ __device__ __forceinline__ void produce_split(const DecodeParams& p, const Smem&
       if (!chunks.next(&c)) return;
       // The slots first (nothing waits on them yet), then the Q tile, then the first loads.
       tok0 = c.token_begin;
-      sl1 = slot_at(tok0);
-      sl2 = slot_at(tok0 + kBlockN);
+      sl1 = to_slot(slot_at(tok0));
+      sl2 = to_slot(slot_at(tok0 + kBlockN));
       sl3 = slot_at(tok0 + 2 * kBlockN);
       if (warp == 0) issue_q<L, kRows>(p, s, c, row0, n_chunk, lane);
       ++n_chunk;
