@@ -12,12 +12,11 @@
 //   S_w       its part of S = Q K^T over its dims: 32 mma m16n8k16 in fp16 (A = Q from registers,
 //             loaded once a chunk and turned to fp16 times 2^j (and the cache's k_scale), one
 //             power of two for the chunk that puts the tile's largest value in [2^14, 2^15);
-//             B = K widened by the hardware
-//             conversion (fp8::widen4_f16_cvt: two instructions a 4 bytes, where the exact
-//             integer widening to bf16 took nine), a k-step's 16 dims as pairs 4t, 4t + 1 |
-//             4t + 2, 4t + 3), times each token's scale, plus the RoPE part (bf16 mma, its q
-//             times the same 2^j); written to shared memory. S comes out times 2^j; the
-//             chunk's softmax scale divides it out.
+//             B = K widened by the hardware conversion (fp8::widen4_f16_cvt: two instructions a
+//             4 bytes, where the exact integer widening to bf16 took nine), a k-step's 16 dims
+//             as pairs 4t, 4t + 1 | 4t + 2, 4t + 3), times each token's scale, plus the RoPE
+//             part (bf16 mma, its q times the same 2^j); written to shared memory. S comes out
+//             times 2^j; the chunk's softmax scale divides it out.
 //   softmax   warp w sums the 8 parts of tokens 8w .. 8w + 7 (lane: head lane / 2, 4 tokens),
 //             the heads' block maxima meet in shared memory; P times each token's scale of each
 //             group and the group's block factor (a power of two that brings the group's largest
