@@ -61,6 +61,29 @@ std::string name(const SparseCase& c, int tactic) {
                  tactic);
 }
 
+std::vector<SparseCase> magnitude_cases() {
+  return {{.blockwise = true,
+           .h_q = 16,
+           .topk = 200,
+           .batch = 2,
+           .q_times = 0x1p24f,
+           .kv_times = 0x1p-24f},
+          {.blockwise = true,
+           .h_q = 8,
+           .s_q = 2,
+           .topk = 130,
+           .batch = 2,
+           .odd_scales = true,
+           .q_times = 0x1p-30f,
+           .kv_times = 0x1p30f},
+          {.blockwise = true,
+           .h_q = 16,
+           .topk = 300,
+           .batch = 2,
+           .k_scale = 0x1p24f,
+           .kv_times = 0x1p-24f}};
+}
+
 Problem problem_of(const SparseCase& c) {
   Problem p;
   p.h_q = c.h_q;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backends/sm90/launch.h"
 #include "sm80_test_util.h"
@@ -40,6 +41,12 @@ struct SparseCase {
 };
 
 std::string name(const SparseCase& c, int tactic);
+
+// V3.2 cases with q and the cache far from their usual magnitudes: q past fp16's range with the
+// cache scaled to match (S as usual, O tiny: the LSE tells), the other way round (P times a scale
+// past fp16's range), and tiny scales undone by k_scale (P times a scale below it). sm90's sparse
+// mma kernel scales q and P by powers of two for its fp16 products.
+std::vector<SparseCase> magnitude_cases();
 
 Problem problem_of(const SparseCase& c);
 
