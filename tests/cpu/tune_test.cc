@@ -403,10 +403,10 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
 // persistent below, cluster after them; up to 32 rows they come last (6, 7, 12). Up to 32 heads the
 // sparse narrow kernel's (8 persistent, 9 one-shot, same rule) come first, after the sparse mma
 // kernel's (10, 11, same rule; a bf16 q and up to 16 heads; up to 32 after the narrow kernel's),
-// and before those its cluster schedule (13) up to 128 of its 16-row tiles (256 up to 16 rows;
-// past 32 rows up to 32, or at topk 512 or less 128). At topk 1024 or less the
-// split kernel's cluster schedule first up to 256 tiles, at 512 or less 512; at 512 or less the
-// mma kernel's up to 512 of its tiles at 17-32 rows too. No tactic twice.
+// and before those its cluster schedule (13) up to 256 of its 16-row tiles up to 16 rows (512 at
+// topk 512 or less), up to 512 at 17-32 rows, past 32 rows up to 32 (at topk 512 or less 128).
+// At topk 1024 or less the split kernel's cluster schedule first up to 256 tiles, at 512 or less
+// 512. No tactic twice.
 // Other sparse caches and dense problems list none of them.
 TEST(Tuner, Sm90SparseV32TacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
@@ -424,7 +424,10 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                {64, 1, 4, DType::kFP16, 6},    {16, 1, 8, DType::kBF16, 13},
                {8, 2, 8, DType::kFP16, 8},     {8, 2, 32, DType::kFP16, 9},
                {32, 1, 64, DType::kBF16, 13},  {32, 2, 8, DType::kBF16, 13},
-               {32, 2, 64, DType::kBF16, 9},   {32, 1, 128, DType::kFP16, 9},
+               {32, 2, 64, DType::kBF16, 13},  {32, 1, 128, DType::kFP16, 9},
+               {32, 1, 128, DType::kBF16, 13}, {32, 2, 128, DType::kBF16, 13},
+               {32, 2, 256, DType::kBF16, 9},  {24, 1, 256, DType::kBF16, 13},
+               {24, 1, 512, DType::kBF16, 9},  {16, 2, 128, DType::kBF16, 13},
                {64, 1, 1, DType::kBF16, 13},   {64, 2, 1, DType::kBF16, 13},
                {128, 1, 1, DType::kBF16, 13},  {128, 2, 1, DType::kBF16, 13},
                {40, 1, 1, DType::kBF16, 13},   {8, 1, 4, DType::kBF16, 13},
@@ -482,7 +485,9 @@ TEST(Tuner, Sm90SparseV32TacticOrder) {
                                                 {128, 32, 512, 12},
                                                 {32, 128, 512, 13},
                                                 {32, 256, 512, 13},
-                                                {32, 128, 1024, 9},
+                                                {32, 128, 1024, 13},
+                                                {32, 256, 1024, 13},
+                                                {32, 512, 1024, 9},
                                                 {64, 256, 512, 12},
                                                 {128, 256, 512, 12},
                                                 {128, 256, 1024, 7},

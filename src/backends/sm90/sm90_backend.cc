@@ -261,9 +261,9 @@ std::vector<Tactic> tactics(const Problem& problem) {
     const bool mma_first =
         mma && (rows <= sm90::kSmallNarrowRows ||
                 (rows <= sm90::kMaxNarrowRows && p.max_batch <= 64) || mma_tiles <= 8);
-    // The mma kernel's cluster schedule first up to 32 rows up to 128 of its 16-row tiles (rows
-    // as requests x tiles a request; up to 16 rows 256; at topk 512 or less 512, also past 64 rows
-    // as requests at 17-32 rows), past 32 rows up to 32 of its tiles (128 at topk 512 or less).
+    // The mma kernel's cluster schedule first up to 16 rows up to 256 of its 16-row tiles (rows
+    // as requests x tiles a request; at topk 512 or less 512), at 17-32 rows up to 512, past 32
+    // rows up to 32 (128 at topk 512 or less).
     // Past 32 rows with the fp16 products (H200, topk 2048, h_q 64 and 128, s_q 1 and 2,
     // bench/results/2026-11-29-h200-sparse-mma-f16, call 6), against the split kernel's cluster
     // schedule: 1.06-1.09x faster at 32 tiles, 0.74-0.89x at 64 (was 16 tiles before).
@@ -284,12 +284,14 @@ std::vector<Tactic> tactics(const Problem& problem) {
     // (the best other tactic 15.9-23.7), topk 512 batch 8 at h_q 64 and 128 14.3 and 17.0 (the
     // split kernel's cluster schedule 18.0 and 19.4); at topk 2048 batch 8 past 32 rows (32-128
     // tiles) the split kernel's cluster schedule is 10-74% faster (call 10).
-    const int64_t mma_cluster_tiles = p.topk <= 512                    ? 512
-                                      : rows <= sm90::kSmallNarrowRows ? 256
-                                                                       : 128;
+    // At 17-32 rows up to 512 tiles whatever topk (twenty-eighth session, H200,
+    // bench/results/2026-11-29-h200-gather-ceiling, calls 3 and 4: at h_q 32 against the narrow
+    // kernel's one-shot schedule, which came first from 128 rows as requests, topk 2048 1.07-1.08x
+    // faster at 256 tiles (s_q 1 batch 128, s_q 2 batch 64) and 1.00 at 512, topk 1024 1.23x at
+    // 256 and 1.17x at 512).
+    const int64_t mma_cluster_tiles = p.topk <= 512 || rows > sm90::kSmallNarrowRows ? 512 : 256;
     const bool mma_cluster_first =
-        mma && ((rows <= sm90::kMaxNarrowRows && mma_tiles <= mma_cluster_tiles &&
-                 (mma_first || p.topk <= 512)) ||
+        mma && ((rows <= sm90::kMaxNarrowRows && mma_tiles <= mma_cluster_tiles) ||
                 (rows > sm90::kMaxNarrowRows && mma_tiles <= (p.topk <= 512 ? 128 : 32)));
     if (mma_cluster_first) append({sparse_mma_cluster});
     if (mma_first) append(pair(sparse_mma_persistent, sparse_mma_one_shot));
