@@ -15,11 +15,11 @@
 //   cp.async  8 warps 3.1-3.3 (3.5), 16 and 32 warps 3.3-3.5 (3.7-3.8): a warp's copies stream at
 //             a fixed rate whatever its depth;
 //   bulk 2.6-2.9, cp+pf 2.0-2.7: the TMA unit's per-operation cost at 656 bytes;
-//   ld        8 warps x 16 rows 3.6-3.7, 16-64 warps x 4-8 rows 3.6-3.9 (3.9-4.2); over 4x the
+//   ld        8 warps x 16 rows 3.6-3.7, 16-64 warps x 4-8 rows 3.5-3.9 (4.0-4.2); over 4x the
 //             rows 4.0-4.3 (4.3-4.5): the ramp and tail of a launch cost ~3 us;
-//   at batch 64's size (131072 rows) the best is 3.5-3.7 (ld, 32 warps x 4).
-// So a random gather of 656-byte rows reads at most ~80-85% of the 4.6 TB/s read stream at these
-// sizes (75-80% at batch 64's), and only by plain loads with ~40 KB in flight an SM.
+//   at batch 64's size (131072 rows) 3.3-3.7 (ld, 16-64 warps x 4-8).
+// So a random gather of 656-byte rows reads at most ~77-86% of the 4.6 TB/s read stream at these
+// sizes (72-80% at batch 64's), and only by plain loads with ~40 KB in flight an SM.
 // Build and run on an sm_90a GPU (~13 GB of device memory):
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -o gather_copy_rate \
 //     bench/micro/gather_copy_rate.cu && ./gather_copy_rate
