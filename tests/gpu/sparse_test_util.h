@@ -38,14 +38,20 @@ struct SparseCase {
   float k_scale = NAN;      // V3.2 / V4: the cache's extra scale (none by default)
   float q_times = 1.0f;     // every q value times it (a power of two keeps a bf16 q exact)
   float kv_times = 1.0f;    // V3.2: every dequantized cached value times it (its scales and RoPE)
+  // V3.2: cached token i's dequantized values (scales and RoPE) times 2^(i % 12): the scores of
+  // a row's indices (in random order) jump by powers of two from block to block, so the running
+  // max moves late in a chunk too, by more than sm90's lazy-max threshold.
+  bool jumps = false;
 };
 
 std::string name(const SparseCase& c, int tactic);
 
 // V3.2 cases with q and the cache far from their usual magnitudes: q past fp16's range with the
 // cache scaled to match (S as usual, O tiny: the LSE tells), the other way round (P times a scale
-// past fp16's range), and tiny scales undone by k_scale (P times a scale below it). sm90's sparse
-// mma kernel scales q and P by powers of two for its fp16 products.
+// past fp16's range), tiny scales undone by k_scale (P times a scale below it), and tokens of
+// magnitudes 2^0 .. 2^11 (`jumps`: the running max moves by far in any block). sm90's sparse mma
+// kernel scales q and P by powers of two for its fp16 products and keeps P against the running
+// max until a block passes it by 2^8.
 std::vector<SparseCase> magnitude_cases();
 
 Problem problem_of(const SparseCase& c);

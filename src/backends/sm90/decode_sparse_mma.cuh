@@ -17,16 +17,19 @@
 //             as pairs 4t, 4t + 1 | 4t + 2, 4t + 3), times each token's scale, plus the RoPE
 //             part (bf16 mma, its q times the same 2^j); written to shared memory. S comes out
 //             times 2^j; the chunk's softmax scale divides it out.
-//   softmax   warp w sums the 8 parts of tokens 8w .. 8w + 7 (lane: head lane / 2, 4 tokens),
-//             the heads' block maxima meet in shared memory; P times each token's scale of each
-//             group and the group's block factor (a power of two that brings the group's largest
-//             scale of the block to [1, 2), so P's fp16 copies keep full precision whatever the
-//             cache's scales) goes to shared memory: 4 fp16 copies, one per scale group.
+//   softmax   warp w sums the 8 parts of tokens 8w .. 8w + 7 (lane: head lane / 2, 4 tokens);
+//             P against the running max (a lazy max: the block's maxima meet in shared memory
+//             only when some value passes it by more than 2^8, which one bar.red tells every
+//             thread) times each token's scale of each group and the group's block factor (a
+//             power of two that brings the group's largest scale of the block to [1, 2), so P's
+//             fp16 copies keep full precision whatever the cache's scales) goes to shared
+//             memory: 4 fp16 copies, one per scale group.
 //   O_w       += P_g V over its dims: 32 mma m16n8k16 in fp16, A = P_g by ldmatrix, B = the
 //             widened K registers transposed by movmatrix (8 x 8 blocks): V is the latent,
 //             already widened. O_w follows its group's factor from block to block (rescaled with
 //             the softmax's alpha) and the epilogue divides the last one out.
-// Three barriers of the 256 consumer threads per block. The output dims come out in the same
+// Two barriers of the 256 consumer threads per block (three where the max moves by far: a
+// chunk's first blocks). The output dims come out in the same
 // per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row (o[ks][hf]: dims 4t + 2 hf
 // and + 1), one 16-byte store.
 // Trace points (trace.cuh): warps 0 and 4 (roles 0, 1) 0 block start, 1 its data landed, 3 the S
@@ -60,6 +63,9 @@ static_assert(fits_sparse_launch(kMmaConsumerRegisters, kMmaConsumerRegisters,
 inline constexpr int kMmaRows = 16;             // query rows: mma's M
 inline constexpr int kRedStride = kBlockN + 8;  // floats a row of a warp's S part
 inline constexpr int kPStride = kBlockN + 8;    // bf16 a row of a P copy (144 bytes)
+// P is worked out against the running max as long as no value of the block passes it by more
+// than 2^8 (P's fp16 copies then stay below 2^9); only then the block's maxima meet.
+inline constexpr float kLazyMaxLog2 = 8.0f;
 
 // The shared-memory plan: Q (16 rows, as the 16-bit narrow tile holds it), three stages of 64
 // tokens as cached, each warp's part of S, the heads' block maxima and steps, the four P copies,
@@ -342,39 +348,59 @@ __device__ __forceinline__ void consume_sparse_mma(const DecodeParams& p, const 
       }
       bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
       if (lane % 2 == 0) heads.maxima(hh)[w] = bm;
-      consumer_sync(kEpilogueBarrier);
-      float mx = m;
-      {
-        const float4 a = *reinterpret_cast<const float4*>(heads.maxima(hh));
-        const float4 b4 = *reinterpret_cast<const float4*>(heads.maxima(hh) + 4);
-        mx = fmaxf(fmaxf(fmaxf(mx, a.x), fmaxf(a.y, a.z)), fmaxf(fmaxf(a.w, b4.x), b4.y));
-        mx = fmaxf(mx, fmaxf(b4.z, b4.w));
-      }
-      const MaxStep step = max_step(m, mx, chunk_log2);
-      float pv[4], sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pv[i] = ptx::ex2_approx_ftz_f32(x[i] * chunk_log2 - step.scaled);
-        sum += pv[i];
-      }
-      l = l * step.alpha + sum;
       const float4 gf = *reinterpret_cast<const float4*>(group_factor);
+      // P against a base (the running max, scaled; 0 while the row has seen nothing), as four
+      // fp16 copies; returns the thread's sum.
+      const auto write_p = [&](float based) {
+        float pv[4], sum = 0.0f;
 #pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        const float f = part_of(gf, g);
-        const uint2 v = make_uint2(
-            pack2<__half>(pv[0] * (part_of(psc[0], g) * f), pv[1] * (part_of(psc[1], g) * f)),
-            pack2<__half>(pv[2] * (part_of(psc[2], g) * f), pv[3] * (part_of(psc[3], g) * f)));
-        *reinterpret_cast<uint2*>(pbuf + (g * kMmaRows + hh) * kPStride + tq) = v;
+        for (int i = 0; i < 4; ++i) {
+          pv[i] = ptx::ex2_approx_ftz_f32(x[i] * chunk_log2 - based);
+          sum += pv[i];
+        }
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          const float f = part_of(gf, g);
+          const uint2 v = make_uint2(
+              pack2<__half>(pv[0] * (part_of(psc[0], g) * f), pv[1] * (part_of(psc[1], g) * f)),
+              pack2<__half>(pv[2] * (part_of(psc[2], g) * f), pv[3] * (part_of(psc[3], g) * f)));
+          *reinterpret_cast<uint2*>(pbuf + (g * kMmaRows + hh) * kPStride + tq) = v;
+        }
+        return sum;
+      };
+      // Lazy max: P against the running max m unless some value of the block passes it by more
+      // than 2^kLazyMaxLog2 (or m is still -inf while the block has values); one barrier
+      // (bar.red) then tells every thread whether any head's did. If none did (after a chunk's
+      // first blocks, almost always), P stands, O keeps its scale and the block's maxima are not
+      // read: two barriers a block instead of three. Else the maxima meet as before, P is
+      // written again against the new max, and a third barrier publishes it.
+      const float based = m == -INFINITY ? 0.0f : m * chunk_log2;
+      const bool over = m == -INFINITY ? bm != -INFINITY : bm * chunk_log2 - based > kLazyMaxLog2;
+      const float lazy_sum = write_p(based);
+      float alpha_r = 1.0f, alpha_r8 = 1.0f;  // rows r and r + 8's factor for O
+      if (consumer_sync_or(kEpilogueBarrier, over)) {
+        float mx = m;
+        {
+          const float4 a = *reinterpret_cast<const float4*>(heads.maxima(hh));
+          const float4 b4 = *reinterpret_cast<const float4*>(heads.maxima(hh) + 4);
+          mx = fmaxf(fmaxf(fmaxf(mx, a.x), fmaxf(a.y, a.z)), fmaxf(fmaxf(a.w, b4.x), b4.y));
+          mx = fmaxf(mx, fmaxf(b4.z, b4.w));
+        }
+        const MaxStep step = max_step(m, mx, chunk_log2);
+        l = l * step.alpha + write_p(step.scaled);
+        if (w == 0 && lane % 2 == 0) heads.alpha(hh) = step.alpha;
+        consumer_sync(kEpilogueBarrier);
+        alpha_r = heads.alpha(r);
+        alpha_r8 = heads.alpha(r + 8);
+      } else {
+        l += lazy_sum;
       }
-      if (w == 0 && lane % 2 == 0) heads.alpha(hh) = step.alpha;
-      consumer_sync(kEpilogueBarrier);
       if (w % 4 == 0) trace(w / 4, 4);
 
       // O_w *= alpha (and the factor's change); O_w += P_g V.
       const float moved = factor / factor_now;  // powers of two: exact
       factor_now = factor;
-      const float a0 = heads.alpha(r) * moved, a1 = heads.alpha(r + 8) * moved;
+      const float a0 = alpha_r * moved, a1 = alpha_r8 * moved;
       if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {

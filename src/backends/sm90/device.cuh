@@ -39,6 +39,18 @@ __device__ __forceinline__ void consumer_sync(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumerThreads) : "memory");
 }
 
+// consumer_sync that also returns whether any consumer thread's pred was true (bar.red.or).
+__device__ __forceinline__ bool consumer_sync_or(int id, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "n"(kConsumerThreads)
+      : "memory");
+  return any != 0;
+}
+
 // The same for warpgroups that reach it from different instructions (the split sparse kernel's
 // two consumer warpgroups run different code): bar.sync is barrier.sync.aligned, which requires
 // every participating thread to execute the same instruction (synccheck reports the others as
