@@ -137,28 +137,25 @@ __global__ void copy_rows(const uint8_t* base, const int64_t* rows, int64_t n_ro
   if (acc == 0x12345678u) sink[0] = acc;  // keeps the reads
 }
 
-template <int kBulk, int kDepth>
-int run(int sms, int warps, double span_gb, const uint8_t* pool, size_t pool_bytes,
-        const int64_t* rows, int64_t n_rows, uint32_t* sink) {
-  const size_t smem = size_t{kDepth} * warps * kRowBytes;
-  if (smem > 200 * 1024) return 0;
-  CHECK(cudaFuncSetAttribute(copy_rows<kBulk, kDepth>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)));
+// Times launch(base, rows) for random rows (order 0) and the same bytes in order (1): the best of
+// 5 timings (after one warm-up) of kLaunches back-to-back launches, each on rows shifted so that
+// nothing comes from the previous launch's L2. Prints the mechanism's row: GB/s random and in
+// order.
+template <typename Launch>
+int time_and_print(const char* name, double span_gb, int warps, int depth, const uint8_t* pool,
+                   size_t pool_bytes, const int64_t* rows, int64_t n_rows, Launch launch) {
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
   float best[2] = {1e30f, 1e30f};
   for (int order = 0; order < 2; ++order) {
     for (int rep = 0; rep < 6; ++rep) {
-      // Each run shifts the rows (nothing from the previous run's L2).
       CHECK(cudaEventRecord(start));
       for (int l = 0; l < kLaunches; ++l) {
         const int run = rep * kLaunches + l;
         const size_t shift =
             order == 0 ? size_t{1009} * 16 * run * kRowBytes : size_t(run % 8) * n_rows * kRowBytes;
-        const uint8_t* base = pool + shift % (pool_bytes / 2) / 16 * 16;
-        copy_rows<kBulk, kDepth>
-            <<<sms, warps * 32, smem>>>(base, order == 0 ? rows : nullptr, n_rows, sink);
+        launch(pool + shift % (pool_bytes / 2) / 16 * 16, order == 0 ? rows : nullptr);
         CHECK(cudaGetLastError());
       }
       CHECK(cudaEventRecord(stop));
@@ -169,14 +166,26 @@ int run(int sms, int warps, double span_gb, const uint8_t* pool, size_t pool_byt
     }
   }
   const double bytes = static_cast<double>(n_rows) * kRowBytes;
-  std::printf("%-9s %-6.2f %-6d %-6d %12.0f %12.0f\n",
-              kBulk == 1   ? "bulk"
-              : kBulk == 2 ? "cp+pf"
-                           : "cp.async",
-              span_gb, warps, kDepth, bytes / best[0] / 1e6, bytes / best[1] / 1e6);
+  std::printf("%-9s %-6.2f %-6d %-6d %12.0f %12.0f\n", name, span_gb, warps, depth,
+              bytes / best[0] / 1e6, bytes / best[1] / 1e6);
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   return 0;
+}
+
+template <int kBulk, int kDepth>
+int run(int sms, int warps, double span_gb, const uint8_t* pool, size_t pool_bytes,
+        const int64_t* rows, int64_t n_rows, uint32_t* sink) {
+  const size_t smem = size_t{kDepth} * warps * kRowBytes;
+  if (smem > 200 * 1024) return 0;
+  CHECK(cudaFuncSetAttribute(copy_rows<kBulk, kDepth>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem)));
+  const char* name = kBulk == 1 ? "bulk" : kBulk == 2 ? "cp+pf" : "cp.async";
+  return time_and_print(name, span_gb, warps, kDepth, pool, pool_bytes, rows, n_rows,
+                        [&](const uint8_t* base, const int64_t* r) {
+                          copy_rows<kBulk, kDepth>
+                              <<<sms, warps * 32, smem>>>(base, r, n_rows, sink);
+                        });
 }
 
 // Plain 16-byte loads into registers (ld.global.nc.L1::no_allocate), many CTAs an SM: a row's 41
@@ -232,35 +241,11 @@ template <int kUnroll>
 int run_loads(int sms, int ctas_per_sm, double span_gb, const uint8_t* pool, size_t pool_bytes,
               const int64_t* rows, int64_t n_rows, uint32_t* sink) {
   constexpr int kThreads = 256;
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  float best[2] = {1e30f, 1e30f};
-  for (int order = 0; order < 2; ++order) {
-    for (int rep = 0; rep < 6; ++rep) {
-      CHECK(cudaEventRecord(start));
-      for (int l = 0; l < kLaunches; ++l) {
-        const int run = rep * kLaunches + l;
-        const size_t shift =
-            order == 0 ? size_t{1009} * 16 * run * kRowBytes : size_t(run % 8) * n_rows * kRowBytes;
-        const uint8_t* base = pool + shift % (pool_bytes / 2) / 16 * 16;
-        load_rows<kUnroll>
-            <<<sms * ctas_per_sm, kThreads>>>(base, order == 0 ? rows : nullptr, n_rows, sink);
-        CHECK(cudaGetLastError());
-      }
-      CHECK(cudaEventRecord(stop));
-      CHECK(cudaEventSynchronize(stop));
-      float t = 0;
-      CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (rep > 0 && t / kLaunches < best[order]) best[order] = t / kLaunches;
-    }
-  }
-  const double bytes = static_cast<double>(n_rows) * kRowBytes;
-  std::printf("%-9s %-6.2f %-6d %-6d %12.0f %12.0f\n", "ld", span_gb, ctas_per_sm * kThreads / 32,
-              kUnroll, bytes / best[0] / 1e6, bytes / best[1] / 1e6);
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  return 0;
+  return time_and_print("ld", span_gb, ctas_per_sm * kThreads / 32, kUnroll, pool, pool_bytes, rows,
+                        n_rows, [&](const uint8_t* base, const int64_t* r) {
+                          load_rows<kUnroll>
+                              <<<sms * ctas_per_sm, kThreads>>>(base, r, n_rows, sink);
+                        });
 }
 
 }  // namespace
