@@ -110,24 +110,26 @@ harness::HostInputs inputs_of(const SparseCase& c, uint64_t seed) {
   harness::HostInputs in = harness::make_inputs(
       problem_of(c), lens, {.seed = seed, .sparse_tails = c.tails, .topk_lens = c.topk_lens});
   if (!std::isnan(c.k_scale)) in.k_scale = c.k_scale;
-  const float scales_times = (c.odd_scales ? 1.3f : 1.0f) * c.kv_times;
-  if (c.blockwise && (scales_times != 1.0f || c.jumps)) {
+  if (c.blockwise && (c.odd_scales || c.kv_times != 1.0f || c.jumps)) {
     // With odd_scales, the kernels' exact power-of-two widening must not take these (the
     // reference reads the same bytes).
+    const float odd = c.odd_scales ? 1.3f : 1.0f;
     for (size_t at = kDv; at + 16 + 128 <= in.kv.size(); at += kBlockwiseBytes) {
-      const float jump =
-          c.jumps ? std::ldexp(1.0f, static_cast<int>(at / kBlockwiseBytes % 12)) : 1.0f;
+      // The token's dequantized values times this (powers of two: exact).
+      const float times =
+          c.kv_times *
+          (c.jumps ? std::ldexp(1.0f, static_cast<int>(at / kBlockwiseBytes % 12)) : 1.0f);
       for (int g = 0; g < 4; ++g) {
         float scale;
         std::memcpy(&scale, in.kv.data() + at + 4 * g, 4);
-        if (std::isfinite(scale)) scale *= scales_times * jump;
+        if (std::isfinite(scale)) scale *= odd * times;
         std::memcpy(in.kv.data() + at + 4 * g, &scale, 4);
       }
-      if (c.kv_times * jump == 1.0f) continue;
+      if (times == 1.0f) continue;
       for (size_t d = at + 16; d < at + 16 + 128; d += 2) {  // the RoPE values (bf16)
         uint16_t v;
         std::memcpy(&v, in.kv.data() + d, 2);
-        v = float_to_bf16(bf16_to_float(v) * c.kv_times * jump);
+        v = float_to_bf16(bf16_to_float(v) * times);
         std::memcpy(in.kv.data() + d, &v, 2);
       }
     }

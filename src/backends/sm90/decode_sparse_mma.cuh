@@ -29,9 +29,9 @@
 //             already widened. O_w follows its group's factor from block to block (rescaled with
 //             the softmax's alpha) and the epilogue divides the last one out.
 // Two barriers of the 256 consumer threads per block (three where the max moves by far: a
-// chunk's first blocks). The output dims come out in the same
-// per-k-step order: thread t holds dims 16 ks + 4t .. + 3 of each row (o[ks][hf]: dims 4t + 2 hf
-// and + 1), one 16-byte store.
+// chunk's first blocks). The output dims come out in the same per-k-step order: thread t holds
+// dims 16 ks + 4t .. + 3 of each row (o[ks][hf]: dims 4t + 2 hf and + 1), one 8-byte store (bf16)
+// or 16-byte store (fp32 partials).
 // Trace points (trace.cuh): warps 0 and 4 (roles 0, 1) 0 block start, 1 its data landed, 3 the S
 // parts out, 4 P out, 5 P V done; the producer's as in decode_sparse_narrow.cuh.
 #pragma once
