@@ -21,6 +21,9 @@ sizes: a check of the sequence, no timing.
 
     python3 bench/v32_layer_bench.py --batch 64 --len 32768 --heads 128 --topk 2048
 
+`--pdl` launches every step with programmatic dependent launch (sm_90: each kernel may start
+while the one before it runs, and waits for it before reading; ops.h, `enable_pdl`).
+
 `--dump-logits FILE` instead writes the indexer's logits of the layer (one indexer call after the
 caches are filled: rows [batch * next_n, len] of float32) to FILE and exits: top-k inputs with an
 indexer's value distribution for `mlakit bench-op topk --len LEN --logits-file FILE`.
@@ -91,19 +94,22 @@ def make_layer(args, device):
 def steps(args, layer):
     """The four steps as functions of no arguments, writing into the layer's tensors."""
     def append():
-        mt.append_kv(layer["new_kv"], layer["slots"], layer["kv_cache"], kv_layout="v32")
-        mt.append_indexer(layer["new_k"], layer["slots"], layer["index_cache"])
+        mt.append_kv(layer["new_kv"], layer["slots"], layer["kv_cache"], kv_layout="v32",
+                     pdl=args.pdl)  # fmt: skip
+        mt.append_indexer(layer["new_k"], layer["slots"], layer["index_cache"], pdl=args.pdl)
 
     def indexer():
         mt.indexer_logits(layer["index_q"], layer["weights"], layer["index_cache"], layer["table"],
-                          layer["seq_lens"], logits=layer["logits"])  # fmt: skip
+                          layer["seq_lens"], logits=layer["logits"], pdl=args.pdl)  # fmt: skip
 
     def topk():
         mt.topk_indices(layer["logits"], layer["seq_lens"], layer["table"], k=args.topk,
-                        page_size=PAGE, next_n=args.next_n, indices=layer["indices"])  # fmt: skip
+                        page_size=PAGE, next_n=args.next_n, indices=layer["indices"],
+                        pdl=args.pdl)  # fmt: skip
 
     def attention():
-        mt.decode(layer["q"], layer["kv_cache"], indices=layer["indices"], out=layer["out"])
+        mt.decode(layer["q"], layer["kv_cache"], indices=layer["indices"], out=layer["out"],
+                  pdl=args.pdl)  # fmt: skip
 
     return {"append": append, "indexer": indexer, "topk": topk, "attention": attention}
 
@@ -119,6 +125,8 @@ def main(argv):
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pdl", action="store_true",
+                        help="programmatic dependent launch for every step (sm_90)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--dump-logits", metavar="FILE",
                         help="write the indexer's logits [batch * next_n, len] (float32) and exit")
@@ -149,7 +157,7 @@ def main(argv):
     name = torch.cuda.get_device_name()
     print(f"device: {name}; batch {args.batch}, len {args.len}, next_n {args.next_n}, "
           f"h_q {args.heads}, indexer heads {args.index_heads}, topk {args.topk}, page {PAGE}, "
-          f"mlakit {mlakit.__version__}")  # fmt: skip
+          f"pdl {args.pdl}, mlakit {mlakit.__version__}")  # fmt: skip
     print(f"{'step':<24} {'us':>10}")
     for step, us in rows.items():
         print(f"{step:<24} {us:>10.1f}")

@@ -24,6 +24,7 @@ struct OpFlags {
   std::string keys = "bytes";      // indexer: bytes | normal (bench_indexer)
   std::string logits_file;         // topk: float32 rows of --len logits (empty: normal values)
   bool nondeterministic = false;   // topk: TopkArgs::deterministic = false
+  bool pdl = false;                // on a GPU: every call's enable_pdl (ops.h)
   int page_size = 64;
   std::string device = "auto";  // auto | cpu | cuda
   int replays = 15, warmup = 3;

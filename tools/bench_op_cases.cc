@@ -146,7 +146,8 @@ Status bench_append(const OpFlags& f, const AppendKind& kind, bool gpu, OpRow* r
                                   .slot_mapping = s,
                                   .index_cache = cache,
                                   .num_pages = num_pages,
-                                  .page_size = ps},
+                                  .page_size = ps,
+                                  .enable_pdl = f.pdl},
                                  st);
     }
     const bool scaled = kind.layout == KvLayout::kDense && kind.dtype == DType::kFP8E4M3;
@@ -159,7 +160,8 @@ Status bench_append(const OpFlags& f, const AppendKind& kind, bool gpu, OpRow* r
                            .page_size = ps,
                            .cache_dtype = kind.dtype,
                            .cache_layout = kind.layout,
-                           .k_scale = scaled ? kDenseFp8Scale : NAN},
+                           .k_scale = scaled ? kDenseFp8Scale : NAN,
+                           .enable_pdl = f.pdl},
                           st);
   };
   std::vector<uint8_t> want(num_pages * page_bytes, 0x5a);
@@ -237,7 +239,8 @@ Status bench_topk(const OpFlags& f, bool gpu, OpRow* row) {
                              .indices = out,
                              .workspace = cuda ? dws.get() : nullptr,
                              .workspace_size = cuda ? ws_bytes : 0,
-                             .deterministic = !f.nondeterministic};
+                             .deterministic = !f.nondeterministic,
+                             .enable_pdl = f.pdl};
     // The kernels by themselves skip the op's checks: the cpu run checked the same arguments.
     if (!cuda || f.kernel == "auto") return ops::topk_indices(device, a, st);
     const int64_t ld = a.logits_stride;
@@ -354,7 +357,8 @@ Status bench_indexer(const OpFlags& f, bool gpu, OpRow* row) {
                                       .block_table_stride = pages_per,
                                       .seq_lens = np,
                                       .logits = out,
-                                      .max_len = len};
+                                      .max_len = len,
+                                      .enable_pdl = f.pdl};
     // The kernels by themselves skip the op's checks: the cpu run checked the same arguments.
     if (device == ops::Device::kCpu || f.kernel == "auto")
       return ops::indexer_logits(device, a, st);

@@ -210,6 +210,7 @@ int run_bench_op(OpFlags& f, bool run) {
                                 {"settle_ms", f.settle_ms},
                                 {"logits_file", f.logits_file},
                                 {"nondeterministic", f.nondeterministic},
+                                {"pdl", f.pdl},
                                 {"results", results}};
     if (!write_json_file(f.json_path, doc.dump(1))) return 1;
   }
@@ -264,6 +265,9 @@ void add_bench_op_command(CLI::App& app, const CommandContext& context) {
                 "its kept positions unsorted; the check compares each row sorted, so logits "
                 "with ties at the k-th largest, e.g. from --logits-file, may report a valid "
                 "top-k as FAIL)");
+  cmd->add_flag("--pdl", f->pdl,
+                "on a GPU: programmatic dependent launch for every call (ops.h, enable_pdl): "
+                "each replayed launch may start while the one before it runs");
   cmd->add_option("--device", f->device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option(

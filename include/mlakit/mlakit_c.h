@@ -101,6 +101,7 @@ typedef struct mlakit_append_kv_args {
      one float where the op runs; exactly one of them for that cache, neither for the others. */
   float k_scale;
   const float* k_scale_ptr;
+  int32_t enable_pdl; /* nonzero: programmatic dependent launch (ops.h; sm_90 and newer) */
 } mlakit_append_kv_args_t;
 
 typedef struct mlakit_append_indexer_args {
@@ -112,7 +113,8 @@ typedef struct mlakit_append_indexer_args {
   void* index_cache;           /* [num_pages, mlakit_indexer_page_bytes(page_size)] */
   int64_t num_pages;
   int32_t page_size;
-  int32_t scale; /* MLAKIT_INDEXER_SCALE_AMAX or MLAKIT_INDEXER_SCALE_POW2 */
+  int32_t scale;      /* MLAKIT_INDEXER_SCALE_AMAX or MLAKIT_INDEXER_SCALE_POW2 */
+  int32_t enable_pdl; /* nonzero: programmatic dependent launch (ops.h; sm_90 and newer) */
 } mlakit_append_indexer_args_t;
 
 typedef struct mlakit_indexer_logits_args {
@@ -130,6 +132,7 @@ typedef struct mlakit_indexer_logits_args {
   float* logits;           /* [b * next_n, logits_stride]: columns 0..max_len-1 written */
   int64_t max_len;
   int64_t logits_stride; /* 0 = max_len */
+  int32_t enable_pdl;    /* nonzero: programmatic dependent launch (ops.h; sm_90 and newer) */
 } mlakit_indexer_logits_args_t;
 
 typedef struct mlakit_topk_args {
@@ -150,6 +153,7 @@ typedef struct mlakit_topk_args {
   /* 0 (the default, what a zeroed struct holds): deterministic; nonzero: kept positions in any
      order, ties at the k-th largest kept in any choice (ops.h, TopkArgs::deterministic false) */
   int32_t nondeterministic;
+  int32_t enable_pdl; /* nonzero: programmatic dependent launch (ops.h; sm_90 and newer) */
 } mlakit_topk_args_t;
 
 /* Fill with the C++ defaults (h_q 128, s_q 1, page 64, bf16, softmax scale 1/sqrt(576), ...). */

@@ -16,6 +16,13 @@
 //          skipped, as said per op. kUnsupported in a build without CUDA (and indexer_logits
 //          on a GPU without fp8 tensor cores: below sm_89).
 //
+// Programmatic dependent launch: `enable_pdl` (each op's args, kCuda on sm_90 and newer; ignored
+// elsewhere) launches the op's first kernel so that it may start while the previous kernel in the
+// stream still runs (as Problem::enable_pdl for decode): it waits for that kernel's completion and
+// memory before reading anything, and each op's last kernel lets the next one start early. An
+// append -> indexer -> top-k -> sparse decode chain with every step's flag set then overlaps each
+// launch with the tail of the step before; results are bitwise the same either way.
+//
 // Every entry returns a Status; a message names the argument, the expected and the given value.
 // Shapes are row-major; a stride is in elements of its tensor and 0 means contiguous.
 #pragma once
@@ -73,6 +80,7 @@ struct AppendKvArgs {
   // float where the op runs. Exactly one of them for that cache; neither for the others.
   float k_scale = NAN;
   const float* k_scale_ptr = nullptr;
+  bool enable_pdl = false;  // programmatic dependent launch (above)
 };
 Status append_kv(Device device, const AppendKvArgs& args, Stream stream = nullptr);
 
@@ -94,6 +102,7 @@ struct AppendIndexerArgs {
   int64_t num_pages = 0;
   int32_t page_size = 64;
   IndexerScale scale = IndexerScale::kAmax;
+  bool enable_pdl = false;  // programmatic dependent launch (above)
 };
 Status append_indexer(Device device, const AppendIndexerArgs& args, Stream stream = nullptr);
 
@@ -123,6 +132,7 @@ struct IndexerLogitsArgs {
   float* logits = nullptr;            // [b * next_n, logits_stride]: columns 0..max_len-1 written
   int64_t max_len = 0;
   int64_t logits_stride = 0;  // 0 = max_len
+  bool enable_pdl = false;    // programmatic dependent launch (above)
 };
 Status indexer_logits(Device device, const IndexerLogitsArgs& args, Stream stream = nullptr);
 
@@ -178,6 +188,7 @@ struct TopkArgs {
   // rows of the multi-block kernel: off sm_90, or sm_90 shapes past the cluster kernels); every
   // other kernel writes what it writes with true. kCpu ignores it.
   bool deterministic = true;
+  bool enable_pdl = false;  // programmatic dependent launch (above)
 };
 // Rows at least this long (max_len) take the multi-block kernel when a workspace is given.
 inline constexpr int64_t kTopkMultiMinLen = 8192;

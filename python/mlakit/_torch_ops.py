@@ -64,24 +64,31 @@ def _append_kv_op(
     k_scale: Optional[float],
     kv_layout: str,
     page_size: int,
+    pdl: bool = False,
 ) -> None:
     _check_append_kv(kv, slot_mapping, kv_cache, k_scale_tensor, kv_layout)
     ops.append_kv(kv, slot_mapping, kv_cache, kv_layout=kv_layout,
                   page_size=page_size if page_size > 0 else None,
-                  k_scale=k_scale_tensor if k_scale_tensor is not None else k_scale)  # fmt: skip
+                  k_scale=k_scale_tensor if k_scale_tensor is not None else k_scale,
+                  pdl=pdl)  # fmt: skip
 
 
 @_append_kv_op.register_fake
-def _append_kv_fake(kv, slot_mapping, kv_cache, k_scale_tensor, k_scale, kv_layout, page_size):
+def _append_kv_fake(kv, slot_mapping, kv_cache, k_scale_tensor, k_scale, kv_layout, page_size,
+                    pdl=False):  # fmt: skip
     _check_append_kv(kv, slot_mapping, kv_cache, k_scale_tensor, kv_layout)
 
 
 @torch.library.custom_op("mlakit::append_indexer", mutates_args=("index_cache",))
 def _append_indexer_op(
-    k: torch.Tensor, slot_mapping: torch.Tensor, index_cache: torch.Tensor, scale: str
+    k: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    index_cache: torch.Tensor,
+    scale: str,
+    pdl: bool = False,
 ) -> None:
     _check_append_indexer(k, slot_mapping, index_cache)
-    ops.append_indexer(k, slot_mapping, index_cache, scale=scale)
+    ops.append_indexer(k, slot_mapping, index_cache, scale=scale, pdl=pdl)
 
 
 def _check_append_indexer(k, slot_mapping, index_cache) -> None:
@@ -92,7 +99,7 @@ def _check_append_indexer(k, slot_mapping, index_cache) -> None:
 
 
 @_append_indexer_op.register_fake
-def _append_indexer_fake(k, slot_mapping, index_cache, scale):
+def _append_indexer_fake(k, slot_mapping, index_cache, scale, pdl=False):
     _check_append_indexer(k, slot_mapping, index_cache)
 
 
@@ -115,13 +122,14 @@ def _indexer_logits_op(
     block_table: torch.Tensor,
     seq_lens: torch.Tensor,
     logits: torch.Tensor,
+    pdl: bool = False,
 ) -> None:
     _check_logits(q, weights, index_cache, block_table, seq_lens, logits)
-    ops.indexer_logits(q, weights, index_cache, block_table, seq_lens, logits=logits)
+    ops.indexer_logits(q, weights, index_cache, block_table, seq_lens, logits=logits, pdl=pdl)
 
 
 @_indexer_logits_op.register_fake
-def _indexer_logits_fake(q, weights, index_cache, block_table, seq_lens, logits):
+def _indexer_logits_fake(q, weights, index_cache, block_table, seq_lens, logits, pdl=False):
     _check_logits(q, weights, index_cache, block_table, seq_lens, logits)
 
 
@@ -155,16 +163,17 @@ def _topk_op(
     workspace: Optional[torch.Tensor],
     one_block: bool = False,
     deterministic: bool = True,
+    pdl: bool = False,
 ) -> None:
     _check_topk(logits, seq_lens, block_table, indices, positions, workspace)
     ops.topk_indices(logits, seq_lens, block_table, page_size=page_size, next_n=next_n,
                      max_len=max_len, indices=indices, positions=positions, workspace=workspace,
-                     one_block=one_block, deterministic=deterministic)  # fmt: skip
+                     one_block=one_block, deterministic=deterministic, pdl=pdl)  # fmt: skip
 
 
 @_topk_op.register_fake
 def _topk_fake(logits, seq_lens, block_table, indices, positions, page_size, next_n, max_len,
-               workspace, one_block=False, deterministic=True):  # fmt: skip
+               workspace, one_block=False, deterministic=True, pdl=False):  # fmt: skip
     _check_topk(logits, seq_lens, block_table, indices, positions, workspace)
 
 
@@ -214,9 +223,11 @@ def append_kv(
     kv_layout: str = "dense",
     page_size: Optional[int] = None,
     k_scale: Union[None, float, torch.Tensor] = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``mlakit.ops.append_kv`` through ``torch.ops.mlakit.append_kv``: writes ``kv_cache`` in
-    place and returns it. ``k_scale``: a float or a one-element float32 tensor on kv's device."""
+    place and returns it. ``k_scale``: a float or a one-element float32 tensor on kv's device;
+    ``pdl``: programmatic dependent launch (as ``mlakit.ops.append_kv``'s)."""
     layout = ops._LAYOUTS.get(str(kv_layout).lower())
     if layout is None:
         raise ValueError(
@@ -225,15 +236,20 @@ def append_kv(
     tensor = k_scale if isinstance(k_scale, torch.Tensor) else None
     value = None if k_scale is None or tensor is not None else float(k_scale)
     torch.ops.mlakit.append_kv(kv, slot_mapping, kv_cache, tensor, value, layout,
-                               0 if page_size is None else int(page_size))  # fmt: skip
+                               0 if page_size is None else int(page_size), bool(pdl))  # fmt: skip
     return kv_cache
 
 
 def append_indexer(
-    k: torch.Tensor, slot_mapping: torch.Tensor, index_cache: torch.Tensor, *, scale: str = "amax"
+    k: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    index_cache: torch.Tensor,
+    *,
+    scale: str = "amax",
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``mlakit.ops.append_indexer`` through ``torch.ops.mlakit.append_indexer`` (in place)."""
-    torch.ops.mlakit.append_indexer(k, slot_mapping, index_cache, scale)
+    torch.ops.mlakit.append_indexer(k, slot_mapping, index_cache, scale, bool(pdl))
     return index_cache
 
 
@@ -246,6 +262,7 @@ def indexer_logits(
     *,
     max_len: Optional[int] = None,
     logits: Optional[torch.Tensor] = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``mlakit.ops.indexer_logits`` through ``torch.ops.mlakit.indexer_logits``; a new
     ``logits`` [b * next_n, max_len] float32 unless given (max_len: None is what the block table
@@ -261,7 +278,8 @@ def indexer_logits(
             max_len = int(block_table.shape[-1]) * page_size
         rows = int(q.shape[0]) * int(q.shape[1])
         logits = torch.empty((rows, int(max_len)), dtype=torch.float32, device=q.device)
-    torch.ops.mlakit.indexer_logits(q, weights, index_cache, block_table, seq_lens, logits)
+    torch.ops.mlakit.indexer_logits(q, weights, index_cache, block_table, seq_lens, logits,
+                                    bool(pdl))  # fmt: skip
     return logits
 
 
@@ -280,6 +298,7 @@ def topk_indices(
     workspace: Optional[torch.Tensor] = None,
     one_block: bool = False,
     deterministic: bool = True,
+    pdl: bool = False,
 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """``mlakit.ops.topk_indices`` through ``torch.ops.mlakit.topk_indices``: new ``indices``
     [b, next_n, k] int32 (the sparse decode's) unless given; ``(indices, positions)`` when
@@ -298,7 +317,7 @@ def topk_indices(
         max_len = int(logits.shape[-1])
     torch.ops.mlakit.topk_indices(logits, seq_lens, block_table, indices, positions,
                                   int(page_size), int(next_n), int(max_len), workspace,
-                                  bool(one_block), bool(deterministic))  # fmt: skip
+                                  bool(one_block), bool(deterministic), bool(pdl))  # fmt: skip
     return (indices, positions) if positions is not None else indices
 
 

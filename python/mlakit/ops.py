@@ -110,6 +110,7 @@ def append_kv(
     page_size: Optional[int] = None,
     k_scale: Any = None,
     stream: Any = None,
+    pdl: bool = False,
 ) -> Any:
     """Quantizes new tokens into a KV cache, in place; returns ``kv_cache``.
 
@@ -130,6 +131,9 @@ def append_kv(
         k_scale: the dense fp8 cache's scale (stored = x / k_scale): a float, or a one-element
             float32 array where the op runs (read at run time). Required for that cache only.
         stream: CUDA arrays: None is the framework's current stream, or an int / stream object.
+        pdl: CUDA arrays on sm_90 and newer: programmatic dependent launch (the kernel may start
+            while the previous kernel in the stream runs, and waits for it before reading;
+            docs/ops.md). Ignored elsewhere.
     """
     layout = _LAYOUTS.get(str(kv_layout).lower())
     if layout is None:
@@ -165,6 +169,7 @@ def append_kv(
         _scale(k_scale),
         device,
         handle,
+        bool(pdl),
     )
     return kv_cache
 
@@ -194,6 +199,7 @@ def append_indexer(
     scale: str = "amax",
     page_size: Optional[int] = None,
     stream: Any = None,
+    pdl: bool = False,
 ) -> Any:
     """Quantizes new tokens' indexer keys into the indexer cache, in place; returns it.
 
@@ -206,6 +212,9 @@ def append_indexer(
         scale: "amax" (s = max(amax, 1e-4) / 448, vLLM's) or "ue8m0" (that s rounded up to a
             power of two).
         page_size: None: index_cache.shape[1] // 132.
+        pdl: CUDA arrays on sm_90 and newer: programmatic dependent launch (the kernel may start
+            while the previous kernel in the stream runs, and waits for it before reading;
+            docs/ops.md). Ignored elsewhere.
     """
     kind = _dtype_kind("k", k, ("bf16", "fp16"))
     page_size = _indexer_page_size("index_cache", index_cache, page_size)
@@ -219,6 +228,7 @@ def append_indexer(
         str(scale),
         device,
         handle,
+        bool(pdl),
     )
     return index_cache
 
@@ -234,6 +244,7 @@ def indexer_logits(
     logits: Any = None,
     page_size: Optional[int] = None,
     stream: Any = None,
+    pdl: bool = False,
 ) -> Any:
     """The lightning indexer: ``logits[i * next_n + t, j] = sum_h weights[i * next_n + t, h] *
     relu(q[i, t, h] . k_j * s_j)`` over request i's visible positions
@@ -252,6 +263,9 @@ def indexer_logits(
             ``block_table.shape[1] * page_size``.
         logits: [b * next_n, max_len] float32 (rows may be strided), written in place; None:
             a new array of q's framework.
+        pdl: CUDA arrays on sm_90 and newer: programmatic dependent launch (the kernel may start
+            while the previous kernel in the stream runs, and waits for it before reading;
+            docs/ops.md). Ignored elsewhere.
     """
     page_size = _indexer_page_size("index_cache", index_cache, page_size)
     q_shape = _shape("q", q)
@@ -280,6 +294,7 @@ def indexer_logits(
         _arrays.export("logits", logits),
         device,
         handle,
+        bool(pdl),
     )
     return logits
 
@@ -356,6 +371,7 @@ def topk_indices(
     one_block: bool = False,
     deterministic: bool = True,
     stream: Any = None,
+    pdl: bool = False,
 ) -> Union[Any, Tuple[Any, Any]]:
     """Per row, the k largest logits among its valid length, as sparse-decode indices.
 
@@ -402,6 +418,9 @@ def topk_indices(
             same multiset; results may differ from run to run). The multi-block kernel then skips
             sorting them on its sort path; the other kernels write what they write with True.
             Ignored on the host.
+        pdl: CUDA arrays on sm_90 and newer: programmatic dependent launch (the kernel may start
+            while the previous kernel in the stream runs, and waits for it before reading;
+            docs/ops.md). Ignored elsewhere.
 
     Returns:
         ``indices``, or ``(indices, positions)`` when positions were given or asked for.
@@ -451,5 +470,6 @@ def topk_indices(
         bool(deterministic),
         device,
         handle,
+        bool(pdl),
     )
     return (indices, positions) if positions is not None else indices

@@ -55,9 +55,10 @@ const int64_t* take_slots(ArgReader& in, nb::handle obj, int64_t n) {
 
 void append_kv(nb::handle kv, const std::string& kv_dtype, nb::handle slot_mapping,
                nb::handle kv_cache, const std::string& cache_dtype, const std::string& layout,
-               int page_size, nb::handle k_scale, int device, uintptr_t stream) {
+               int page_size, nb::handle k_scale, int device, uintptr_t stream, bool enable_pdl) {
   ArgReader in(placement_of(device));
   ops::AppendKvArgs args;
+  args.enable_pdl = enable_pdl;
   if (layout == "dense") {
     args.cache_layout = KvLayout::kDense;
   } else if (layout == "fp8_blockwise") {
@@ -102,9 +103,10 @@ void append_kv(nb::handle kv, const std::string& kv_dtype, nb::handle slot_mappi
 
 void append_indexer(nb::handle k, const std::string& k_dtype, nb::handle slot_mapping,
                     nb::handle index_cache, int page_size, const std::string& scale, int device,
-                    uintptr_t stream) {
+                    uintptr_t stream, bool enable_pdl) {
   ArgReader in(placement_of(device));
   ops::AppendIndexerArgs args;
+  args.enable_pdl = enable_pdl;
   if (scale == "amax") {
     args.scale = ops::IndexerScale::kAmax;
   } else if (scale == "ue8m0") {
@@ -134,9 +136,10 @@ void append_indexer(nb::handle k, const std::string& k_dtype, nb::handle slot_ma
 
 void indexer_logits(nb::handle q, nb::handle weights, nb::handle index_cache, int page_size,
                     nb::handle block_table, nb::handle seq_lens, nb::handle logits, int device,
-                    uintptr_t stream) {
+                    uintptr_t stream, bool enable_pdl) {
   ArgReader in(placement_of(device));
   ops::IndexerLogitsArgs args;
+  args.enable_pdl = enable_pdl;
   const Array& aq =
       in.take("q", q, Elem::kFP8, {-1, -1, -1, ops::kIndexerDim}, "[b, next_n, heads, 128]");
   const auto b = static_cast<int64_t>(aq.shape(0));
@@ -188,10 +191,12 @@ size_t topk_workspace_bytes(int64_t batch, int64_t next_n, int64_t max_len, int6
 
 void topk_indices(nb::handle logits, nb::handle seq_lens, nb::handle block_table, int page_size,
                   int next_n, int64_t max_len, nb::handle indices, nb::handle positions,
-                  nb::handle workspace, bool deterministic, int device, uintptr_t stream) {
+                  nb::handle workspace, bool deterministic, int device, uintptr_t stream,
+                  bool enable_pdl) {
   ArgReader in(placement_of(device));
   ops::TopkArgs args;
   args.deterministic = deterministic;
+  args.enable_pdl = enable_pdl;
   const Array& lens = in.take("seq_lens", seq_lens, Elem::kInt32, {-1}, "[b]");
   const auto b = static_cast<int64_t>(lens.shape(0));
   args.batch = static_cast<int32_t>(b);
@@ -299,17 +304,19 @@ void register_ops(nb::module_& m) {
   m.def("append_kv", &append_kv, nb::arg("kv").none(), nb::arg("kv_dtype"),
         nb::arg("slot_mapping").none(), nb::arg("kv_cache").none(), nb::arg("cache_dtype"),
         nb::arg("kv_layout"), nb::arg("page_size"), nb::arg("k_scale").none(), nb::arg("device"),
-        nb::arg("stream"));
+        nb::arg("stream"), nb::arg("enable_pdl") = false);
   m.def("append_indexer", &append_indexer, nb::arg("k").none(), nb::arg("k_dtype"),
         nb::arg("slot_mapping").none(), nb::arg("index_cache").none(), nb::arg("page_size"),
-        nb::arg("scale"), nb::arg("device"), nb::arg("stream"));
+        nb::arg("scale"), nb::arg("device"), nb::arg("stream"), nb::arg("enable_pdl") = false);
   m.def("indexer_logits", &indexer_logits, nb::arg("q").none(), nb::arg("weights").none(),
         nb::arg("index_cache").none(), nb::arg("page_size"), nb::arg("block_table").none(),
-        nb::arg("seq_lens").none(), nb::arg("logits").none(), nb::arg("device"), nb::arg("stream"));
+        nb::arg("seq_lens").none(), nb::arg("logits").none(), nb::arg("device"), nb::arg("stream"),
+        nb::arg("enable_pdl") = false);
   m.def("topk_indices", &topk_indices, nb::arg("logits").none(), nb::arg("seq_lens").none(),
         nb::arg("block_table").none(), nb::arg("page_size"), nb::arg("next_n"), nb::arg("max_len"),
         nb::arg("indices").none(), nb::arg("positions").none(), nb::arg("workspace").none(),
-        nb::arg("deterministic"), nb::arg("device"), nb::arg("stream"));
+        nb::arg("deterministic"), nb::arg("device"), nb::arg("stream"),
+        nb::arg("enable_pdl") = false);
   m.def("topk_workspace_bytes", &topk_workspace_bytes, nb::arg("batch"), nb::arg("next_n"),
         nb::arg("max_len"), nb::arg("k"));
   m.def("merge_partials", &merge_partials, nb::arg("partial_out").none(),

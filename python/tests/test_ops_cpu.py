@@ -174,6 +174,63 @@ def test_topk_indices_matches_reference(next_n):
     np.testing.assert_array_equal(flat, want_idx)
 
 
+def pdl_case():
+    """pdl=True (programmatic dependent launch, a CUDA launch option) changes nothing on the
+    host through mlakit.ops: each op with and without it. Returns the inputs and results."""
+    rng = np.random.default_rng(70)
+    kv, _ = random_tokens(rng, 9, 576, "bf16")
+    slots = slot_mapping(rng, 9, 3)
+    raw = rng.integers(0, 256, (3, PAGE, 656), dtype=np.uint8)
+    a, b = raw.copy(), raw.copy()
+    mlakit.ops.append_kv(kv, slots, a, kv_layout="v32")
+    mlakit.ops.append_kv(kv, slots, b, kv_layout="v32", pdl=True)
+    np.testing.assert_array_equal(a, b)
+    index = np.zeros(mlakit.ops.indexer_cache_shape(3, PAGE), np.uint8)
+    index2 = index.copy()
+    mlakit.ops.append_indexer(kv[:, :128], slots, index)
+    mlakit.ops.append_indexer(kv[:, :128], slots, index2, pdl=True)
+    np.testing.assert_array_equal(index, index2)
+    lens = np.array([0, 7, 20], np.int32)
+    table = np.array([[2, 0], [1, 2], [0, 1]], np.int32)
+    q = random_e4m3(rng, (3, 2, 4, 128))
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    logits = mlakit.ops.indexer_logits(q, w, index, table, lens)
+    np.testing.assert_array_equal(mlakit.ops.indexer_logits(q, w, index, table, lens, pdl=True),
+                                  logits)  # fmt: skip
+    idx = mlakit.ops.topk_indices(logits, lens, table, k=8, page_size=PAGE, next_n=2)
+    np.testing.assert_array_equal(
+        mlakit.ops.topk_indices(logits, lens, table, k=8, page_size=PAGE, next_n=2, pdl=True), idx)
+    return kv, slots, raw, a, index, lens, table, q, w, logits, idx
+
+
+def test_pdl_is_ignored_on_the_host():
+    pdl_case()
+
+
+def test_torch_pdl_is_ignored_on_the_host():
+    """The torch ops take pdl too (their schemas and fakes), and ignore it on the host."""
+    torch = pytest.importorskip("torch")
+    import mlakit.torch as mt
+
+    kv, slots, raw, a, index, lens, table, q, w, logits, idx = pdl_case()
+
+    tkv = torch.from_numpy(kv.view(np.int16)).view(torch.bfloat16)
+    tslots = torch.from_numpy(slots)
+    cache = torch.from_numpy(raw.copy())
+    mt.append_kv(tkv, tslots, cache, kv_layout="v32", pdl=True)
+    np.testing.assert_array_equal(cache.numpy(), a)
+    tindex = torch.zeros(mlakit.ops.indexer_cache_shape(3, PAGE), dtype=torch.uint8)
+    mt.append_indexer(tkv[:, :128], tslots, tindex, pdl=True)
+    np.testing.assert_array_equal(tindex.numpy(), index)
+    tq = torch.from_numpy(q).view(torch.float8_e4m3fn)
+    tl = mt.indexer_logits(tq, torch.from_numpy(w), tindex, torch.from_numpy(table),
+                           torch.from_numpy(lens), pdl=True)  # fmt: skip
+    np.testing.assert_array_equal(tl.numpy(), logits)
+    ti = mt.topk_indices(tl, torch.from_numpy(lens), torch.from_numpy(table), k=8, page_size=PAGE,
+                         next_n=2, pdl=True)  # fmt: skip
+    np.testing.assert_array_equal(ti.numpy(), idx)
+
+
 def expect(error, pattern, call, *args, **kwargs):
     with pytest.raises(error, match=pattern):
         call(*args, **kwargs)

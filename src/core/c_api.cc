@@ -129,7 +129,8 @@ mlakit::ops::AppendKvArgs to_cpp(const mlakit_append_kv_args_t& a) {
           .cache_dtype = static_cast<mlakit::DType>(a.cache_dtype),
           .cache_layout = static_cast<mlakit::KvLayout>(a.cache_layout),
           .k_scale = a.k_scale,
-          .k_scale_ptr = a.k_scale_ptr};
+          .k_scale_ptr = a.k_scale_ptr,
+          .enable_pdl = a.enable_pdl != 0};
 }
 
 mlakit::ops::AppendIndexerArgs to_cpp(const mlakit_append_indexer_args_t& a) {
@@ -141,7 +142,8 @@ mlakit::ops::AppendIndexerArgs to_cpp(const mlakit_append_indexer_args_t& a) {
           .index_cache = a.index_cache,
           .num_pages = a.num_pages,
           .page_size = a.page_size,
-          .scale = static_cast<mlakit::ops::IndexerScale>(a.scale)};
+          .scale = static_cast<mlakit::ops::IndexerScale>(a.scale),
+          .enable_pdl = a.enable_pdl != 0};
 }
 
 mlakit::ops::IndexerLogitsArgs to_cpp(const mlakit_indexer_logits_args_t& a) {
@@ -158,7 +160,8 @@ mlakit::ops::IndexerLogitsArgs to_cpp(const mlakit_indexer_logits_args_t& a) {
           .seq_lens = a.seq_lens,
           .logits = a.logits,
           .max_len = a.max_len,
-          .logits_stride = a.logits_stride};
+          .logits_stride = a.logits_stride,
+          .enable_pdl = a.enable_pdl != 0};
 }
 
 mlakit::ops::TopkArgs to_cpp(const mlakit_topk_args_t& a) {
@@ -176,7 +179,8 @@ mlakit::ops::TopkArgs to_cpp(const mlakit_topk_args_t& a) {
           .positions = a.positions,
           .workspace = a.workspace,
           .workspace_size = a.workspace_size,
-          .deterministic = a.nondeterministic == 0};
+          .deterministic = a.nondeterministic == 0,
+          .enable_pdl = a.enable_pdl != 0};
 }
 
 // An op (ops.h, or cp.h's merge) on its C arguments: a null args pointer is refused by name; the

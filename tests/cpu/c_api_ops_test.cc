@@ -86,6 +86,13 @@ TEST(CApiOps, InitGivesTheCppDefaults) {
   EXPECT_EQ(tk.workspace_size, 0u);
   EXPECT_EQ(tk.nondeterministic, 0);
   EXPECT_TRUE(tk_d.deterministic);
+
+  // Programmatic dependent launch is opt-in everywhere.
+  EXPECT_EQ(kv.enable_pdl, 0);
+  EXPECT_EQ(ix.enable_pdl, 0);
+  EXPECT_EQ(lg.enable_pdl, 0);
+  EXPECT_EQ(tk.enable_pdl, 0);
+  EXPECT_FALSE(kv_d.enable_pdl || ix_d.enable_pdl || lg_d.enable_pdl || tk_d.enable_pdl);
 }
 
 TEST(CApiOps, PageBytesAsTheCppHelpers) {
@@ -166,12 +173,15 @@ TEST(CApiOps, IndexerLogitsAndTopkMatchCppApi) {
   std::iota(all.begin(), all.end(), 0);
   for (const int scale : {MLAKIT_INDEXER_SCALE_AMAX, MLAKIT_INDEXER_SCALE_POW2}) {
     SCOPED_TRACE(scale);
+    // The second round asks the C calls for programmatic dependent launch: the cpu ignores it.
+    const int32_t pdl = scale == MLAKIT_INDEXER_SCALE_POW2 ? 1 : 0;
     const size_t cache_bytes = ops::indexer_page_bytes(page) * pages;
     std::vector<uint8_t> cache_c(cache_bytes, 0), cache_cpp(cache_bytes, 0);
     mlakit_append_indexer_args_t ai;
     mlakit_append_indexer_args_init(&ai);
     ai.n_tokens = tokens, ai.k = keys.data(), ai.slot_mapping = all.data();
     ai.index_cache = cache_c.data(), ai.num_pages = pages, ai.page_size = page, ai.scale = scale;
+    ai.enable_pdl = pdl;
     ASSERT_EQ(mlakit_append_indexer(MLAKIT_DEVICE_CPU, &ai, nullptr), 0) << mlakit_last_error();
     const ops::AppendIndexerArgs ai_cpp{.n_tokens = tokens,
                                         .k = keys.data(),
@@ -201,6 +211,7 @@ TEST(CApiOps, IndexerLogitsAndTopkMatchCppApi) {
     lg.weights = weights.data(), lg.index_cache = cache_c.data(), lg.num_pages = pages;
     lg.page_size = page, lg.block_table = block_table.data(), lg.block_table_stride = stride;
     lg.seq_lens = seq_lens.data(), lg.logits = logits_c.data(), lg.max_len = max_len;
+    lg.enable_pdl = pdl;
     ASSERT_EQ(mlakit_indexer_logits(MLAKIT_DEVICE_CPU, &lg, nullptr), 0) << mlakit_last_error();
     const ops::IndexerLogitsArgs lg_cpp{.batch = batch,
                                         .next_n = next_n,
@@ -227,7 +238,7 @@ TEST(CApiOps, IndexerLogitsAndTopkMatchCppApi) {
     tk.batch = batch, tk.next_n = next_n, tk.k = k, tk.logits = logits_c.data();
     tk.max_len = max_len, tk.seq_lens = seq_lens.data(), tk.block_table = block_table.data();
     tk.block_table_stride = stride, tk.page_size = page, tk.indices = idx_c.data();
-    tk.positions = pos_c.data();
+    tk.positions = pos_c.data(), tk.enable_pdl = pdl;
     ASSERT_EQ(mlakit_topk_indices(MLAKIT_DEVICE_CPU, &tk, nullptr), 0) << mlakit_last_error();
     const ops::TopkArgs tk_cpp{.batch = batch,
                                .next_n = next_n,

@@ -36,6 +36,18 @@ __device__ __forceinline__ void griddepcontrol_launch_dependents() {
 #endif
 }
 
+// Whether the current device takes programmatic dependent launch (sm_90 and newer): what an op's
+// enable_pdl becomes (ops.h). False where the device cannot be queried (the launch then reports
+// the error).
+inline bool current_device_takes_pdl() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return false;
+  }
+  return major >= 9;
+}
+
 // The launch attribute that groups consecutive CTAs of a 1-D grid into clusters of `x`.
 inline cudaLaunchAttribute cluster_dimension(unsigned x) {
   cudaLaunchAttribute a;

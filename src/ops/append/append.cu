@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "kernels/common/pdl.h"
 #include "ops/append/append.h"
 #include "ops/quant.h"
 
@@ -91,6 +92,7 @@ __device__ __forceinline__ void store_rope(const AppendParams& p, const uint16_t
 }
 
 __global__ void append_kv_kernel(const __grid_constant__ AppendParams p) {
+  pdl::griddepcontrol_wait();  // the rows, the slots or the cache may come from the previous kernel
   const int lane = threadIdx.x % 32;
   const int64_t t = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (t >= p.n_tokens) return;
@@ -139,6 +141,7 @@ __global__ void append_kv_kernel(const __grid_constant__ AppendParams p) {
 }
 
 __global__ void append_indexer_kernel(const __grid_constant__ AppendParams p) {
+  pdl::griddepcontrol_wait();  // as append_kv_kernel's
   const int lane = threadIdx.x % 32;
   const int64_t t = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (t >= p.n_tokens) return;
@@ -154,11 +157,14 @@ __global__ void append_indexer_kernel(const __grid_constant__ AppendParams p) {
   }
 }
 
-Status launch(void (*kernel)(AppendParams), const AppendParams& p, Stream stream,
+// enable_pdl: programmatic dependent launch (ops.h) where the device takes it.
+Status launch(void (*kernel)(AppendParams), const AppendParams& p, bool enable_pdl, Stream stream,
               const char* name) {
   if (p.n_tokens == 0) return Status::Ok();
   const int64_t blocks = (p.n_tokens + kWarps - 1) / kWarps;
-  kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(p);
+  MLAKIT_CUDA_RETURN(pdl::launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0,
+                                 static_cast<cudaStream_t>(stream),
+                                 enable_pdl && pdl::current_device_takes_pdl(), p));
   MLAKIT_CUDA_RETURN_LAUNCH(name);
   return Status::Ok();
 }
@@ -182,7 +188,7 @@ Status append_kv_cuda(const AppendKvArgs& a, int64_t ld, Stream stream) {
       .k_scale_ptr = a.k_scale_ptr,
       .power_of_two = false,
   };
-  return launch(append_kv_kernel, p, stream, "append_kv_kernel");
+  return launch(append_kv_kernel, p, a.enable_pdl, stream, "append_kv_kernel");
 }
 
 Status append_indexer_cuda(const AppendIndexerArgs& a, int64_t ld, Stream stream) {
@@ -202,7 +208,7 @@ Status append_indexer_cuda(const AppendIndexerArgs& a, int64_t ld, Stream stream
       .k_scale_ptr = nullptr,
       .power_of_two = a.scale == IndexerScale::kPowerOfTwo,
   };
-  return launch(append_indexer_kernel, p, stream, "append_indexer_kernel");
+  return launch(append_indexer_kernel, p, a.enable_pdl, stream, "append_indexer_kernel");
 }
 
 }  // namespace mlakit::ops

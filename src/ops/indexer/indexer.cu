@@ -471,7 +471,9 @@ Status indexer_logits_cuda(const IndexerLogitsArgs& a, int64_t ld, Stream stream
   auto launch = [&](auto kernel) -> Status {
     MLAKIT_CUDA_RETURN(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kernel<<<grid, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
+    MLAKIT_CUDA_RETURN(pdl::launch(kernel, grid, dim3(kThreads), smem_bytes,
+                                   static_cast<cudaStream_t>(stream), a.enable_pdl && major >= 9,
+                                   p));
     MLAKIT_CUDA_RETURN_LAUNCH("indexer_kernel");
     return Status::Ok();
   };

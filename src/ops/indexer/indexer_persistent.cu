@@ -469,7 +469,8 @@ Status indexer_logits_persistent(const IndexerLogitsArgs& a, int64_t ld, Stream 
                                                         : indexer_persistent_kernel<0>;
   MLAKIT_CUDA_RETURN(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  kernel<<<dev.sms, kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
+  MLAKIT_CUDA_RETURN(pdl::launch(kernel, dim3(dev.sms), dim3(kThreads), smem_bytes,
+                                 static_cast<cudaStream_t>(stream), a.enable_pdl, p));
   MLAKIT_CUDA_RETURN_LAUNCH("indexer_persistent_kernel");
   return Status::Ok();
 }

@@ -336,8 +336,8 @@ Status launch_tma(const IndexerLogitsArgs& a, int64_t ld, Stream stream, const I
                   static_cast<unsigned>(row_groups));
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(indexer_tma_kernel<kWide>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  indexer_tma_kernel<kWide>
-      <<<grid, C::kThreads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(p);
+  MLAKIT_CUDA_RETURN(pdl::launch(indexer_tma_kernel<kWide>, grid, dim3(C::kThreads), smem_bytes,
+                                 static_cast<cudaStream_t>(stream), a.enable_pdl, p));
   MLAKIT_CUDA_RETURN_LAUNCH("indexer_tma_kernel");
   return Status::Ok();
 }

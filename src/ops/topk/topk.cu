@@ -18,6 +18,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "kernels/common/pdl.h"
 #include "ops/topk/topk.h"
 #include "ops/topk/topk_device.cuh"
 
@@ -41,6 +42,7 @@ struct Shared {
 using topk_device::emit;
 
 __global__ void __launch_bounds__(kThreads) topk_kernel(const __grid_constant__ TopkRows p) {
+  pdl::griddepcontrol_wait();  // the logits or the lengths may come from the previous kernel
   __shared__ Shared s;
   const int tid = threadIdx.x;
   const int64_t r = blockIdx.x;
@@ -109,7 +111,9 @@ Status topk_indices_one_block(const TopkArgs& a, int64_t ld, Stream stream) {
   const int64_t rows = int64_t{a.batch} * a.next_n;
   if (rows == 0) return Status::Ok();
   const TopkRows p = topk_rows(a, ld);
-  topk_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p);
+  MLAKIT_CUDA_RETURN(pdl::launch(topk_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0,
+                                 static_cast<cudaStream_t>(stream),
+                                 a.enable_pdl && pdl::current_device_takes_pdl(), p));
   MLAKIT_CUDA_RETURN_LAUNCH("topk_kernel");
   return Status::Ok();
 }

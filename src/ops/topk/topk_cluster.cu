@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ uint4 s_keys[];
   uint32_t* keys = reinterpret_cast<uint32_t*>(s_keys);
   __shared__ Shared s;
+  pdl::griddepcontrol_wait();  // the logits or the lengths may come from the previous kernel
   const cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank();
   const int blocks = p.cluster;
@@ -295,11 +296,10 @@ Status topk_launch_cluster(const TopkArgs& a, int64_t ld, const TopkClusterPlan&
   MLAKIT_CUDA_RETURN(cudaFuncSetAttribute(
       topk_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxDynamicSmem));
   // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
-  MLAKIT_CUDA_RETURN(pdl::launch_ex(topk_cluster_kernel,
-                                    dim3(static_cast<unsigned>(rows * plan.cluster)),
-                                    dim3(kThreads), smem, static_cast<cudaStream_t>(stream),
-                                    /*pdl=*/false, static_cast<unsigned>(plan.cluster),
-                                    /*cluster_attribute=*/true, p));
+  MLAKIT_CUDA_RETURN(pdl::launch_ex(
+      topk_cluster_kernel, dim3(static_cast<unsigned>(rows * plan.cluster)), dim3(kThreads), smem,
+      static_cast<cudaStream_t>(stream), a.enable_pdl, static_cast<unsigned>(plan.cluster),
+      /*cluster_attribute=*/true, p));
   return Status::Ok();
 }
 

@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(kThreads, kTopkStreamBlocksPerSm)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 s_raw[];
   Shared& s = *reinterpret_cast<Shared*>(s_raw);
+  pdl::griddepcontrol_wait();  // the logits or the lengths may come from the previous kernel
   const cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank();
   const int blocks = p.cluster;
@@ -368,11 +369,10 @@ Status topk_launch_stream(const TopkArgs& a, int64_t ld, const TopkClusterPlan& 
                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   }
   // The cluster attribute also for clusters of one block (the kernel's cluster barriers).
-  MLAKIT_CUDA_RETURN(pdl::launch_ex(topk_stream_kernel,
-                                    dim3(static_cast<unsigned>(rows * plan.cluster)),
-                                    dim3(kThreads), kSmem, static_cast<cudaStream_t>(stream),
-                                    /*pdl=*/false, static_cast<unsigned>(plan.cluster),
-                                    /*cluster_attribute=*/true, p));
+  MLAKIT_CUDA_RETURN(pdl::launch_ex(
+      topk_stream_kernel, dim3(static_cast<unsigned>(rows * plan.cluster)), dim3(kThreads), kSmem,
+      static_cast<cudaStream_t>(stream), a.enable_pdl, static_cast<unsigned>(plan.cluster),
+      /*cluster_attribute=*/true, p));
   return Status::Ok();
 }
 
