@@ -17,11 +17,12 @@
 //          on a GPU without fp8 tensor cores: below sm_89).
 //
 // Programmatic dependent launch: `enable_pdl` (each op's args, kCuda on sm_90 and newer; ignored
-// elsewhere) launches the op's first kernel so that it may start while the previous kernel in the
-// stream still runs (as Problem::enable_pdl for decode): it waits for that kernel's completion and
-// memory before reading anything, and each op's last kernel lets the next one start early. An
-// append -> indexer -> top-k -> sparse decode chain with every step's flag set then overlaps each
-// launch with the tail of the step before; results are bitwise the same either way.
+// elsewhere) launches the op's kernel so that it may start while the previous kernel in the stream
+// still runs (as Problem::enable_pdl for decode): it waits for that kernel's completion and memory
+// before reading anything (top-k's multi-block kernel, which starts with a memset of its
+// workspace, keeps a plain launch). An append -> indexer -> top-k -> sparse decode chain with
+// every step's flag set then overlaps each launch with the tail of the step before; results are
+// bitwise the same either way.
 //
 // Every entry returns a Status; a message names the argument, the expected and the given value.
 // Shapes are row-major; a stride is in elements of its tensor and 0 means contiguous.
