@@ -84,7 +84,7 @@ def test_layer_benchmark_dumps_the_indexer_logits(tmp_path):
     assert bench["main"](args + ["--dump-logits", str(path)]) == 0
     rows = np.fromfile(path, dtype=np.float32).reshape(4, 130)
     ns = bench["argparse"].Namespace(batch=2, len=130, next_n=2, heads=16, index_heads=8, topk=64,
-                                     seed=1)  # fmt: skip
+                                     seed=1, pdl=False)  # fmt: skip
     layer = bench["make_layer"](ns, "cpu")
     bench["steps"](ns, layer)["indexer"]()
     assert np.array_equal(rows, layer["logits"][:, :130].numpy())
