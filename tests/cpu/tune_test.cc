@@ -281,7 +281,8 @@ TEST(Tuner, Sm90VarQTacticOrder) {
     GTEST_SKIP() << "sm90 not compiled in";
   }
   // The fp8 cache's wide tile (a 16-bit or an e4m3 q) takes the same rule; with a 16-bit q its
-  // split-q tactics (14 persistent, 15 one-shot) come first, in that rule's order.
+  // split-q tactics (14 persistent, 15 one-shot) come first, in that rule's order; with an e4m3 q
+  // from 128 query tiles the in-step tile's (19 persistent, 20 one-shot).
   const struct {
     int h_q, s_q, batch, len, first;
     DType kv, q;
@@ -293,7 +294,8 @@ TEST(Tuner, Sm90VarQTacticOrder) {
                {128, 4, 32, 4096, 0, DType::kBF16, DType::kBF16},
                {128, 4, 128, 1024, 2, DType::kBF16, DType::kBF16},
                {128, 4, 128, 4096, 15, DType::kFP8E4M3, DType::kBF16},
-               {64, 4, 64, 4096, 1, DType::kFP8E4M3, DType::kFP8E4M3},
+               {64, 4, 64, 4096, 20, DType::kFP8E4M3, DType::kFP8E4M3},
+               {64, 4, 16, 4096, 0, DType::kFP8E4M3, DType::kFP8E4M3},
                {128, 4, 32, 4096, 14, DType::kFP8E4M3, DType::kBF16},
                {64, 1, 128, 4096, 14, DType::kFP8E4M3, DType::kBF16},
                {128, 4, 128, 1024, 2, DType::kFP8E4M3, DType::kFP8E4M3}};
@@ -318,7 +320,8 @@ TEST(Tuner, Sm90VarQTacticOrder) {
 // the e4m3 wide tile with a bf16 q split into two e4m3 parts (14, 15; then the wide tile widening
 // the cache, 0-2, and the narrow tile; an fp16 q from 0); an e4m3 q the wide tile from 17 rows on.
 // A bf16 q up to 32 rows: the narrow tile with q split (16-18) first up to 16 rows and below
-// batch 64, else right after the widening narrow tile (3-5); past 32 rows last.
+// batch 64, else right after the widening narrow tile (3-5); past 32 rows last. An e4m3 q: the
+// in-step wide tile (19-21) first from 128 query tiles past 2048 tokens, else last.
 TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   const BackendEntry* sm90 = find_backend("sm90");
   if (sm90 == nullptr || sm90->tactics(Problem{}).empty()) {
@@ -331,7 +334,7 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
   } cases[] = {{16, 1, DType::kBF16, 16},   {32, 1, DType::kBF16, 3},
                {16, 2, DType::kFP16, 3},    {64, 1, DType::kBF16, 14},
                {128, 1, DType::kFP16, 0},   {16, 1, DType::kFP8E4M3, 3},
-               {32, 1, DType::kFP8E4M3, 0}, {128, 1, DType::kFP8E4M3, 0}};
+               {32, 1, DType::kFP8E4M3, 0}, {128, 1, DType::kFP8E4M3, 19}};
   for (const auto& c : cases) {
     const Problem p{.h_q = c.h_q,
                     .s_q = c.s_q,
@@ -347,7 +350,16 @@ TEST(Tuner, Sm90Fp8CacheTacticOrder) {
     const int rows = c.h_q * c.s_q;
     const bool bf16 = c.q == DType::kBF16;
     const bool split = bf16 && rows > 32;
-    ASSERT_EQ(order.size(), (split ? 8u : 6u) + (bf16 ? 3u : 0u));
+    const bool e4m3 = c.q == DType::kFP8E4M3;
+    // An e4m3 q: also the in-step wide tile (19-21), first from 128 query tiles of 64 rows (here
+    // batch 64 at h_q 128), else last.
+    ASSERT_EQ(order.size(), (split ? 8u : 6u) + (bf16 || e4m3 ? 3u : 0u));
+    if (e4m3) {
+      const size_t at = 64 * ((rows + 63) / 64) >= 128 ? 0 : order.size() - 3;
+      for (size_t k = at; k < at + 3; ++k) {
+        EXPECT_TRUE(order[k].id >= 19 && order[k].id <= 21) << "h_q " << c.h_q << " at " << k;
+      }
+    }
     if (bf16) {
       const size_t at = rows <= 16 ? 0 : rows <= 32 ? 3 : order.size() - 3;
       for (size_t k = at; k < at + 3; ++k) {

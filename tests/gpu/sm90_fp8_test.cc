@@ -52,6 +52,16 @@ const Case kSweep[] = {
     {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 0, 0, -1, true, true, true},
     {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 2, 1, 4001, true, true, true},
     {DType::kFP16, 128, 128, 8, Lens::kVariable, true, true, 1, 0, 300, true, true, true},
+    // The in-step wide tile (e4m3 q, tactics 19-21): the same shapes, and odd block counts
+    // (a chunk's pairs with one block).
+    {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 19, 0, -1, true, true, true},
+    {DType::kFP16, 32, 64, 2, Lens::kSkewed, false, true, 20, 0, -1, true, true, true},
+    {DType::kBF16, 128, 40, 3, Lens::kFixed, true, false, 21, 0, -1, true, true, true},
+    {DType::kBF16, 64, 16, 4, Lens::kVariable, true, true, 19, 0, -1, true, true, true},
+    {DType::kBF16, 64, 128, 1, Lens::kFixed, false, true, 21, 1, 4001, true, true, true},
+    {DType::kFP16, 128, 128, 8, Lens::kVariable, true, true, 20, 0, 300, true, true, true},
+    {DType::kBF16, 64, 64, 1, Lens::kFixed, true, true, 19, 3, 130, true, true, true},
+    {DType::kBF16, 32, 128, 2, Lens::kSkewed, true, true, 21, 0, -1, true, true, true},
     // The wide tile with a 16-bit q (the cache widened in shared memory): the same shapes.
     {DType::kBF16, 64, 128, 1, Lens::kVariable, true, true, 0, 0, -1, true, true, false},
     {DType::kFP16, 32, 64, 2, Lens::kSkewed, false, true, 1, 0, -1, true, true, false},
@@ -313,6 +323,11 @@ TEST(Sm90Sanitize, Fp8) {
       {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 1, 0, 100, true, true, true},
       {DType::kBF16, 128, 64, 1, Lens::kFixed, true, true, 2, 2, 300, true, true, true},
       {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 0, 8, 600, true, true, true},
+      // The in-step wide tile, each schedule; odd block counts (a pair with one block).
+      {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 19, 0, 12, true, true, true},
+      {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 20, 0, 100, true, true, true},
+      {DType::kBF16, 128, 64, 1, Lens::kFixed, true, true, 21, 2, 300, true, true, true},
+      {DType::kBF16, 64, 64, 1, Lens::kFixed, false, false, 19, 8, 600, true, true, true},
       // The wide tile with a 16-bit q: its widening in place, each schedule.
       {DType::kBF16, 64, 64, 2, Lens::kSkewed, true, true, 0, 0, 12, true, true, false},
       {DType::kFP16, 32, 128, 1, Lens::kVariable, false, true, 2, 2, 300, true, true, false},

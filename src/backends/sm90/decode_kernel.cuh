@@ -28,6 +28,7 @@
 
 #include "backends/sm90/cluster_merge.cuh"
 #include "backends/sm90/config.h"
+#include "backends/sm90/decode_fp8_instep.cuh"
 #include "backends/sm90/decode_fp8_narrow.cuh"
 #include "backends/sm90/decode_fp8_wide.cuh"
 #include "backends/sm90/decode_narrow.cuh"
@@ -404,8 +405,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kFp8Kv || kNarrow || std::is_same_v<T, uint8_t>,
                 "a 16-bit q with the fp8 cache runs the narrow tile");
   static_assert(kFp8Kv || std::is_same_v<T, TOut>, "a 16-bit cache writes its own type");
-  static_assert(kWiden == Widen::kNone || kWiden == Widen::kQSplit || !kFp8Kv,
-                "widened caches run the 16-bit tiles");
+  static_assert(
+      kWiden == Widen::kNone || kWiden == Widen::kQSplit || kWiden == Widen::kInStep || !kFp8Kv,
+      "widened caches run the 16-bit tiles");
+  static_assert(kWiden != Widen::kInStep || (kFp8Kv && !kNarrow && std::is_same_v<T, uint8_t>),
+                "the in-step tile runs an e4m3 cache and q in tiles of 64 rows");
   static_assert(!kQSplit || (kFp8Kv && (kNarrow ? std::is_same_v<T, __nv_bfloat16>
                                                 : std::is_same_v<T, uint8_t>)),
                 "a split q runs the e4m3 wide tile (split by the launch) or the narrow tile (bf16, "
@@ -507,7 +511,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters.consumer));
-    if constexpr (kFp8Kv && !kNarrow) {
+    if constexpr (kWiden == Widen::kInStep) {
+      consume_fp8_instep<TOut>(p, s, m_tile, cta);
+    } else if constexpr (kFp8Kv && !kNarrow) {
       consume_fp8_wide<TOut, kQSplit>(p, s, m_tile, cta);
     } else if constexpr (kFp8Kv) {
       consume_fp8_narrow<T, TOut, kTileRows, kQSplit>(p, s, m_tile, cta);

@@ -278,8 +278,17 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                                     "fp8 e4m3 cache and a bf16 q)"),
                             tactic);
   }
+  const bool in_step = tactic >= kInStepTactic && tactic < kInStepTactic + 3;
+  if (in_step && !in_step_runs(p)) {
+    return invalid_argument(
+        "tactic",
+        str_cat("one of sm90's tactics for this problem (", kInStepTactic, "..", kInStepTactic + 2,
+                ", the in-step tile, run a dense problem with the fp8 e4m3 "
+                "cache and an e4m3 q)"),
+        tactic);
+  }
   const bool narrow = tactic >= kNarrowTactic && !split && !sparse_narrow && !sparse_mma &&
-                      !q_split && !q_split_narrow;
+                      !q_split && !q_split_narrow && !in_step;
   if (narrow && !fp8 && rows > kMaxNarrowRows) {
     return invalid_argument("tactic",
                             str_cat("0..", kNarrowTactic - 1, " for h_q x s_q = ", rows,
@@ -303,6 +312,8 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
       : split          ? (bf16 ? decode_kernel_bf16_sv32() : decode_kernel_fp16_sv32())
       : q_split        ? decode_kernel_e4m3_bf16_qsplit()
       : q_split_narrow ? decode_kernel_e4m3_bf16_qsplit_narrow16()
+      : in_step        ? (p.out_dtype == DType::kBF16 ? decode_kernel_e4m3_e4m3_bf16_instep()
+                                                      : decode_kernel_e4m3_e4m3_fp16_instep())
       : fp8            ? kernel_e4m3(p.q_dtype, p.out_dtype, tile_rows)
                        : kernel_16bit(bf16, tile_rows, p.sparse(),
                                       p.sparse() && p.kv_layout == KvLayout::kFp8V4);
@@ -324,6 +335,7 @@ Status make_setup(const Problem& problem, int tactic, const DeviceInfo& device, 
                           : split          ? tactic - kSplitTactic
                           : q_split        ? tactic - kQSplitTactic
                           : q_split_narrow ? tactic - kQSplitNarrowTactic
+                          : in_step        ? tactic - kInStepTactic
                                            : tactic % kNarrowTactic;
   const plan::Schedule schedule = schedule_id == 1   ? plan::Schedule::kOneShot
                                   : schedule_id == 2 ? plan::Schedule::kCluster

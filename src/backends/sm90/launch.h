@@ -98,6 +98,10 @@ const DecodeKernel& decode_kernel_bf16_smma_cluster();
 // Defined in decode_e4m3_e4m3_<out>.cu: an e4m3 cache and q on the wide tile (decode_fp8_wide.cuh).
 const DecodeKernel& decode_kernel_e4m3_e4m3_bf16();
 const DecodeKernel& decode_kernel_e4m3_e4m3_fp16();
+// Defined in decode_e4m3_e4m3_<out>_instep.cu: the same problems on the in-step wide tile
+// (Widen::kInStep, decode_fp8_instep.cuh).
+const DecodeKernel& decode_kernel_e4m3_e4m3_bf16_instep();
+const DecodeKernel& decode_kernel_e4m3_e4m3_fp16_instep();
 
 // Tactics: 0 persistent, 1 one-shot, 2 cluster (plan.h: C clusters of S CTAs per request and query
 // tile, each cluster merging through distributed shared memory, the combine kernel only when
@@ -148,6 +152,12 @@ inline bool q_split_runs(const Problem& p) {
 // fp8 narrow tile in tiles of 16 rows, q split by the consumers as each chunk's Q lands (no split
 // kernel before the decode; q read as the 16-bit narrow tile reads it).
 inline constexpr int kQSplitNarrowTactic = 16;
+// kInStepTactic + 0 (persistent), + 1 (one-shot) and + 2 (cluster): a dense problem with the fp8
+// e4m3 cache and an e4m3 q on the in-step wide tile (decode_fp8_instep.cuh), tiles of 64 rows.
+inline constexpr int kInStepTactic = 19;
+inline bool in_step_runs(const Problem& p) {
+  return !p.sparse() && p.kv_dtype == DType::kFP8E4M3 && p.q_dtype == DType::kFP8E4M3;
+}
 
 // The cluster schedule's shape of one call (plan.h): C clusters of S CTAs per (request, tile).
 struct ClusterShape {

@@ -29,6 +29,8 @@ enum class Widen : int32_t {
                 // (gather.cuh), the V3.2 cache widened at run time (Fill::kGatherV32)
   kQSplit = 4,  // the one-scale e4m3 cache with a 16-bit q on the e4m3 wide tile: q split into two
                 // e4m3 parts by the launch (pack_q.h, split_q), P into two in the kernel
+  kInStep = 5,  // the one-scale e4m3 cache with an e4m3 q on the in-step wide tile
+                // (decode_fp8_instep.cuh): nothing widened, a schedule of its own
 };
 
 using GatherCache = plan::V4Cache;  // a V4 cache as the gather reads it (Fill::kGatherV4)

@@ -112,6 +112,10 @@ constexpr Tactic q_split_narrow_persistent = {.id = sm90::kQSplitNarrowTactic,
                  q_split_narrow_cluster = {.id = sm90::kQSplitNarrowTactic + 2,
                                            .name = "q-split-narrow-cluster"};
 
+constexpr Tactic in_step_persistent = {.id = sm90::kInStepTactic, .name = "in-step-persistent"},
+                 in_step_one_shot = {.id = sm90::kInStepTactic + 1, .name = "in-step-one-shot"},
+                 in_step_cluster = {.id = sm90::kInStepTactic + 2, .name = "in-step-cluster"};
+
 // The wide tile's schedules for a dense problem, in tactics()'s order (below). Variable query
 // lengths with several 64-row tiles a request, from batch 64: one-shot first. Its CTAs of a tile
 // past a request's q_len end at once (ChunkIterator::skip_dead_tiles) and free their SMs, where a
@@ -189,6 +193,21 @@ std::vector<Tactic> tactics(const Problem& problem) {
                                             q_split_narrow_one_shot}
                       : std::vector<Tactic>{q_split_narrow_persistent, q_split_narrow_one_shot,
                                             q_split_narrow_cluster};
+  // The in-step wide tile (an e4m3 q, decode_fp8_instep.cuh), each schedule by the wide tile's
+  // rule (wide_order). First past 32 rows where the persistent schedule comes first and the call
+  // has at least 128 query tiles of 64 rows (batch x tiles a request); else last. On an H200
+  // (e4m3 q and cache, L 4096, h_q 64 and 128, s_q 1 and 2, settled; bench/results/
+  // 2026-11-29-h200-fp8-instep, call 6) it ran 1.05-1.10x faster than the out-of-phase wide tile
+  // at 128 tiles and more (batch 64-128, and 32 at h_q 128 s_q 2), 0.96-1.03x at 64 tiles and
+  // 0.73-0.90x at batch 1-8 (its pairs' fixed costs).
+  const std::vector<Tactic> in_step =
+      !sm90::in_step_runs(p) ? std::vector<Tactic>{}
+      : cluster_first ? std::vector<Tactic>{in_step_cluster, in_step_persistent, in_step_one_shot}
+      : wide_order(p, false).front().id == one_shot.id
+          ? std::vector<Tactic>{in_step_one_shot, in_step_persistent, in_step_cluster}
+          : std::vector<Tactic>{in_step_persistent, in_step_one_shot, in_step_cluster};
+  const bool in_step_first = !in_step.empty() && !cluster_first &&
+                             int64_t{p.max_batch} * plan::ceil_div(rows, sm90::kRows) >= 128;
   if (fp8_wide && rows <= narrow_rows) {
     std::vector<Tactic> out =
         cluster_first ? std::vector<Tactic>{narrow_cluster, narrow_persistent, narrow_one_shot}
@@ -196,6 +215,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     const bool split_first = rows <= sm90::kSmallNarrowRows || p.max_batch < 64;
     out.insert(split_first ? out.begin() : out.end(), split_narrow.begin(), split_narrow.end());
     out.insert(out.end(), {cluster, persistent, one_shot});
+    out.insert(out.end(), in_step.begin(), in_step.end());
     return out;
   }
   if (fp8_wide) {
@@ -221,6 +241,7 @@ std::vector<Tactic> tactics(const Problem& problem) {
     }
     out.insert(out.end(), {narrow_cluster, narrow_persistent, narrow_one_shot});
     out.insert(out.end(), split_narrow.begin(), split_narrow.end());
+    out.insert(in_step_first ? out.begin() : out.end(), in_step.begin(), in_step.end());
     return out;
   }
   // Sparse decode of the V3.2 cache with a 16-bit q, by rows (h_q; a sparse problem's rows are

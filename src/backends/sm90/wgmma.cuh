@@ -427,6 +427,20 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t de
 #endif
 }
 
+// wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 d, {a0..a3}, desc_b, p, 1, 1 (sm_90a):
+// A from registers (the 8-bit m64k32 fragment of wgmma_m64nNk32_e4m3_rs), B K-major. The in-step
+// wide tile's O^T += V^T P^T (decode_fp8_instep.cuh).
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, int scale_d) {
+#ifdef MLAKIT_SM90_WGMMA
+  asm volatile(MLAKIT_WGMMA_SCALE_D(
+                   37) "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MLAKIT_WGMMA_N64_REGS
+                       "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+               : MLAKIT_WGMMA_N64_OUTPUTS
+               : MLAKIT_WGMMA_A_INPUTS, "l"(desc_b), "r"(scale_d));
+#endif
+}
+
 // wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 d, desc_a, desc_b, p, 1, 1 (sm_90a):
 // d = A B + (scale_d ? d : 0), both K-major. The indexer's products of a key tile and 128 heads.
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a,
