@@ -16,9 +16,14 @@
 #include "backends/sm90/wgmma.cuh"
 
 using mlakit::sm90::smem_desc_sw128;
+using mlakit::sm90::smem_desc_sw64;
+using mlakit::sm90::wgmma_m64n128k32_e4m3;
 using mlakit::sm90::wgmma_m64n256k16_rs_tb;
 using mlakit::sm90::wgmma_m64n256k16_tb;
+using mlakit::sm90::wgmma_m64n256k32_e4m3_rs;
 using mlakit::sm90::wgmma_m64n64k16;
+using mlakit::sm90::wgmma_m64n64k32_e4m3;
+using mlakit::sm90::wgmma_m64n64k32_e4m3_rs;
 using mlakit::sm90::wgmma_m64nNk16;
 
 // The decode kernels' forms come from backends/sm90/wgmma.cuh; the other shapes studied here
@@ -57,11 +62,30 @@ __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t da, uint64_
       : "l"(da), "l"(db));
 }
 
-enum Shape { kSsN16, kSsN16Ta, kSsN64, kRsN64, kSsN128, kSsN256Tb, kRsN256Tb, kNone };
-constexpr const char* kNames[] = {"ss_n16",  "ss_n16_ta",  "ss_n64",     "rs_n64",
-                                  "ss_n128", "ss_n256_tb", "rs_n256_tb", "-"};
-constexpr int kN[] = {16, 16, 64, 64, 128, 256, 256, 0};
-constexpr bool kRs[] = {false, false, false, true, false, false, true, false};
+// e8_*: e4m3 in, f32 accumulators, k 32 per instruction, both operands K-major in the 64-byte
+// swizzle of the fp8 decode tiles (decode_fp8_wide.cuh, decode_fp8_instep.cuh).
+enum Shape {
+  kSsN16,
+  kSsN16Ta,
+  kSsN64,
+  kRsN64,
+  kSsN128,
+  kSsN256Tb,
+  kRsN256Tb,
+  kE8SsN64,
+  kE8RsN64,
+  kE8SsN128,
+  kE8RsN256,
+  kNone
+};
+constexpr const char* kNames[] = {"ss_n16",    "ss_n16_ta",  "ss_n64",     "rs_n64",
+                                  "ss_n128",   "ss_n256_tb", "rs_n256_tb", "e8_ss_n64",
+                                  "e8_rs_n64", "e8_ss_n128", "e8_rs_n256", "-"};
+constexpr int kN[] = {16, 16, 64, 64, 128, 256, 256, 64, 64, 128, 256, 0};
+constexpr bool kRs[] = {false, false, false, true,  false, false,
+                        true,  false, true,  false, true,  false};
+constexpr bool kE8[] = {false, false, false, false, false, false,
+                        false, true,  true,  true,  true,  false};
 constexpr int kGroup = 36;  // instructions per commit group (a Q K^T of one 64-token block)
 constexpr int kRounds = 64;
 constexpr int kABytes = 73728, kBBytes = 131072;
@@ -97,6 +121,15 @@ __device__ __forceinline__ void run_shape(uint32_t a_base, uint32_t b_base, long
       const uint64_t da = smem_desc_sw128(a_base + a_at, 8192, 1024);
       const uint64_t db = smem_desc_sw128(b_base + b_at, 8192, 1024);
       using T = __nv_bfloat16;
+      // e4m3: k-step i at 32 bytes within a 64-byte row, a chunk of rows x 64 bytes every two.
+      const uint32_t e8_a = (i / 2) % 9 * 64 * 64 + (i % 2) * 32;
+      const uint32_t e8_b = (i / 2) % (n == 256 ? 8 : 9) * n * 64 + (i % 2) * 32;  // in kBBytes
+      const uint64_t ea = smem_desc_sw64(a_base + e8_a, 512);
+      const uint64_t eb = smem_desc_sw64(b_base + e8_b, 512);
+      if constexpr (S == kE8SsN64) wgmma_m64n64k32_e4m3(d, ea, eb, 1);
+      if constexpr (S == kE8RsN64) wgmma_m64n64k32_e4m3_rs(d, a_regs, eb, 1);
+      if constexpr (S == kE8SsN128) wgmma_m64n128k32_e4m3(d, ea, eb, 1);
+      if constexpr (S == kE8RsN256) wgmma_m64n256k32_e4m3_rs(d, a_regs, eb, 1);
       if constexpr (S == kSsN16) wgmma_m64nNk16<__nv_bfloat16, 16, 0>(d, da, db, 1);
       if constexpr (S == kSsN16Ta) wgmma_m64nNk16<__nv_bfloat16, 16, 1>(d, da, db, 1);
       if constexpr (S == kSsN64) wgmma_m64n64k16<T>(d, da, db, 1);
@@ -151,8 +184,10 @@ void measure(long long* dev) {
   // Both warpgroups together, over the longer of their two times (the shorter one idles at its
   // end, so a mixed pair's rates are the pair's, not each shape's alone).
   const double cycles = static_cast<double>(host[0] > host[1] ? host[0] : host[1]);
+  // Per instruction: A 64 x 16 bf16 or 64 x 32 e4m3 (2 KB) unless from registers, B N x 32 bytes;
+  // k 16 (bf16) or 32 (e4m3).
   auto operand_bytes = [](int s) { return s == kNone ? 0 : (kRs[s] ? 0 : 2048) + kN[s] * 32; };
-  auto flops = [](int s) { return s == kNone ? 0.0 : 2.0 * 64 * kN[s] * 16; };
+  auto flops = [](int s) { return s == kNone ? 0.0 : 2.0 * 64 * kN[s] * (kE8[s] ? 32 : 16); };
   const double bw = (operand_bytes(S0) + operand_bytes(S1)) * count / cycles;
   const double fpc = (flops(S0) + flops(S1)) * count / cycles;
   std::printf("%-11s %-11s %8.1f %8.1f %10.1f %10.0f\n", kNames[S0], kNames[S1], per0, per1, bw,
@@ -184,5 +219,16 @@ int main() {
   measure<kSsN64, kSsN256Tb>(dev);
   measure<kSsN64, kRsN256Tb>(dev);
   measure<kRsN64, kRsN256Tb>(dev);
+  // e4m3 (fp8 peak: twice the bf16 flops per cycle).
+  measure<kE8SsN64, kNone>(dev);
+  measure<kE8RsN64, kNone>(dev);
+  measure<kE8SsN128, kNone>(dev);
+  measure<kE8RsN256, kNone>(dev);
+  measure<kE8SsN64, kE8SsN64>(dev);
+  measure<kE8RsN64, kE8RsN64>(dev);
+  measure<kE8SsN128, kE8SsN128>(dev);
+  measure<kE8RsN256, kE8RsN256>(dev);
+  measure<kE8SsN64, kE8RsN256>(dev);
+  measure<kE8SsN64, kE8RsN64>(dev);
   return 0;
 }
