@@ -7,7 +7,9 @@
 //     bench/micro/wgmma_rate.cu && ./wgmma_rate
 // Per (shape of warpgroup 0, shape of warpgroup 1): cycles per instruction of each warpgroup, and
 // the shared-memory operand bytes and flops per cycle of the two together. The tensor pipe's peak
-// is 4096 dense bf16 flops per cycle and SM; shared memory delivers 128 bytes per cycle.
+// is 4096 dense bf16 flops per cycle and SM (8192 e4m3, the e8_ shapes); shared memory delivers
+// 128 bytes per cycle. Recorded: bench/results/2026-11-21-h200-wgmma-rate (bf16),
+// bench/results/2026-11-29-h200-fp8-instep call 5 (e4m3).
 #include <cuda_runtime.h>
 
 #include <cstdint>
