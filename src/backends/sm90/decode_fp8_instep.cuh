@@ -8,13 +8,15 @@
 //                  and the odd column chunks into two accumulators, as the out-of-phase tile
 //   mask; row max  over its block and the running max (the four lanes of a row); the rows' maxima
 //                  of both warpgroups meet in shared memory (barrier A), so both take the same new
-//                  max and factor alpha
-//   P^T            exp2(S - max) times 2^8 as e4m3 into the block's P^T tile (64 query rows x 64
-//                  tokens, the 64-byte swizzle, tokens in the order of instep_token)
+//                  max and factor alpha; lazily: the max moves only past 2^kLazyLog2 in P's units
+//   P^T            exp2(S - max) times 2^kPLog2 as e4m3 into the block's P^T tile (64 query rows x
+//                  64 tokens, the 64-byte swizzle, tokens in the order of instep_token: a row's 8
+//                  values of a k-step are one 8-byte store)
 //   V^T            of its 256 output dims, for both blocks, loaded into registers and
 //                  byte-transposed as the fp8 narrow tile does (decode_fp8_narrow.cuh), 8 dims a
 //                  thread: thread row group G = 8 warp + lane / 4 holds dims 256 w + 8 G .. + 7,
-//                  value (tile mt, row half e) being dim 256 w + 8 G + 4 e + mt
+//                  value (tile mt, row half e) being dim 256 w + 8 G + 4 e + mt; the first block's
+//                  before barrier B, the second's k-steps as the first's products free registers
 //   barrier B      both P^T tiles written (and whether any row's max moved: bar.red.or)
 //   O^T *= alpha   per query row (a column of O^T), from shared memory, only when one moved
 //   O^T += V^T P^T 2 blocks x 2 k-steps x 4 wgmma m64n64k32.e4m3 (A = V^T from registers, B = the
@@ -22,6 +24,9 @@
 // The rows' state (max, sum) is per thread for two rows as on the wide tile; the outputs are O^T
 // as on the narrow tile, written from registers: each thread's 8 dims of a row are 16 bytes of
 // out (or 32 of a partial, or of the cluster merge's rows over the stages).
+// Numbers (docs/fp8-decode.md; H200, settled, bench/results/2026-11-29-h200-fp8-instep): 1.06-1.13x
+// the out-of-phase tile from 128 query tiles (h_q 128, b 64, L 4096: 121.2 us against 130.8),
+// 0.73-0.90x at batch 1-8, where it is not the default.
 #pragma once
 
 #include <cuda/ptx>
