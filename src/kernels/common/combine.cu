@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "core/cuda_check.h"
 #include "kernels/common/combine.h"
 #include "kernels/common/numeric.cuh"
@@ -40,9 +41,9 @@ inline constexpr int kCtasPerSm = 1024 / (kColumnThreads * kSplitLanes);
 // sink factor; written to out and lse.
 template <typename T, int kSplitLanes>
 __device__ __forceinline__ void combine_row(
-    const CombineParams& p, int32_t splits, int32_t split_offset, int64_t item, int column,
-    int split_lane, int lane, float4 (&s_sum)[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads]) {
-  const int32_t row = static_cast<int32_t>(item % p.rows);
+    const CombineParams& p, int32_t splits, int32_t split_offset, int32_t request, int32_t row,
+    int column, int split_lane, int lane,
+    float4 (&s_sum)[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads]) {
   const int64_t stride = p.rows;
   const float* g_lse = p.partial_lse + int64_t{split_offset} * p.rows + row;
 
@@ -94,7 +95,6 @@ __device__ __forceinline__ void combine_row(
     const float scale = p.sinks != nullptr && lse != -INFINITY
                             ? 1.0f / (1.0f + expf(p.sinks[row % p.h_q] - lse))
                             : 1.0f;
-    const int32_t request = static_cast<int32_t>(item / p.rows);
     // var_q: no row past the request's q_len is written (its partials, if any, are dropped).
     if (row < p.out_view.live_rows(request, p.rows)) {
       if (p.lse != nullptr && threadIdx.x == 0) {
@@ -121,29 +121,36 @@ __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplit
   // once (the same in every warp) and the CTA takes the split ones in order. (One load per item,
   // each waiting for the last, cost about 3 us at batch 64, h_q 128 with nothing split: eight
   // items per CTA.)
-  const int64_t items = int64_t{p.batch} * p.rows;
-  const int64_t step = gridDim.x;
-  for (int64_t base = blockIdx.x; base < items; base += 32 * step) {
-    const int64_t mine = base + lane * step;
-    int32_t my_splits = 1, my_offset = 0;
+  // In 32 bits (items <= 2^31, launch_with checks it, so base + 32 * step cannot wrap): the
+  // request and row of an item are worked out once, by its lane, and handed out with the
+  // metadata. With 64-bit divisions per row instead, batch 32, h_q 128 (two splits a row) took
+  // 5.55 M warp instructions against 4.23 M, and the whole call 1-2% longer from batch 1 to 32
+  // (H200, 2026-11-29; bench/results/2026-11-29-h200-combine).
+  const uint32_t items = static_cast<uint32_t>(p.batch) * static_cast<uint32_t>(p.rows);
+  const uint32_t step = gridDim.x;
+  for (uint32_t base = blockIdx.x; base < items; base += 32 * step) {
+    const uint32_t mine = base + lane * step;
+    int32_t my_splits = 1, my_offset = 0, my_request = 0, my_row = 0;
     bool live = false;
     if (mine < items) {
-      const auto request = static_cast<int32_t>(mine / p.rows);
-      const plan::RequestMeta rm = p.requests[request];
+      my_request = static_cast<int32_t>(mine / static_cast<uint32_t>(p.rows));
+      my_row = static_cast<int32_t>(mine) - my_request * p.rows;
+      const plan::RequestMeta rm = p.requests[my_request];
       my_splits = rm.num_splits;
       my_offset = rm.split_offset;
       // var_q: a row past the request's q_len is never written, and its partials may not exist
       // (a query tile with no live row runs no chunk: ChunkIterator::skip_dead_tiles).
-      live = static_cast<int32_t>(mine % p.rows) < p.out_view.live_rows(request, p.rows);
+      live = my_row < p.out_view.live_rows(my_request, p.rows);
     }
     // Live split rows, and the rows of empty requests (zeros and -inf): the same in every warp.
     uint32_t todo = __ballot_sync(0xffffffffu, my_splits != 1 && live);
     while (todo != 0) {
       const int k = __ffs(todo) - 1;
       todo &= todo - 1;
-      combine_row<T, kSplitLanes>(p, __shfl_sync(0xffffffffu, my_splits, k),
-                                  __shfl_sync(0xffffffffu, my_offset, k), base + k * step, column,
-                                  split_lane, lane, s_sum);
+      combine_row<T, kSplitLanes>(
+          p, __shfl_sync(0xffffffffu, my_splits, k), __shfl_sync(0xffffffffu, my_offset, k),
+          __shfl_sync(0xffffffffu, my_request, k), __shfl_sync(0xffffffffu, my_row, k), column,
+          split_lane, lane, s_sum);
     }
   }
 }
@@ -152,6 +159,10 @@ template <typename T, int kSplitLanes>
 Status launch_with(const CombineParams& params, int32_t sm_count, cudaStream_t stream, bool pdl) {
   // Enough CTAs to fill every SM; each loops over the rows.
   const int64_t items = int64_t{params.batch} * params.rows;
+  if (items > int64_t{1} << 31) {
+    return invalid_argument("combine's batch x rows", "at most 2^31",
+                            str_cat(params.batch, " x ", params.rows));
+  }
   const int64_t max_ctas = int64_t{sm_count} * kCtasPerSm<kSplitLanes>;
   const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(items, 1, max_ctas)));
   MLAKIT_CUDA_RETURN(pdl::launch(combine_partials<T, kSplitLanes>, grid,
