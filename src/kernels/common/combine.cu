@@ -12,11 +12,12 @@
 //      them in a fixed order (the result does not depend on timing) and write the row.
 // kSplitLanes 1 serves many rows (batch 8, h_q 128: 1024 rows of 8 splits), 4 and 8 few rows of
 // many splits (batch 1: a whole GPU of partials for one request), where one lane per column would
-// wait for k / 8 load round trips in sequence. A single pass merging LSEs and outputs online
-// (running max, rescaled sums) was 1 to 2 us slower than these two (H200, 2026-11: batch 1,
-// h_q 16: 4.9 us against 3.2).
-// out may be a view (RunArgs, "Views"): each row is written at its own offset (plan::RowView);
-// lse is contiguous, in natural log or base 2 (lse_scale, Problem::lse_base2).
+// wait for k / 8 load round trips in sequence. With more rows than CTAs, one lane and a row a warp
+// instead (combine_row_warp: the LSE pass once a row, four float4s a lane; launch_for). A single
+// pass merging LSEs and outputs online (running max, rescaled sums) was 1 to 2 us slower than these
+// two (H200, 2026-11: batch 1, h_q 16: 4.9 us against 3.2). out may be a view (RunArgs, "Views"):
+// each row is written at its own offset (plan::RowView); lse is contiguous, in natural log or base
+// 2 (lse_scale, Problem::lse_base2).
 #include <algorithm>
 #include <cmath>
 
@@ -107,7 +108,64 @@ __device__ __forceinline__ void combine_row(
   }
 }
 
-template <typename T, int kSplitLanes>
+// One split row (or an empty request's row) by one warp (one split lane, many rows): the row's
+// LSE as in combine_row, then each lane's four float4s (columns 4 (lane + 32 j)), two splits'
+// loads in flight; written to out and lse.
+template <typename T>
+__device__ __forceinline__ void combine_row_warp(const CombineParams& p, int32_t splits,
+                                                 int32_t split_offset, int32_t request, int32_t row,
+                                                 int lane) {
+  const int64_t stride = p.rows;
+  const float* g_lse = p.partial_lse + int64_t{split_offset} * p.rows + row;
+  float max_lse = -INFINITY, sum = 0.0f;
+  for (int32_t s = lane; s < splits; s += 32) {
+    const float l = g_lse[s * stride];
+    const float m = fmaxf(max_lse, l);
+    if (m != -INFINITY) sum = sum * exp2f((max_lse - m) * kLog2e) + exp2f((l - m) * kLog2e);
+    max_lse = m;
+  }
+  const float row_max = warp_max(max_lse);
+  sum = max_lse == -INFINITY ? 0.0f : sum * exp2f((max_lse - row_max) * kLog2e);
+  sum = warp_sum(sum);
+  const float lse = row_max == -INFINITY ? -INFINITY : row_max + logf(sum);
+  constexpr int kPerLane = kDv / 4 / 32;  // float4s of a row per lane
+  float4 acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (lse != -INFINITY) {
+    const float* g_out = p.partial_out + (int64_t{split_offset} * p.rows + row) * kDv + 4 * lane;
+#pragma unroll 2
+    for (int32_t s = 0; s < splits; ++s) {
+      const float w = exp2f((g_lse[s * stride] - lse) * kLog2e);
+      const float* src = g_out + s * stride * kDv;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const float4 v = __ldcs(reinterpret_cast<const float4*>(src + 128 * j));
+        acc[j].x += w * v.x;
+        acc[j].y += w * v.y;
+        acc[j].z += w * v.z;
+        acc[j].w += w * v.w;
+      }
+    }
+  }
+  const float scale = p.sinks != nullptr && lse != -INFINITY
+                          ? 1.0f / (1.0f + expf(p.sinks[row % p.h_q] - lse))
+                          : 1.0f;
+  if (row < p.out_view.live_rows(request, p.rows)) {
+    if (p.lse != nullptr && lane == 0) {
+      p.lse[p.out_view.lse_index(request, row, p.rows)] = lse * p.lse_scale;
+    }
+    T* g_dst = static_cast<T*>(p.out) + p.out_view.offset(request, row) + 4 * lane;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      *reinterpret_cast<uint2*>(g_dst + 128 * j) = {pack2<T>(acc[j].x * scale, acc[j].y * scale),
+                                                    pack2<T>(acc[j].z * scale, acc[j].w * scale)};
+    }
+  }
+}
+
+// kWarpRows (one split lane): a row a warp (combine_row_warp), else a row a CTA (combine_row).
+template <typename T, int kSplitLanes, bool kWarpRows = false>
 __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplitLanes>)
     combine_partials(const CombineParams p) {
   __shared__ float4 s_sum[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads];
@@ -144,18 +202,32 @@ __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplit
     }
     // Live split rows, and the rows of empty requests (zeros and -inf): the same in every warp.
     uint32_t todo = __ballot_sync(0xffffffffu, my_splits != 1 && live);
-    while (todo != 0) {
-      const int k = __ffs(todo) - 1;
-      todo &= todo - 1;
-      combine_row<T, kSplitLanes>(
-          p, __shfl_sync(0xffffffffu, my_splits, k), __shfl_sync(0xffffffffu, my_offset, k),
-          __shfl_sync(0xffffffffu, my_request, k), __shfl_sync(0xffffffffu, my_row, k), column,
-          split_lane, lane, s_sum);
+    if constexpr (kSplitLanes == 1 && kWarpRows) {
+      // A row a warp, the CTA's warps taking the split rows in turn.
+      constexpr int kWarps = kColumnThreads / 32;
+      const int warp = static_cast<int>(threadIdx.x) / 32;
+      for (int turn = 0; todo != 0; ++turn) {
+        const int k = __ffs(todo) - 1;
+        todo &= todo - 1;
+        if (turn % kWarps != warp) continue;
+        combine_row_warp<T>(
+            p, __shfl_sync(0xffffffffu, my_splits, k), __shfl_sync(0xffffffffu, my_offset, k),
+            __shfl_sync(0xffffffffu, my_request, k), __shfl_sync(0xffffffffu, my_row, k), lane);
+      }
+    } else {
+      while (todo != 0) {
+        const int k = __ffs(todo) - 1;
+        todo &= todo - 1;
+        combine_row<T, kSplitLanes>(
+            p, __shfl_sync(0xffffffffu, my_splits, k), __shfl_sync(0xffffffffu, my_offset, k),
+            __shfl_sync(0xffffffffu, my_request, k), __shfl_sync(0xffffffffu, my_row, k), column,
+            split_lane, lane, s_sum);
+      }
     }
   }
 }
 
-template <typename T, int kSplitLanes>
+template <typename T, int kSplitLanes, bool kWarpRows = false>
 Status launch_with(const CombineParams& params, int32_t sm_count, cudaStream_t stream, bool pdl) {
   // Enough CTAs to fill every SM; each loops over the rows.
   const int64_t items = int64_t{params.batch} * params.rows;
@@ -165,7 +237,7 @@ Status launch_with(const CombineParams& params, int32_t sm_count, cudaStream_t s
   }
   const int64_t max_ctas = int64_t{sm_count} * kCtasPerSm<kSplitLanes>;
   const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(items, 1, max_ctas)));
-  MLAKIT_CUDA_RETURN(pdl::launch(combine_partials<T, kSplitLanes>, grid,
+  MLAKIT_CUDA_RETURN(pdl::launch(combine_partials<T, kSplitLanes, kWarpRows>, grid,
                                  dim3(kColumnThreads * kSplitLanes), 0, stream, pdl, params));
   return Status::Ok();
 }
@@ -176,11 +248,20 @@ Status launch_for(const CombineParams& params, int32_t sm_count, cudaStream_t st
   // eight up to one row per SM, four up to two. Batch 1, h_q 128 (128 rows of 64 partials), whole
   // call, one-shot: 24.2 us with eight against 25.8 with four (though the combine alone, replayed
   // back to back, was 0.3 us slower). Batch 8, h_q 128 (1024 rows of 8 partials): the combine
-  // took 9 us with four lanes against 4.5 with one (H200, 2026-11).
+  // took 9 us with four lanes against 4.5 with one (H200, 2026-11). With one lane, a row a warp
+  // once the rows outnumber the CTAs (eight an SM), so that a CTA's warps take its rows at once,
+  // each warp's LSE pass serving the whole row: batch 32, h_q 128 (4096 rows, two splits each)
+  // 6.6-7.4 us against 9.1-10.2 (ncu; 1.8 M warp instructions against 4.2 M), the whole call 2%
+  // faster (ragged lengths 3%), h_q 64 batch 32 2-3%; at batch 8, h_q 128 (1024 rows of eight
+  // splits, about one a CTA) the warp's serial splits made the call 0.3-2.3% slower, so a row
+  // a CTA stays there (H200, bench/results/2026-11-29-h200-combine, call 11).
   const int64_t rows = int64_t{params.batch} * params.rows;
   if (rows <= sm_count) return launch_with<T, 8>(params, sm_count, stream, pdl);
   if (rows < 2 * int64_t{sm_count}) return launch_with<T, 4>(params, sm_count, stream, pdl);
-  return launch_with<T, 1>(params, sm_count, stream, pdl);
+  if (rows <= int64_t{sm_count} * kCtasPerSm<1>) {
+    return launch_with<T, 1>(params, sm_count, stream, pdl);
+  }
+  return launch_with<T, 1, true>(params, sm_count, stream, pdl);
 }
 
 }  // namespace
