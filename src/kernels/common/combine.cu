@@ -12,12 +12,14 @@
 //      them in a fixed order (the result does not depend on timing) and write the row.
 // kSplitLanes 1 serves many rows (batch 8, h_q 128: 1024 rows of 8 splits), 4 and 8 few rows of
 // many splits (batch 1: a whole GPU of partials for one request), where one lane per column would
-// wait for k / 8 load round trips in sequence. With more rows than CTAs, one lane and a row a warp
-// instead (combine_row_warp: the LSE pass once a row, four float4s a lane; launch_for). A single
-// pass merging LSEs and outputs online (running max, rescaled sums) was 1 to 2 us slower than these
-// two (H200, 2026-11: batch 1, h_q 16: 4.9 us against 3.2). out may be a view (RunArgs, "Views"):
-// each row is written at its own offset (plan::RowView); lse is contiguous, in natural log or base
-// 2 (lse_scale, Problem::lse_base2).
+// wait for k / 8 load round trips in sequence. A single pass merging LSEs and outputs online
+// (running max, rescaled sums) was 1 to 2 us slower than these two (H200, 2026-11: batch 1,
+// h_q 16: 4.9 us against 3.2). With more rows than CTAs, one lane and a row a warp instead
+// (combine_row_warp: the LSE pass once a row, four float4s a lane; the CTA's warps take its split
+// rows in turn; launch_for).
+//
+// out may be a view (RunArgs, "Views"): each row is written at its own offset (plan::RowView);
+// lse is contiguous, in natural log or base 2 (lse_scale, Problem::lse_base2).
 #include <algorithm>
 #include <cmath>
 
@@ -38,17 +40,11 @@ static_assert(kColumnThreads == 128);
 template <int kSplitLanes>
 inline constexpr int kCtasPerSm = 1024 / (kColumnThreads * kSplitLanes);
 
-// One split row (or an empty request's row): its LSE, the weighted sum of its partials, the
-// sink factor; written to out and lse.
-template <typename T, int kSplitLanes>
-__device__ __forceinline__ void combine_row(
-    const CombineParams& p, int32_t splits, int32_t split_offset, int32_t request, int32_t row,
-    int column, int split_lane, int lane,
-    float4 (&s_sum)[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads]) {
-  const int64_t stride = p.rows;
-  const float* g_lse = p.partial_lse + int64_t{split_offset} * p.rows + row;
-
-  // 1. LSE over the splits (-inf for an empty request or a row with no visible token).
+// A row's LSE over its splits' partial LSEs (g_lse[s * stride]), by one whole warp in one pass
+// (online max and sum, lanes over splits); every lane gets it. -inf for an empty request or a row
+// with no visible token.
+__device__ __forceinline__ float row_lse(const float* g_lse, int64_t stride, int32_t splits,
+                                         int lane) {
   float max_lse = -INFINITY, sum = 0.0f;
   for (int32_t s = lane; s < splits; s += 32) {
     const float l = g_lse[s * stride];
@@ -60,6 +56,21 @@ __device__ __forceinline__ void combine_row(
   sum = max_lse == -INFINITY ? 0.0f : sum * exp2f((max_lse - row_max) * kLog2e);
   sum = warp_sum(sum);
   const float lse = row_max == -INFINITY ? -INFINITY : row_max + logf(sum);
+  return lse;
+}
+
+// One split row (or an empty request's row): its LSE, the weighted sum of its partials, the
+// sink factor; written to out and lse.
+template <typename T, int kSplitLanes>
+__device__ __forceinline__ void combine_row(
+    const CombineParams& p, int32_t splits, int32_t split_offset, int32_t request, int32_t row,
+    int column, int split_lane, int lane,
+    float4 (&s_sum)[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads]) {
+  const int64_t stride = p.rows;
+  const float* g_lse = p.partial_lse + int64_t{split_offset} * p.rows + row;
+
+  // 1. LSE over the splits.
+  const float lse = row_lse(g_lse, stride, splits, lane);
 
   // 2. This thread's share of the weighted sum.
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -117,17 +128,7 @@ __device__ __forceinline__ void combine_row_warp(const CombineParams& p, int32_t
                                                  int lane) {
   const int64_t stride = p.rows;
   const float* g_lse = p.partial_lse + int64_t{split_offset} * p.rows + row;
-  float max_lse = -INFINITY, sum = 0.0f;
-  for (int32_t s = lane; s < splits; s += 32) {
-    const float l = g_lse[s * stride];
-    const float m = fmaxf(max_lse, l);
-    if (m != -INFINITY) sum = sum * exp2f((max_lse - m) * kLog2e) + exp2f((l - m) * kLog2e);
-    max_lse = m;
-  }
-  const float row_max = warp_max(max_lse);
-  sum = max_lse == -INFINITY ? 0.0f : sum * exp2f((max_lse - row_max) * kLog2e);
-  sum = warp_sum(sum);
-  const float lse = row_max == -INFINITY ? -INFINITY : row_max + logf(sum);
+  const float lse = row_lse(g_lse, stride, splits, lane);
   constexpr int kPerLane = kDv / 4 / 32;  // float4s of a row per lane
   float4 acc[kPerLane];
 #pragma unroll
@@ -168,6 +169,7 @@ __device__ __forceinline__ void combine_row_warp(const CombineParams& p, int32_t
 template <typename T, int kSplitLanes, bool kWarpRows = false>
 __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplitLanes>)
     combine_partials(const CombineParams p) {
+  static_assert(!kWarpRows || kSplitLanes == 1, "a row a warp takes one split lane");
   __shared__ float4 s_sum[kSplitLanes > 1 ? kSplitLanes : 1][kColumnThreads];
   const int column = static_cast<int>(threadIdx.x) % kColumnThreads;
   const int split_lane = static_cast<int>(threadIdx.x) / kColumnThreads;
@@ -176,10 +178,12 @@ __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplit
   pdl::griddepcontrol_wait();
   pdl::griddepcontrol_launch_dependents();
   // A grid-stride loop over the items; each warp loads the metadata of 32 of the CTA's items at
-  // once (the same in every warp) and the CTA takes the split ones in order. (One load per item,
+  // once (the same in every warp) and the CTA takes the split ones in order (a row a warp: its
+  // warps in turn). (One load per item,
   // each waiting for the last, cost about 3 us at batch 64, h_q 128 with nothing split: eight
   // items per CTA.)
-  // In 32 bits (items <= 2^31, launch_with checks it, so base + 32 * step cannot wrap): the
+  // In 32 bits (items <= 2^31, launch_with checks it, and step = gridDim.x is at most 8 CTAs an
+  // SM, so base + 32 * step cannot wrap): the
   // request and row of an item are worked out once, by its lane, and handed out with the
   // metadata. With 64-bit divisions per row instead, batch 32, h_q 128 (two splits a row) took
   // 5.55 M warp instructions against 4.23 M, and the whole call 1-2% longer from batch 1 to 32
@@ -252,9 +256,10 @@ Status launch_for(const CombineParams& params, int32_t sm_count, cudaStream_t st
   // once the rows outnumber the CTAs (eight an SM), so that a CTA's warps take its rows at once,
   // each warp's LSE pass serving the whole row: batch 32, h_q 128 (4096 rows, two splits each)
   // 6.6-7.4 us against 9.1-10.2 (ncu; 1.8 M warp instructions against 4.2 M), the whole call 2%
-  // faster (ragged lengths 3%), h_q 64 batch 32 2-3%; at batch 8, h_q 128 (1024 rows of eight
-  // splits, about one a CTA) the warp's serial splits made the call 0.3-2.3% slower, so a row
-  // a CTA stays there (H200, bench/results/2026-11-29-h200-combine, call 11).
+  // faster (ragged lengths 3%), h_q 64 batch 32 2-3%, batch 128 within 1% either way; at batch 8
+  // (h_q 128: 1024 rows of eight splits, about one a CTA; h_q 64: 512 rows) the warp's serial
+  // splits made the call 0.3-2.3% slower, so a row a CTA stays there (H200,
+  // bench/results/2026-11-29-h200-combine, call 11).
   const int64_t rows = int64_t{params.batch} * params.rows;
   if (rows <= sm_count) return launch_with<T, 8>(params, sm_count, stream, pdl);
   if (rows < 2 * int64_t{sm_count}) return launch_with<T, 4>(params, sm_count, stream, pdl);
