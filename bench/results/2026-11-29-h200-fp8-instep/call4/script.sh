@@ -1,2 +1,0 @@
-# Session 30 call 4: call2/script.sh as it is, with binaries rebuilt from the kernel of that call (README, "The versions").
-bash "$(dirname "$0")/../call2/script.sh"
