@@ -55,8 +55,7 @@ __device__ __forceinline__ float row_lse(const float* g_lse, int64_t stride, int
   const float row_max = warp_max(max_lse);
   sum = max_lse == -INFINITY ? 0.0f : sum * exp2f((max_lse - row_max) * kLog2e);
   sum = warp_sum(sum);
-  const float lse = row_max == -INFINITY ? -INFINITY : row_max + logf(sum);
-  return lse;
+  return row_max == -INFINITY ? -INFINITY : row_max + logf(sum);
 }
 
 // One split row (or an empty request's row): its LSE, the weighted sum of its partials, the
@@ -179,15 +178,13 @@ __global__ void __launch_bounds__(kColumnThreads* kSplitLanes, kCtasPerSm<kSplit
   pdl::griddepcontrol_launch_dependents();
   // A grid-stride loop over the items; each warp loads the metadata of 32 of the CTA's items at
   // once (the same in every warp) and the CTA takes the split ones in order (a row a warp: its
-  // warps in turn). (One load per item,
-  // each waiting for the last, cost about 3 us at batch 64, h_q 128 with nothing split: eight
-  // items per CTA.)
+  // warps in turn). (One load per item, each waiting for the last, cost about 3 us at batch 64,
+  // h_q 128 with nothing split: eight items per CTA.)
   // In 32 bits (items <= 2^31, launch_with checks it, and step = gridDim.x is at most 8 CTAs an
-  // SM, so base + 32 * step cannot wrap): the
-  // request and row of an item are worked out once, by its lane, and handed out with the
-  // metadata. With 64-bit divisions per row instead, batch 32, h_q 128 (two splits a row) took
-  // 5.55 M warp instructions against 4.23 M, and the whole call 1-2% longer from batch 1 to 32
-  // (H200, 2026-11-29; bench/results/2026-11-29-h200-combine).
+  // SM, so base + 32 * step cannot wrap): the request and row of an item are worked out once, by
+  // its lane, and handed out with the metadata. With 64-bit divisions per row instead, batch 32,
+  // h_q 128 (two splits a row) took 5.55 M warp instructions against 4.23 M, and the whole call
+  // 1-2% longer from batch 1 to 32 (H200, 2026-11-29; bench/results/2026-11-29-h200-combine).
   const uint32_t items = static_cast<uint32_t>(p.batch) * static_cast<uint32_t>(p.rows);
   const uint32_t step = gridDim.x;
   for (uint32_t base = blockIdx.x; base < items; base += 32 * step) {
