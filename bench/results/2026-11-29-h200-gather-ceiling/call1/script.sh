@@ -1,1 +1,0 @@
-.peers/gcr/gather_copy_rate 2>&1 | tee $OUT/gcr.txt  # after nvidia-smi --query-gpu=... > $OUT/gpu.txt; the binary built from bench/micro/gather_copy_rate.cu at this commit minus the cp+pf rows and the 8-warp and batch-64 rows (added for calls 2 and 3)
